@@ -1,0 +1,44 @@
+//! # limit-store
+//!
+//! The store behind rate limits: where the counts of sign-ins, password resets,
+//! codes sent, code guesses and API calls are kept, exactly, under concurrency.
+//!
+//! - [`LimitStore`] is the contract: one atomic read-modify-write over 1 to 32
+//!   keys on the store's own clock, plus `read` and `sweep`.
+//! - [`MemoryStore`] keeps counts in this process (the default): sharded, bounded.
+//! - [`Guarded`] puts a deadline (2 s) and an in-flight cap (64) on any store.
+//! - [`testing`] (feature `testing`) is the contract suite: run it against your
+//!   own store with two handles, as two instances of your site would hold it.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use limit_store::{update_with, Entry, Guarded, LimitStore, MemoryStore, Write};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), limit_store::StoreError> {
+//! let store: Arc<dyn LimitStore> = Arc::new(Guarded::new(Arc::new(MemoryStore::new())));
+//! // Count one sign-in attempt for an account, in a 15-minute window.
+//! let count = update_with(&*store, &["sign-in:account:ada@example.com"], |current, now| {
+//!     let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
+//!     let expires_at = current[0].as_ref().map_or(now + 15 * 60_000, |e| e.expires_at);
+//!     (vec![Write::Put(Entry { value: n.into(), expires_at })], n)
+//! })
+//! .await?;
+//! assert_eq!(count, 1);
+//! # Ok(()) }
+//! ```
+
+mod bound;
+pub mod clock;
+pub mod error;
+pub mod guard;
+pub mod log;
+pub mod rules;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::StoreError;
+pub use guard::Guarded;
+pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::memory::MemoryStore;
+pub use store::{update_with, Apply, Entry, LimitStore, Millis, Write};

@@ -1,0 +1,205 @@
+//! The rules of the contract as checks, so that every store — ours and an app's
+//! own — enforces them the same way and answers with the same errors.
+//!
+//! A store calls [`check_keys`] before it touches anything and [`run_apply`]
+//! in place of calling `apply` itself; then it writes what `run_apply` returned.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::Refusal;
+use crate::{Apply, Entry, Millis, StoreError, Write};
+
+/// Most keys one call may name.
+pub const MAX_KEYS: usize = 32;
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value, in bytes of its JSON serialization.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// Refuses a key list that breaks the contract: 1 to 32 keys, each 1 to 1024
+/// bytes, no key twice.
+pub fn check_keys(keys: &[&str]) -> Result<(), StoreError> {
+    if keys.is_empty() {
+        return Err(Refusal::NoKeys.into());
+    }
+    if keys.len() > MAX_KEYS {
+        return Err(Refusal::TooManyKeys { count: keys.len() }.into());
+    }
+    for (index, key) in keys.iter().enumerate() {
+        if key.is_empty() {
+            return Err(Refusal::EmptyKey { index }.into());
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(Refusal::KeyTooLong {
+                index,
+                len: key.len(),
+            }
+            .into());
+        }
+        // At most 32 keys: a quadratic scan beats hashing here.
+        if let Some(first) = keys[..index].iter().position(|k| k == key) {
+            return Err(Refusal::DuplicateKey { index, first }.into());
+        }
+    }
+    Ok(())
+}
+
+/// The size of `value` serialized as JSON, without allocating.
+pub fn value_size(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value into a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Refuses `apply`'s answer unless it has one write per key and every value fits.
+pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
+    if writes.len() != keys {
+        return Err(Refusal::WrongWriteCount {
+            keys,
+            writes: writes.len(),
+        }
+        .into());
+    }
+    for (index, write) in writes.iter().enumerate() {
+        if let Write::Put(entry) = write {
+            let size = value_size(&entry.value);
+            if size > MAX_VALUE_BYTES {
+                return Err(Refusal::ValueTooLarge { index, size }.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Calls `apply` and checks its answer: a panic or a bad answer becomes a
+/// refusal, so the store writes nothing and stays usable.
+///
+/// The returned writes are normalized: a `Put` of an entry already expired at
+/// `now` comes back as `Delete`.
+pub fn run_apply(
+    apply: &mut Apply<'_>,
+    current: &[Option<Entry>],
+    now: Millis,
+) -> Result<Vec<Write>, StoreError> {
+    let mut writes = catch_unwind(AssertUnwindSafe(|| apply(current, now))).map_err(|panic| {
+        Refusal::ApplyPanicked {
+            message: panic_message(panic.as_ref()),
+        }
+    })?;
+    check_writes(&writes, current.len())?;
+    for write in &mut writes {
+        if matches!(write, Write::Put(entry) if entry.expires_at <= now) {
+            *write = Write::Delete;
+        }
+    }
+    Ok(writes)
+}
+
+/// True when `entry` is live at `now` on the store's clock.
+pub fn is_live(entry: &Entry, now: Millis) -> bool {
+    entry.expires_at > now
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "no message".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_at_the_edges() {
+        let long = "k".repeat(MAX_KEY_BYTES);
+        assert!(check_keys(&[long.as_str()]).is_ok());
+        let longer = "k".repeat(MAX_KEY_BYTES + 1);
+        assert_eq!(
+            check_keys(&[longer.as_str()]).unwrap_err().refusal(),
+            Some(&Refusal::KeyTooLong {
+                index: 0,
+                len: MAX_KEY_BYTES + 1
+            })
+        );
+        let many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(check_keys(&refs[..MAX_KEYS]).is_ok());
+        assert!(matches!(
+            check_keys(&refs).unwrap_err().refusal(),
+            Some(Refusal::TooManyKeys { count: 33 })
+        ));
+        assert!(matches!(
+            check_keys(&[]).unwrap_err().refusal(),
+            Some(Refusal::NoKeys)
+        ));
+        assert!(matches!(
+            check_keys(&["a", ""]).unwrap_err().refusal(),
+            Some(Refusal::EmptyKey { index: 1 })
+        ));
+        assert!(matches!(
+            check_keys(&["a", "b", "a"]).unwrap_err().refusal(),
+            Some(Refusal::DuplicateKey { index: 2, first: 0 })
+        ));
+    }
+
+    #[test]
+    fn value_size_matches_serde() {
+        let v = json!({"n": 12, "s": "é\"\n", "a": [1.5, null, true]});
+        assert_eq!(value_size(&v), serde_json::to_vec(&v).unwrap().len());
+    }
+
+    #[test]
+    fn writes_are_checked_and_normalized() {
+        let big = json!("x".repeat(MAX_VALUE_BYTES - 2)); // quotes make it 4096
+        assert_eq!(value_size(&big), MAX_VALUE_BYTES);
+        let put = |value, expires_at| Write::Put(Entry { value, expires_at });
+        assert!(check_writes(&[put(big.clone(), 1)], 1).is_ok());
+        let bigger = json!("x".repeat(MAX_VALUE_BYTES - 1));
+        assert!(matches!(
+            check_writes(&[Write::Keep, put(bigger, 1)], 2)
+                .unwrap_err()
+                .refusal(),
+            Some(Refusal::ValueTooLarge {
+                index: 1,
+                size: 4097
+            })
+        ));
+        assert!(matches!(
+            check_writes(&[], 1).unwrap_err().refusal(),
+            Some(Refusal::WrongWriteCount { keys: 1, writes: 0 })
+        ));
+        let mut apply =
+            |_: &[Option<Entry>], now: Millis| vec![put(json!(1), now), put(json!(2), now + 1)];
+        let writes = run_apply(&mut apply, &[None, None], 10).unwrap();
+        assert_eq!(writes, vec![Write::Delete, put(json!(2), 11)]);
+    }
+
+    #[test]
+    fn a_panicking_apply_is_a_refusal() {
+        let mut apply = |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("boom") };
+        let err = run_apply(&mut apply, &[None], 0).unwrap_err();
+        assert_eq!(
+            err.refusal(),
+            Some(&Refusal::ApplyPanicked {
+                message: "boom".into()
+            })
+        );
+    }
+}

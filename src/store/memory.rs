@@ -1,0 +1,414 @@
+//! `MemoryStore`: the default store, in this process's memory.
+//!
+//! Built for the hot path: keys are spread over 64 shards, each behind its own
+//! lock, so a count takes one uncontended lock and no global one. An update on
+//! several keys locks their shards in ascending order (so two updates can never
+//! wait on each other in a cycle) and holds them all while `apply` runs, which
+//! makes it atomic across the keys for writers and readers alike.
+//!
+//! Expired entries are dropped lazily when an update meets them, and by `sweep`.
+//! The bound is kept exactly with one atomic counter touched only when an entry
+//! is added or removed, never when an existing key counts.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
+use parking_lot::{Mutex, MutexGuard};
+use sha2::{Digest, Sha256};
+
+use crate::bound::Bound;
+use crate::clock::{Clock, SystemClock};
+use crate::error::Unavailable;
+use crate::rules::{check_keys, is_live, run_apply};
+use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+
+/// The default bound of a memory store.
+pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+const SHARDS: usize = 64;
+/// Keys longer than this are held as their SHA-256, so a flood of long keys
+/// costs no more memory than a flood of short ones.
+const INLINE_KEY_BYTES: usize = 64;
+/// Marks a digest key; 0xFF never occurs in UTF-8, so it can't equal a plain key.
+const DIGEST_MARK: u8 = 0xFF;
+
+/// Counts in this process's memory. Cheap to clone: clones share the entries.
+///
+/// `shared()` is false: on several instances, every budget is multiplied by
+/// their number (say so with `single_instance` when you run one).
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shards: Box<[CachePadded<Mutex<Table>>]>,
+    hasher: RandomState,
+    bound: Bound,
+    clock: Arc<dyn Clock>,
+    /// At or before the earliest `expires_at` held: while `now` is below it no
+    /// entry has expired, so a full store need not sweep to know it is full.
+    earliest_expiry: AtomicI64,
+    /// One sweep at a time when a full store makes room.
+    sweeping: Mutex<()>,
+}
+
+type Table = HashTable<Slot>;
+
+#[derive(Debug)]
+struct Slot {
+    hash: u64,
+    key: Box<[u8]>,
+    entry: Entry,
+}
+
+/// Where one key of a call lives.
+struct Located<'k> {
+    hash: u64,
+    shard: usize,
+    key: KeyBytes<'k>,
+}
+
+enum KeyBytes<'k> {
+    Plain(&'k [u8]),
+    Digest([u8; 33]),
+}
+
+impl KeyBytes<'_> {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyBytes::Plain(b) => b,
+            KeyBytes::Digest(d) => d,
+        }
+    }
+}
+
+/// A stand-in left in a slot while its entry is lent to `apply`.
+const LENT: Entry = Entry {
+    value: serde_json::Value::Null,
+    expires_at: Millis::MIN,
+};
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store bounded at 100,000 live entries, on the system clock.
+    pub fn new() -> Self {
+        Self::with_max_entries(DEFAULT_MAX_ENTRIES)
+    }
+
+    /// A store bounded at `max_entries` live entries, on the system clock.
+    pub fn with_max_entries(max_entries: u64) -> Self {
+        Self::with_clock(max_entries, Arc::new(SystemClock))
+    }
+
+    /// A store bounded at `max_entries` that judges expiry by `clock` (tests use
+    /// a [`ManualClock`](crate::clock::ManualClock)).
+    pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| CachePadded::new(Mutex::new(Table::new())))
+            .collect();
+        MemoryStore {
+            inner: Arc::new(Inner {
+                shards,
+                hasher: RandomState::new(),
+                bound: Bound::new(max_entries),
+                clock,
+                earliest_expiry: AtomicI64::new(Millis::MAX),
+                sweeping: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Entries held now: live ones, and expired ones not yet dropped.
+    pub fn len(&self) -> u64 {
+        self.inner.bound.held()
+    }
+
+    /// True when the store holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound on live entries.
+    pub fn max_entries(&self) -> u64 {
+        self.inner.bound.max()
+    }
+}
+
+impl Inner {
+    fn locate<'k>(&self, key: &'k str) -> Located<'k> {
+        let key = if key.len() > INLINE_KEY_BYTES {
+            let mut d = [0u8; 33];
+            d[0] = DIGEST_MARK;
+            d[1..].copy_from_slice(&Sha256::digest(key.as_bytes()));
+            KeyBytes::Digest(d)
+        } else {
+            KeyBytes::Plain(key.as_bytes())
+        };
+        let hash = self.hasher.hash_one(key.as_bytes());
+        // Middle bits pick the shard: hashbrown uses the low bits for the bucket
+        // and the top seven as the tag, and both must still vary within a shard.
+        let shard = usize::try_from(hash >> 40).unwrap_or(0) & (SHARDS - 1);
+        Located { hash, shard, key }
+    }
+
+    /// Locks the shards of `keys` in ascending order, each once.
+    fn lock(&self, keys: &[Located<'_>]) -> Locks<'_> {
+        if let [one] = keys {
+            return Locks::One(one.shard, self.shards[one.shard].lock());
+        }
+        let mut order: Vec<usize> = keys.iter().map(|k| k.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        Locks::Many(
+            order
+                .into_iter()
+                .map(|s| (s, self.shards[s].lock()))
+                .collect(),
+        )
+    }
+
+    fn note_expiry(&self, expires_at: Millis) {
+        if expires_at < self.earliest_expiry.load(Ordering::Relaxed) {
+            self.earliest_expiry
+                .fetch_min(expires_at, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes every expired entry, shard by shard, and recomputes the earliest
+    /// expiry hint as it goes (puts that race with it lower the hint themselves).
+    fn sweep(&self, now: Millis) -> u64 {
+        self.earliest_expiry.store(Millis::MAX, Ordering::Relaxed);
+        let mut removed = 0u64;
+        for shard in self.shards.iter() {
+            let mut table = shard.lock();
+            let before = table.len();
+            let mut earliest = Millis::MAX;
+            table.retain(|slot| {
+                let live = is_live(&slot.entry, now);
+                if live {
+                    earliest = earliest.min(slot.entry.expires_at);
+                }
+                live
+            });
+            let gone = before - table.len();
+            drop(table);
+            self.bound.release(gone as u64);
+            removed += gone as u64;
+            self.note_expiry(earliest);
+        }
+        removed
+    }
+
+    /// A full store: sweep if anything may have expired; true if that made room.
+    fn make_room(&self) -> bool {
+        let _one = self.sweeping.lock();
+        let now = self.clock.now();
+        if self.bound.held() < self.bound.max() {
+            return true; // another caller's sweep, or a delete, made room
+        }
+        if now < self.earliest_expiry.load(Ordering::Relaxed) {
+            return false; // nothing has expired: sweeping would find nothing
+        }
+        self.sweep(now) > 0
+    }
+
+    fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        check_keys(keys)?;
+        let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
+        match self.try_update(&located, apply)? {
+            Some(()) => Ok(()),
+            None => {
+                // Full: make room from expired entries only, then try once more.
+                if self.make_room() {
+                    if let Some(()) = self.try_update(&located, apply)? {
+                        return Ok(());
+                    }
+                }
+                self.bound.note_full("memory");
+                Err(StoreError::unavailable(
+                    Unavailable::Full,
+                    format!(
+                        "the memory store holds its bound of {} live entries",
+                        self.bound.max()
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
+    /// store is full; nothing was written.
+    fn try_update(
+        &self,
+        keys: &[Located<'_>],
+        apply: &mut Apply<'_>,
+    ) -> Result<Option<()>, StoreError> {
+        let now = self.clock.now();
+        let mut locks = self.lock(keys);
+        // Lend each live entry to `apply` without cloning it; `held[i]` says
+        // whether key i has a slot at all (live, or expired and not yet dropped).
+        let mut current: Vec<Option<Entry>> = Vec::with_capacity(keys.len());
+        let mut held: Vec<bool> = Vec::with_capacity(keys.len());
+        for k in keys {
+            match locks
+                .table(k.shard)
+                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes())
+            {
+                Some(slot) if is_live(&slot.entry, now) => {
+                    current.push(Some(std::mem::replace(&mut slot.entry, LENT)));
+                    held.push(true);
+                }
+                Some(_) => {
+                    current.push(None);
+                    held.push(true);
+                }
+                None => {
+                    current.push(None);
+                    held.push(false);
+                }
+            }
+        }
+        let writes = match run_apply(apply, &current, now) {
+            Ok(writes) => writes,
+            Err(e) => {
+                give_back(&mut locks, keys, current);
+                return Err(e);
+            }
+        };
+        let new_entries = writes
+            .iter()
+            .zip(&held)
+            .filter(|(w, h)| matches!(w, Write::Put(_)) && !**h)
+            .count();
+        for reserved in 0..new_entries {
+            if !self.bound.try_reserve() {
+                self.bound.release(reserved as u64);
+                give_back(&mut locks, keys, current);
+                return Ok(None);
+            }
+        }
+        let mut removed = 0u64;
+        for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
+            let table = locks.table(k.shard);
+            let eq = |s: &Slot| *s.key == *k.key.as_bytes();
+            match write {
+                Write::Put(entry) => {
+                    self.note_expiry(entry.expires_at);
+                    match table.find_mut(k.hash, eq) {
+                        Some(slot) => slot.entry = entry,
+                        None => {
+                            let slot = Slot {
+                                hash: k.hash,
+                                key: k.key.as_bytes().into(),
+                                entry,
+                            };
+                            table.insert_unique(k.hash, slot, |s| s.hash);
+                        }
+                    }
+                }
+                Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
+                    (Some(entry), Ok(mut slot)) => slot.get_mut().entry = entry,
+                    // Lazy expiry: an expired entry that `apply` kept goes now.
+                    (None, Ok(slot)) => {
+                        slot.remove();
+                        removed += 1;
+                    }
+                    (_, Err(_)) => {}
+                },
+                Write::Delete => {
+                    if let Ok(slot) = table.find_entry(k.hash, eq) {
+                        slot.remove();
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        drop(locks);
+        self.bound.release(removed);
+        Ok(Some(()))
+    }
+
+    fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        check_keys(keys)?;
+        let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
+        let now = self.clock.now();
+        let mut locks = self.lock(&located);
+        Ok(located
+            .iter()
+            .map(|k| {
+                locks
+                    .table(k.shard)
+                    .find(k.hash, |s| *s.key == *k.key.as_bytes())
+                    .filter(|s| is_live(&s.entry, now))
+                    .map(|s| s.entry.clone())
+            })
+            .collect())
+    }
+}
+
+/// Puts lent entries back after an update that writes nothing.
+fn give_back(locks: &mut Locks<'_>, keys: &[Located<'_>], lent: Vec<Option<Entry>>) {
+    for (k, entry) in keys.iter().zip(lent) {
+        if let Some(entry) = entry {
+            if let Some(slot) = locks
+                .table(k.shard)
+                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes())
+            {
+                slot.entry = entry;
+            }
+        }
+    }
+}
+
+/// The shard locks one call holds.
+enum Locks<'a> {
+    One(usize, MutexGuard<'a, Table>),
+    Many(Vec<(usize, MutexGuard<'a, Table>)>),
+}
+
+impl Locks<'_> {
+    fn table(&mut self, shard: usize) -> &mut Table {
+        match self {
+            Locks::One(s, guard) => {
+                debug_assert_eq!(*s, shard);
+                guard
+            }
+            Locks::Many(guards) => {
+                let i = guards
+                    .binary_search_by_key(&shard, |(s, _)| *s)
+                    .expect("every key's shard is locked");
+                &mut guards[i].1
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LimitStore for MemoryStore {
+    fn shared(&self) -> bool {
+        false
+    }
+
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        self.inner.update(keys, apply)
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        self.inner.read(keys)
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        let now = self.inner.clock.now();
+        Ok(self.inner.sweep(now))
+    }
+}
