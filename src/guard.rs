@@ -8,7 +8,7 @@
 //!
 //! To let the slot follow the real work, the store call runs in a spawned task
 //! that outlives the caller if it must. The caller's `apply` is borrowed, so the
-//! task reaches it through a [`cell`] that the caller closes before it returns:
+//! task reaches it through a shared cell that the caller closes before it returns:
 //! from then on the task's `apply` answers `Keep` for every key, and a late call
 //! counts nothing. A store that answers without waiting (the memory store) is
 //! finished on the first poll, in the caller's task, and nothing is spawned.

@@ -1,31 +1,19 @@
-//! `limit-store`: the command-line program. A thin shell over the library.
+//! `limit-store`: the command-line program. A thin shell: parse, call the
+//! library, map errors to exit codes.
+
+mod cli;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-limit-store — the store behind rate limits
-
-usage:
-  limit-store version      print the version
-  limit-store demo         count a burst of sign-in attempts in the memory store
-  limit-store help         this text
-
-serve, migrate, sweep, stats and contract arrive with the database store and the service.";
+use clap::Parser;
 
 fn main() -> ExitCode {
-    let arg = std::env::args().nth(1);
-    match arg.as_deref() {
-        None | Some("help" | "--help" | "-h") => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some("version" | "--version" | "-V") => {
-            println!("limit-store {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            eprintln!("limit-store: unknown command {other:?}\n\n{USAGE}");
-            ExitCode::from(2)
+    let args = cli::Args::parse();
+    match cli::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("limit-store: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }
