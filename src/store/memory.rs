@@ -19,6 +19,7 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
 use crate::bound::Bound;
 use crate::clock::{Clock, SystemClock};
@@ -86,6 +87,11 @@ impl KeyBytes<'_> {
         }
     }
 }
+
+/// The keys of one call; most calls name one to four.
+type Keys<'k> = SmallVec<[Located<'k>; 4]>;
+/// The entries lent to `apply` by one call.
+type Lent = SmallVec<[Option<Entry>; 4]>;
 
 /// A stand-in left in a slot while its entry is lent to `apply`.
 const LENT: Entry = Entry {
@@ -166,7 +172,7 @@ impl Inner {
         if let [one] = keys {
             return Locks::One(one.shard, self.shards[one.shard].lock());
         }
-        let mut order: Vec<usize> = keys.iter().map(|k| k.shard).collect();
+        let mut order: SmallVec<[usize; 4]> = keys.iter().map(|k| k.shard).collect();
         order.sort_unstable();
         order.dedup();
         Locks::Many(
@@ -224,7 +230,7 @@ impl Inner {
 
     fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         check_keys(keys)?;
-        let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys<'_> = keys.iter().map(|k| self.locate(k)).collect();
         match self.try_update(&located, apply)? {
             Some(()) => Ok(()),
             None => {
@@ -255,28 +261,21 @@ impl Inner {
     ) -> Result<Option<()>, StoreError> {
         let now = self.clock.now();
         let mut locks = self.lock(keys);
-        // Lend each live entry to `apply` without cloning it; `held[i]` says
-        // whether key i has a slot at all (live, or expired and not yet dropped).
-        let mut current: Vec<Option<Entry>> = Vec::with_capacity(keys.len());
-        let mut held: Vec<bool> = Vec::with_capacity(keys.len());
-        for k in keys {
-            match locks
+        // Lend each live entry to `apply` without cloning it; bit i of `held`
+        // says whether key i has a slot at all (live, or expired, not yet dropped).
+        let mut current: Lent = SmallVec::with_capacity(keys.len());
+        let mut held: u64 = 0;
+        for (i, k) in keys.iter().enumerate() {
+            let slot = locks
                 .table(k.shard)
-                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes())
-            {
-                Some(slot) if is_live(&slot.entry, now) => {
-                    current.push(Some(std::mem::replace(&mut slot.entry, LENT)));
-                    held.push(true);
-                }
-                Some(_) => {
-                    current.push(None);
-                    held.push(true);
-                }
-                None => {
-                    current.push(None);
-                    held.push(false);
-                }
+                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes());
+            if slot.is_some() {
+                held |= 1 << i;
             }
+            current.push(
+                slot.filter(|s| is_live(&s.entry, now))
+                    .map(|s| std::mem::replace(&mut s.entry, LENT)),
+            );
         }
         let writes = match run_apply(apply, &current, now) {
             Ok(writes) => writes,
@@ -287,8 +286,8 @@ impl Inner {
         };
         let new_entries = writes
             .iter()
-            .zip(&held)
-            .filter(|(w, h)| matches!(w, Write::Put(_)) && !**h)
+            .enumerate()
+            .filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0)
             .count();
         for reserved in 0..new_entries {
             if !self.bound.try_reserve() {
@@ -340,7 +339,7 @@ impl Inner {
 
     fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         check_keys(keys)?;
-        let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys<'_> = keys.iter().map(|k| self.locate(k)).collect();
         let now = self.clock.now();
         let mut locks = self.lock(&located);
         Ok(located
@@ -357,7 +356,7 @@ impl Inner {
 }
 
 /// Puts lent entries back after an update that writes nothing.
-fn give_back(locks: &mut Locks<'_>, keys: &[Located<'_>], lent: Vec<Option<Entry>>) {
+fn give_back(locks: &mut Locks<'_>, keys: &[Located<'_>], lent: Lent) {
     for (k, entry) in keys.iter().zip(lent) {
         if let Some(entry) = entry {
             if let Some(slot) = locks
@@ -373,7 +372,7 @@ fn give_back(locks: &mut Locks<'_>, keys: &[Located<'_>], lent: Vec<Option<Entry
 /// The shard locks one call holds.
 enum Locks<'a> {
     One(usize, MutexGuard<'a, Table>),
-    Many(Vec<(usize, MutexGuard<'a, Table>)>),
+    Many(SmallVec<[(usize, MutexGuard<'a, Table>); 4]>),
 }
 
 impl Locks<'_> {
