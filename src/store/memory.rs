@@ -6,19 +6,23 @@
 //! wait on each other in a cycle) and holds them all while `apply` runs, which
 //! makes it atomic across the keys for writers and readers alike.
 //!
+//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key:
+//! fixed-size, compared in place (no pointer to chase on a lookup), never held
+//! in the clear, and a flood of long keys costs no more than short ones.
+//!
 //! Expired entries are dropped lazily when an update meets them, and by `sweep`.
 //! The bound is kept exactly with one atomic counter touched only when an entry
 //! is added or removed, never when an existing key counts.
 
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use sha2::{Digest, Sha256};
+use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
 
 use crate::bound::Bound;
@@ -30,11 +34,6 @@ use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
 /// The default bound of a memory store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 const SHARDS: usize = 64;
-/// Keys longer than this are held as their SHA-256, so a flood of long keys
-/// costs no more memory than a flood of short ones.
-const INLINE_KEY_BYTES: usize = 64;
-/// Marks a digest key; 0xFF never occurs in UTF-8, so it can't equal a plain key.
-const DIGEST_MARK: u8 = 0xFF;
 
 /// Counts in this process's memory. Cheap to clone: clones share the entries.
 ///
@@ -48,7 +47,8 @@ pub struct MemoryStore {
 #[derive(Debug)]
 struct Inner {
     shards: Box<[CachePadded<Mutex<Table>>]>,
-    hasher: RandomState,
+    /// The random SipHash key that keys are held under.
+    sip_keys: (u64, u64),
     bound: Bound,
     clock: Arc<dyn Clock>,
     /// At or before the earliest `expires_at` held: while `now` is below it no
@@ -62,34 +62,41 @@ type Table = HashTable<Slot>;
 
 #[derive(Debug)]
 struct Slot {
-    hash: u64,
-    key: Box<[u8]>,
+    /// The key's 128-bit keyed hash; two keys sharing one would need 2^64
+    /// tries by someone who knew the store's random key.
+    key: u128,
     entry: Entry,
 }
 
-/// Where one key of a call lives.
-struct Located<'k> {
-    hash: u64,
-    shard: usize,
-    key: KeyBytes<'k>,
-}
-
-enum KeyBytes<'k> {
-    Plain(&'k [u8]),
-    Digest([u8; 33]),
-}
-
-impl KeyBytes<'_> {
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            KeyBytes::Plain(b) => b,
-            KeyBytes::Digest(d) => d,
-        }
+impl Slot {
+    fn hash(&self) -> u64 {
+        low_half(self.key)
     }
 }
 
+/// Where one key of a call lives.
+#[derive(Clone, Copy)]
+struct Located {
+    key: u128,
+    hash: u64,
+    shard: usize,
+}
+
+impl Located {
+    fn matches(self) -> impl Fn(&Slot) -> bool {
+        move |slot| slot.key == self.key
+    }
+}
+
+fn low_half(key: u128) -> u64 {
+    // Truncation wanted: the table hashes by the key's low 64 bits.
+    #[allow(clippy::cast_possible_truncation)]
+    let low = key as u64;
+    low
+}
+
 /// The keys of one call; most calls name one to four.
-type Keys<'k> = SmallVec<[Located<'k>; 4]>;
+type Keys = SmallVec<[Located; 4]>;
 /// The entries lent to `apply` by one call.
 type Lent = SmallVec<[Option<Entry>; 4]>;
 
@@ -122,10 +129,13 @@ impl MemoryStore {
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Mutex::new(Table::new())))
             .collect();
+        // std's RandomState is seeded from the OS; hashing anything with two of
+        // them gives two unpredictable 64-bit keys without another dependency.
+        let sip_keys = (RandomState::new().hash_one(0u8), RandomState::new().hash_one(1u8));
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
-                hasher: RandomState::new(),
+                sip_keys,
                 bound: Bound::new(max_entries),
                 clock,
                 earliest_expiry: AtomicI64::new(Millis::MAX),
@@ -151,24 +161,19 @@ impl MemoryStore {
 }
 
 impl Inner {
-    fn locate<'k>(&self, key: &'k str) -> Located<'k> {
-        let key = if key.len() > INLINE_KEY_BYTES {
-            let mut d = [0u8; 33];
-            d[0] = DIGEST_MARK;
-            d[1..].copy_from_slice(&Sha256::digest(key.as_bytes()));
-            KeyBytes::Digest(d)
-        } else {
-            KeyBytes::Plain(key.as_bytes())
-        };
-        let hash = self.hasher.hash_one(key.as_bytes());
+    fn locate(&self, key: &str) -> Located {
+        let mut sip = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
+        sip.write(key.as_bytes());
+        let key = sip.finish128().as_u128();
+        let hash = low_half(key);
         // Middle bits pick the shard: hashbrown uses the low bits for the bucket
         // and the top seven as the tag, and both must still vary within a shard.
         let shard = usize::try_from(hash >> 40).unwrap_or(0) & (SHARDS - 1);
-        Located { hash, shard, key }
+        Located { key, hash, shard }
     }
 
     /// Locks the shards of `keys` in ascending order, each once.
-    fn lock(&self, keys: &[Located<'_>]) -> Locks<'_> {
+    fn lock(&self, keys: &[Located]) -> Locks<'_> {
         if let [one] = keys {
             return Locks::One(one.shard, self.shards[one.shard].lock());
         }
@@ -230,7 +235,7 @@ impl Inner {
 
     fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         check_keys(keys)?;
-        let located: Keys<'_> = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
         match self.try_update(&located, apply)? {
             Some(()) => Ok(()),
             None => {
@@ -256,7 +261,7 @@ impl Inner {
     /// store is full; nothing was written.
     fn try_update(
         &self,
-        keys: &[Located<'_>],
+        keys: &[Located],
         apply: &mut Apply<'_>,
     ) -> Result<Option<()>, StoreError> {
         let now = self.clock.now();
@@ -268,7 +273,7 @@ impl Inner {
         for (i, k) in keys.iter().enumerate() {
             let slot = locks
                 .table(k.shard)
-                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes());
+                .find_mut(k.hash, k.matches());
             if slot.is_some() {
                 held |= 1 << i;
             }
@@ -299,19 +304,15 @@ impl Inner {
         let mut removed = 0u64;
         for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
             let table = locks.table(k.shard);
-            let eq = |s: &Slot| *s.key == *k.key.as_bytes();
+            let eq = k.matches();
             match write {
                 Write::Put(entry) => {
                     self.note_expiry(entry.expires_at);
                     match table.find_mut(k.hash, eq) {
                         Some(slot) => slot.entry = entry,
                         None => {
-                            let slot = Slot {
-                                hash: k.hash,
-                                key: k.key.as_bytes().into(),
-                                entry,
-                            };
-                            table.insert_unique(k.hash, slot, |s| s.hash);
+                            let slot = Slot { key: k.key, entry };
+                            table.insert_unique(k.hash, slot, Slot::hash);
                         }
                     }
                 }
@@ -339,7 +340,7 @@ impl Inner {
 
     fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         check_keys(keys)?;
-        let located: Keys<'_> = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
         let now = self.clock.now();
         let mut locks = self.lock(&located);
         Ok(located
@@ -347,7 +348,7 @@ impl Inner {
             .map(|k| {
                 locks
                     .table(k.shard)
-                    .find(k.hash, |s| *s.key == *k.key.as_bytes())
+                    .find(k.hash, k.matches())
                     .filter(|s| is_live(&s.entry, now))
                     .map(|s| s.entry.clone())
             })
@@ -356,12 +357,12 @@ impl Inner {
 }
 
 /// Puts lent entries back after an update that writes nothing.
-fn give_back(locks: &mut Locks<'_>, keys: &[Located<'_>], lent: Lent) {
+fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
     for (k, entry) in keys.iter().zip(lent) {
         if let Some(entry) = entry {
             if let Some(slot) = locks
                 .table(k.shard)
-                .find_mut(k.hash, |s| *s.key == *k.key.as_bytes())
+                .find_mut(k.hash, k.matches())
             {
                 slot.entry = entry;
             }
