@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use smallvec::SmallVec;
 
 use futures_util::FutureExt;
 
@@ -136,7 +136,6 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
         &self,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let started = Instant::now();
         let mut call = Box::pin(AssertUnwindSafe(call).catch_unwind());
         // A store that answers without waiting is done here, with nothing spawned.
         let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
@@ -151,8 +150,9 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
                     ));
                 };
                 let task = runtime.spawn(call);
-                let left = self.deadline.saturating_sub(started.elapsed());
-                match tokio::time::timeout(left, task).await {
+                // The first poll only starts the call (it is where a store sends its
+                // request), so the deadline runs from here.
+                match tokio::time::timeout(self.deadline, task).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(join)) => Err(Box::new(join) as Box<dyn std::any::Any + Send>),
                     Err(_) => {
@@ -177,6 +177,37 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
                 None,
             )),
         }
+    }
+}
+
+/// A call's keys, owned by the call so that it can outlive the caller: one
+/// allocation for all of them.
+struct OwnedKeys {
+    text: String,
+    ends: SmallVec<[usize; 4]>,
+}
+
+impl OwnedKeys {
+    fn new(keys: &[&str]) -> Self {
+        let mut text = String::with_capacity(keys.iter().map(|k| k.len()).sum());
+        let mut ends = SmallVec::with_capacity(keys.len());
+        for key in keys {
+            text.push_str(key);
+            ends.push(text.len());
+        }
+        OwnedKeys { text, ends }
+    }
+
+    fn refs(&self) -> SmallVec<[&str; 4]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let key = &self.text[start..end];
+                start = end;
+                key
+            })
+            .collect()
     }
 }
 
@@ -216,11 +247,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         let slot = self.take_slot()?;
         let inner = self.inner.clone();
-        let keys: Vec<Box<str>> = keys.iter().map(|k| Box::from(*k)).collect();
+        let keys = OwnedKeys::new(keys);
         self.run(async move {
             let _slot = slot;
-            let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-            inner.read(&keys).await
+            inner.read(&keys.refs()).await
         })
         .await
     }

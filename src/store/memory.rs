@@ -131,7 +131,10 @@ impl MemoryStore {
             .collect();
         // std's RandomState is seeded from the OS; hashing anything with two of
         // them gives two unpredictable 64-bit keys without another dependency.
-        let sip_keys = (RandomState::new().hash_one(0u8), RandomState::new().hash_one(1u8));
+        let sip_keys = (
+            RandomState::new().hash_one(0u8),
+            RandomState::new().hash_one(1u8),
+        );
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
@@ -271,9 +274,7 @@ impl Inner {
         let mut current: Lent = SmallVec::with_capacity(keys.len());
         let mut held: u64 = 0;
         for (i, k) in keys.iter().enumerate() {
-            let slot = locks
-                .table(k.shard)
-                .find_mut(k.hash, k.matches());
+            let slot = locks.table(k.shard).find_mut(k.hash, k.matches());
             if slot.is_some() {
                 held |= 1 << i;
             }
@@ -360,10 +361,7 @@ impl Inner {
 fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
     for (k, entry) in keys.iter().zip(lent) {
         if let Some(entry) = entry {
-            if let Some(slot) = locks
-                .table(k.shard)
-                .find_mut(k.hash, k.matches())
-            {
+            if let Some(slot) = locks.table(k.shard).find_mut(k.hash, k.matches()) {
                 slot.entry = entry;
             }
         }
