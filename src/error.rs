@@ -5,6 +5,9 @@
 //! - **refused input**: the call itself was wrong (bad keys, oversized value, a bad
 //!   `apply` answer). Nothing was written; fix the caller.
 //! - **corrupt data**: a stored entry does not parse. That key fails; others work.
+//!
+//! A fourth, **setup**, is only met when a store starts: it can't run as
+//! configured (a bad URL, a missing table, a short secret).
 
 use std::fmt;
 
@@ -139,6 +142,16 @@ pub enum StoreError {
     /// The call's input was refused; nothing was written.
     #[error("limit store refused the call: {0}")]
     Refused(#[from] Refusal),
+    /// The store can't start as configured (a bad URL, a missing table, a
+    /// short secret). The message says what to change.
+    #[error("limit store can't start: {detail}")]
+    Setup {
+        /// What is wrong and what to do.
+        detail: String,
+        /// The underlying error, where there was one.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// A stored entry does not parse. This key fails; other keys keep working.
     #[error("corrupt entry under key hash {key_hash}: {detail}; delete that row or let it expire")]
     Corrupt {
@@ -157,6 +170,14 @@ impl StoreError {
     pub fn unavailable(reason: Unavailable, detail: impl Into<String>) -> Self {
         StoreError::Unavailable {
             reason,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// A setup error saying what to change.
+    pub fn setup(detail: impl Into<String>) -> Self {
+        StoreError::Setup {
             detail: detail.into(),
             source: None,
         }
@@ -195,6 +216,11 @@ impl StoreError {
     /// True for the refused-input family.
     pub fn is_refused(&self) -> bool {
         matches!(self, StoreError::Refused(_))
+    }
+
+    /// True for a store that can't start as configured.
+    pub fn is_setup(&self) -> bool {
+        matches!(self, StoreError::Setup { .. })
     }
 
     /// True for the corrupt-data family.

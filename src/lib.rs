@@ -31,14 +31,19 @@ mod bound;
 pub mod clock;
 pub mod error;
 pub mod guard;
+pub mod keys;
 pub mod log;
 pub mod rules;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transaction;
 
 pub use error::StoreError;
 pub use guard::Guarded;
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub use store::database::{DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 pub use store::{update_with, Apply, Entry, LimitStore, Millis, Write};
+pub use transaction::in_transaction;

@@ -4,6 +4,8 @@
 //! rate limit decides happens inside the caller's `apply`, which sees the live
 //! entries and the store's own clock.
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod database;
 pub mod memory;
 
 use crate::StoreError;

@@ -1,6 +1,7 @@
-//! The program's commands. `serve`, `migrate`, `sweep`, `stats` and `contract`
-//! join `demo` as the database store and the service land.
+//! The program's commands: parse, call the library, map errors to exit codes.
 
+mod contract;
+mod database;
 mod demo;
 
 use clap::{Parser, Subcommand};
@@ -18,14 +19,28 @@ enum Command {
     /// Count a burst of sign-in attempts on the embedded default (the memory
     /// store, through the guard) and show each decision.
     Demo(demo::DemoArgs),
+    /// Create or upgrade the limit store's table in a database.
+    Migrate(database::MigrateArgs),
+    /// Remove expired entries from a database store now.
+    Sweep(database::StoreArgs),
+    /// Show a database store's live entries, fill level and generations.
+    Stats(database::StoreArgs),
+    /// Run the contract suite against a store: memory, sqlite://, postgres://
+    /// or mysql://, with two handles (two pools) as two instances hold it.
+    Contract(contract::ContractArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()?;
     match args.command {
-        Command::Demo(demo) => runtime.block_on(demo::run(demo)),
+        Command::Demo(a) => runtime.block_on(demo::run(a)),
+        Command::Migrate(a) => runtime.block_on(database::migrate(a)),
+        Command::Sweep(a) => runtime.block_on(database::sweep(a)),
+        Command::Stats(a) => runtime.block_on(database::stats(a)),
+        Command::Contract(a) => runtime.block_on(contract::run(a)),
     }
 }

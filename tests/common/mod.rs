@@ -1,5 +1,9 @@
-//! What several test files share: capturing the log lines a test causes.
+//! What several test files share: capturing the log lines a test causes, and
+//! the database tests' servers and stores.
 #![allow(dead_code)]
+
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod db;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -135,7 +135,8 @@ pub async fn handles_agree_on_the_clock(pair: StorePair) -> Outcome {
 }
 
 /// `sweep` removes expired entries, counts at least those it removed, and never
-/// removes a live entry.
+/// removes a live entry. (Run the pair without a background sweeper: one
+/// racing this case could remove its entries first.)
 pub async fn sweep_removes_expired_and_keeps_live(pair: StorePair) -> Outcome {
     let short = unique_keys(5);
     let long = unique_keys(2);

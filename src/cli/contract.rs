@@ -1,0 +1,77 @@
+//! `limit-store contract STORE_URL`: the contract suite against a real store,
+//! with two handles as two instances hold it; non-zero exit on a violation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use limit_store::testing::{contract, StorePair};
+use limit_store::{DatabaseStore, MemoryStore};
+
+/// Options of `contract`.
+#[derive(Debug, clap::Args)]
+pub struct ContractArgs {
+    /// `memory`, or a database URL: sqlite://PATH, postgres://… or mysql://…
+    store_url: String,
+    /// The table to run against (created if missing); cases use random keys,
+    /// so a table holding other data is fine.
+    #[arg(long, default_value = "limit_store")]
+    table: String,
+    /// The secret for the two handles (any 32 bytes; a run's own by default).
+    #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
+    secret: Option<String>,
+}
+
+async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
+    if args.store_url == "memory" {
+        let store = MemoryStore::new();
+        return Ok(StorePair {
+            first: Arc::new(store.clone()),
+            second: Arc::new(store),
+        });
+    }
+    let secret = args
+        .secret
+        .clone()
+        .unwrap_or_else(|| "limit-store contract run: not a site secret".into());
+    DatabaseStore::builder(&args.store_url)
+        .table(&args.table)
+        .migrate()
+        .await?;
+    let open = || async {
+        DatabaseStore::builder(&args.store_url)
+            .table(&args.table)
+            .secret(&secret)
+            .sweep_every(None)
+            .connect()
+            .await
+    };
+    Ok(StorePair {
+        first: Arc::new(open().await?),
+        second: Arc::new(open().await?),
+    })
+}
+
+/// Runs every case, each on a fresh pair, and reports them one per line.
+pub async fn run(args: ContractArgs) -> anyhow::Result<()> {
+    let (mut passed, mut failed) = (0, 0);
+    for case in contract() {
+        let started = Instant::now();
+        let outcome = case.run(pair(&args).await?).await;
+        let ms = started.elapsed().as_millis();
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                println!("ok      {} ({ms} ms)", case.name());
+            }
+            Err(violation) => {
+                failed += 1;
+                println!("FAILED  {} ({ms} ms)\n{violation}", case.name());
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        anyhow::bail!("{failed} contract case(s) failed on {}", args.store_url);
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! Database errors as store errors: a lock or statement timeout is a timeout,
+//! a deadlock is retried (apply may run again), anything else is the store
+//! failing. The source error is kept.
+
+use crate::error::Unavailable;
+use crate::StoreError;
+
+/// Codes that mean the server gave up waiting: PostgreSQL lock_not_available
+/// and query_canceled, MySQL lock wait timeout, SQLite busy.
+const TIMEOUT_CODES: &[&str] = &["55P03", "57014", "1205", "HY000:1205", "5", "517"];
+/// Codes worth another attempt: PostgreSQL deadlock_detected,
+/// serialization_failure and unique_violation; MySQL deadlock.
+const RETRY_CODES: &[&str] = &["40P01", "40001", "23505", "1213", "40001:1213"];
+
+fn code(e: &sqlx::Error) -> Option<String> {
+    let db = e.as_database_error()?;
+    // MySQL reports the SQLSTATE as its code; the number is what tells.
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return Some(my.number().to_string());
+    }
+    db.code().map(|c| c.into_owned())
+}
+
+/// True for a failure that a fresh attempt of the same transaction may not meet.
+pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
+    code(e).is_some_and(|c| RETRY_CODES.contains(&c.as_str()))
+}
+
+/// `e`, met while doing `what`, as a store error.
+pub(super) fn db_error(what: &str, e: sqlx::Error) -> StoreError {
+    let timeout = matches!(e, sqlx::Error::PoolTimedOut)
+        || code(&e).is_some_and(|c| TIMEOUT_CODES.contains(&c.as_str()));
+    let reason = if timeout {
+        Unavailable::Timeout
+    } else {
+        Unavailable::StoreFailed
+    };
+    StoreError::Unavailable {
+        reason,
+        detail: format!("database error while trying to {what}: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// Why one attempt failed: the database (maybe worth a retry) or the store's
+/// own answer (refused input, full, corrupt).
+pub(super) enum Failure {
+    Db(sqlx::Error),
+    Store(StoreError),
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+/// Settles one attempt: `None` means try again (a deadlock or a serialization
+/// failure, at most 3 times); otherwise the call's answer.
+pub(super) fn settle(
+    result: Result<(), Failure>,
+    retries: &mut u32,
+) -> Option<Result<(), StoreError>> {
+    match result {
+        Ok(()) => Some(Ok(())),
+        Err(Failure::Db(e)) if is_retryable(&e) && *retries < 3 => {
+            *retries += 1;
+            None
+        }
+        Err(Failure::Db(e)) => Some(Err(db_error("count", e))),
+        Err(Failure::Store(e)) => Some(Err(e)),
+    }
+}

@@ -1,0 +1,101 @@
+//! The table's migrations: plain SQL files per database under `migrations/`,
+//! written for the default table name and renamed for another.
+
+use crate::StoreError;
+
+/// The table's default name.
+pub const DEFAULT_TABLE: &str = "limit_store";
+
+/// One migration: its version and its SQL for the default table name.
+pub(super) struct Migration {
+    pub(super) version: i64,
+    pub(super) sql: &'static str,
+}
+
+/// Migrations for one database, in order.
+pub(super) type Migrations = &'static [Migration];
+
+#[cfg(feature = "sqlite")]
+pub(super) const SQLITE: Migrations = &[Migration {
+    version: 1,
+    sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql"),
+}];
+#[cfg(feature = "postgres")]
+pub(super) const POSTGRES: Migrations = &[Migration {
+    version: 1,
+    sql: include_str!("../../../migrations/postgres/0001_limit_store.sql"),
+}];
+#[cfg(feature = "mysql")]
+pub(super) const MYSQL: Migrations = &[Migration {
+    version: 1,
+    sql: include_str!("../../../migrations/mysql/0001_limit_store.sql"),
+}];
+
+/// Refuses a table name that is not a plain identifier, so that it can be
+/// put into SQL as is.
+pub(super) fn check_table_name(table: &str) -> Result<String, StoreError> {
+    let mut chars = table.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !first_ok || !rest_ok || table.len() > 48 {
+        return Err(StoreError::setup(format!(
+            "the table name {table:?} is not allowed: use letters, digits and _, starting with a letter \
+             or _, at most 48 characters (the default is {DEFAULT_TABLE})"
+        )));
+    }
+    Ok(table.to_owned())
+}
+
+/// The statements of `migration` for `table`, one at a time.
+pub(super) fn statements(migration: &Migration, table: &str) -> Vec<String> {
+    let without_comments: String = migration
+        .sql
+        .lines()
+        .map(|line| line.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    without_comments
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.replace(DEFAULT_TABLE, table))
+        .collect()
+}
+
+/// The error for a database without the table.
+pub(super) fn missing_table(table: &str, url_hint: &str) -> StoreError {
+    StoreError::setup(format!(
+        "the table {table:?} does not exist: run `limit-store migrate --database-url {url_hint}` \
+         (or DatabaseStore::builder(url).migrate()) first"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_checked() {
+        assert!(check_table_name("limit_store").is_ok());
+        assert!(check_table_name("_t2").is_ok());
+        for bad in ["", "2t", "t;drop", "t-x", "t x", &"t".repeat(49)] {
+            let err = check_table_name(bad).unwrap_err();
+            assert!(
+                err.is_setup() && err.to_string().contains("letters, digits"),
+                "{err}"
+            );
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn statements_are_renamed_and_split() {
+        let sql = statements(&POSTGRES[0], "rl");
+        assert_eq!(sql.len(), 3);
+        assert!(sql[0].starts_with("CREATE TABLE IF NOT EXISTS rl ("));
+        assert!(sql[1].contains("rl_expires ON rl"));
+        assert!(sql.iter().all(|s| !s.contains("limit_store")));
+    }
+}

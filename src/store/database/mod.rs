@@ -1,0 +1,376 @@
+//! `DatabaseStore`: counts in the app's own SQL database, so every instance of
+//! a site shares one budget. SQLite, PostgreSQL and MySQL/MariaDB, on sqlx.
+//!
+//! - Every update is one short transaction of its own with the rows of its keys
+//!   locked, a key's first update included (a missing row is created locked).
+//! - `now` and expiry come from the database's clock.
+//! - Rows are named by HMAC-SHA-256 of the key under the site secret, and carry
+//!   the secret's generation.
+//! - A sweeper removes expired rows in small batches at start and every 5 minutes.
+//! - The bound is kept without a table scan per request: see [`bound`].
+
+mod bound;
+mod error;
+mod migrate;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod row;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod sweep;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use smallvec::SmallVec;
+
+use self::bound::DbBound;
+use self::row::{decide, KeyHash, Stored};
+use crate::error::Unavailable;
+use crate::keys::Secret;
+use crate::rules::check_keys;
+use crate::transaction::refuse_in_transaction;
+use crate::{Apply, Entry, LimitStore, StoreError};
+
+pub use self::migrate::DEFAULT_TABLE;
+
+/// The default bound of a database store.
+pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// How often the sweeper runs after its first run at start.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// Counts in the app's SQL database. Cheap to clone; clones share one pool.
+/// `shared()` is true.
+#[derive(Clone, Debug)]
+pub struct DatabaseStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    db: Db,
+    secret: Secret,
+    bound: DbBound,
+    sweeper: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(sweeper) = &self.sweeper {
+            sweeper.abort();
+        }
+    }
+}
+
+/// One backend's connection pool and its table's statements.
+#[derive(Debug)]
+enum Db {
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlite::Sqlite),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Postgres),
+    #[cfg(feature = "mysql")]
+    Mysql(mysql::Mysql),
+}
+
+/// Calls the same method on whichever backend `db` is.
+macro_rules! on_backend {
+    ($db:expr, $b:ident => $call:expr) => {
+        match $db {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite($b) => $call,
+            #[cfg(feature = "postgres")]
+            Db::Postgres($b) => $call,
+            #[cfg(feature = "mysql")]
+            Db::Mysql($b) => $call,
+        }
+    };
+}
+
+/// Which backend a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+fn kind_of(url: &str) -> Result<Kind, StoreError> {
+    let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+    let kind = match scheme {
+        "sqlite" => Kind::Sqlite,
+        "postgres" | "postgresql" => Kind::Postgres,
+        "mysql" | "mariadb" => Kind::Mysql,
+        _ => {
+            return Err(StoreError::setup(format!(
+                "unsupported database URL {:?}: use sqlite://PATH, postgres://… or mysql://…",
+                redact(url)
+            )))
+        }
+    };
+    let compiled = match kind {
+        Kind::Sqlite => cfg!(feature = "sqlite"),
+        Kind::Postgres => cfg!(feature = "postgres"),
+        Kind::Mysql => cfg!(feature = "mysql"),
+    };
+    if !compiled {
+        let feature = match kind {
+            Kind::Sqlite => "sqlite",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+        };
+        return Err(StoreError::setup(format!(
+            "this build has no {feature} support: enable the `{feature}` feature of limit-store"
+        )));
+    }
+    Ok(kind)
+}
+
+/// A URL with its password blanked, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}://{user}:***{}", &url[..scheme], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Settings of a [`DatabaseStore`]; from [`DatabaseStore::builder`].
+#[derive(Clone)]
+pub struct DatabaseStoreBuilder {
+    url: String,
+    secret: Option<String>,
+    max_entries: u64,
+    table: String,
+    max_connections: u32,
+    sweep_every: Option<Duration>,
+}
+
+impl std::fmt::Debug for DatabaseStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseStoreBuilder")
+            .field("url", &redact(&self.url))
+            .field("max_entries", &self.max_entries)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatabaseStore {
+    /// Settings for a store on the database at `url` (`sqlite://PATH`,
+    /// `postgres://…`, `mysql://…`).
+    pub fn builder(url: &str) -> DatabaseStoreBuilder {
+        DatabaseStoreBuilder {
+            url: url.to_owned(),
+            secret: None,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: 16,
+            sweep_every: Some(SWEEP_EVERY),
+        }
+    }
+
+    /// Live entries written under this store's secret, counted exactly (a
+    /// range scan of an index: for `stats`, not for every request).
+    pub async fn live_entries(&self) -> Result<u64, StoreError> {
+        on_backend!(&self.shared.db, b => b.count_live(self.shared.secret.generation()).await)
+    }
+
+    /// Live entries per secret generation, this store's own first.
+    pub async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
+        on_backend!(&self.shared.db, b => b.generations().await)
+    }
+
+    /// This store's secret generation.
+    pub fn generation(&self) -> i64 {
+        self.shared.secret.generation()
+    }
+
+    /// The bound on live entries.
+    pub fn max_entries(&self) -> u64 {
+        self.shared.bound.max()
+    }
+}
+
+impl DatabaseStoreBuilder {
+    /// The site secret keys are hashed under (at least 32 bytes). Required by
+    /// `connect`; `migrate` needs none.
+    pub fn secret(mut self, secret: &str) -> Self {
+        self.secret = Some(secret.to_owned());
+        self
+    }
+
+    /// The bound on live entries (default 1,000,000).
+    pub fn max_entries(mut self, max_entries: u64) -> Self {
+        self.max_entries = max_entries;
+        self
+    }
+
+    /// The table's name (default `limit_store`): letters, digits and `_`,
+    /// starting with a letter or `_`, at most 48 characters.
+    pub fn table(mut self, table: &str) -> Self {
+        self.table = table.to_owned();
+        self
+    }
+
+    /// The most connections this store's pool opens (default 16).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How often the background sweeper runs (default 5 minutes); `None` runs
+    /// no sweeper (sweep with `limit-store sweep` or [`LimitStore::sweep`]).
+    pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
+    /// Creates or upgrades the table and its indexes. Needs no secret.
+    pub async fn migrate(self) -> Result<(), StoreError> {
+        let table = migrate::check_table_name(&self.table)?;
+        let db = self.open().await?;
+        on_backend!(&db, b => b.migrate(&table).await)
+    }
+
+    /// Connects, checks the table exists, and starts the sweeper.
+    pub async fn connect(self) -> Result<DatabaseStore, StoreError> {
+        let secret = match &self.secret {
+            Some(secret) => Secret::new(secret)?,
+            None => return Err(StoreError::setup(
+                "the database store needs the site secret: set LIMIT_STORE_SECRET, --secret or \
+                     `secret` in the config (at least 32 bytes)",
+            )),
+        };
+        migrate::check_table_name(&self.table)?;
+        let db = self.open().await?;
+        on_backend!(&db, b => b.check_table().await)?;
+        let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
+        let bound = DbBound::new(self.max_entries, live);
+        let mut shared = Arc::new(Shared {
+            db,
+            secret,
+            bound,
+            sweeper: None,
+        });
+        if let Some(every) = self.sweep_every {
+            let handle = sweep::spawn(Arc::downgrade(&shared), every);
+            // Only we hold `shared` yet, so this always succeeds.
+            if let Some(s) = Arc::get_mut(&mut shared) {
+                s.sweeper = Some(handle);
+            }
+        }
+        Ok(DatabaseStore { shared })
+    }
+
+    async fn open(&self) -> Result<Db, StoreError> {
+        let kind = kind_of(&self.url)?;
+        let table = self.table.clone();
+        let n = self.max_connections;
+        Ok(match kind {
+            #[cfg(feature = "sqlite")]
+            Kind::Sqlite => Db::Sqlite(sqlite::Sqlite::open(&self.url, table, n).await?),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Db::Postgres(postgres::Postgres::open(&self.url, table, n).await?),
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Db::Mysql(mysql::Mysql::open(&self.url, table, n).await?),
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("kind_of refuses backends not compiled in"),
+        })
+    }
+}
+
+impl DatabaseStore {
+    /// Makes the bound's estimate exact again when it is due, in the
+    /// background: no request waits for the count.
+    fn refresh_bound_if_due(&self) {
+        if !self.shared.bound.claim_refresh() {
+            return;
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let live =
+                on_backend!(&shared.db, b => b.count_live(shared.secret.generation()).await).ok();
+            shared.bound.refreshed(live);
+        });
+    }
+}
+
+impl Shared {
+    /// One sweep: expired rows of every generation, in batches; then the
+    /// bound's estimate is refreshed from an exact count.
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        let removed = on_backend!(&self.db, b => b.sweep().await)?;
+        let live = on_backend!(&self.db, b => b.count_live(self.secret.generation()).await)?;
+        self.bound.refresh(live);
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl LimitStore for DatabaseStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        refuse_in_transaction()?;
+        check_keys(keys)?;
+        let shared = &*self.shared;
+        let hashes: SmallVec<[KeyHash; 4]> =
+            keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let generation = shared.secret.generation();
+        for attempt in 0.. {
+            let bound = &shared.bound;
+            let decide = &mut |rows: &[Option<Stored>], now| {
+                decide(rows, &hashes, now, generation, apply, bound)
+            };
+            let outcome = on_backend!(&shared.db, b => b.update(&hashes, generation, decide).await);
+            match outcome {
+                Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
+                    // Full: make room from expired rows, then try once more.
+                    if !shared.bound.make_room(|| shared.sweep()).await {
+                        shared.bound.note_full();
+                        return Err(e);
+                    }
+                }
+                Err(e) if e.unavailable_reason() == Some(Unavailable::Full) => {
+                    shared.bound.note_full();
+                    return Err(e);
+                }
+                other => {
+                    self.refresh_bound_if_due();
+                    return other;
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        refuse_in_transaction()?;
+        check_keys(keys)?;
+        let shared = &*self.shared;
+        let hashes: SmallVec<[KeyHash; 4]> =
+            keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let (rows, now) = on_backend!(&shared.db, b => b.read(&hashes).await)?;
+        let generation = shared.secret.generation();
+        rows.iter()
+            .zip(&hashes)
+            .map(|(row, hash)| row::live_entry(row.as_ref(), hash, now, generation))
+            .collect()
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        refuse_in_transaction()?;
+        self.shared.sweep().await
+    }
+}

@@ -1,0 +1,295 @@
+//! MySQL and MariaDB: the rows of an update are locked by one multi-row
+//! `INSERT … ON DUPLICATE KEY UPDATE`, in key-hash order, which creates a
+//! missing row locked (so a key's first update is serialized like any other)
+//! and locks an existing one. Sessions run at READ COMMITTED, which keeps
+//! InnoDB's gap locks out of the way; a deadlock that still happens is retried.
+
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{Executor, Row};
+
+use super::error::{db_error, settle, Failure};
+use super::migrate::{self, MYSQL};
+use super::row::{Decide, KeyHash, RowWrite, Stored};
+use super::sweep::BATCH;
+use crate::{Millis, StoreError};
+
+/// The server's clock, in ms since the epoch.
+const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+#[derive(Debug)]
+pub(super) struct Mysql {
+    pool: MySqlPool,
+    table: String,
+    url_hint: String,
+}
+
+fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+impl Mysql {
+    pub(super) async fn open(
+        url: &str,
+        table: String,
+        max_connections: u32,
+    ) -> Result<Self, StoreError> {
+        let options: MySqlConnectOptions = url.parse().map_err(|e| StoreError::Setup {
+            detail: format!("bad MySQL URL: {e}"),
+            source: Some(Box::new(e)),
+        })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_millis(1_500))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // A count waits at most 1 s for a row lock (the smallest InnoDB
+                    // allows), well within the guard's deadline.
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error("connect to MySQL", e))?;
+        Ok(Mysql {
+            pool,
+            table,
+            url_hint: super::redact(url),
+        })
+    }
+
+    pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("connect to MySQL", e))?;
+        let log =
+            format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
+        sqlx::query(&log)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        for migration in MYSQL {
+            let done: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT version FROM {table}_migrations WHERE version = ?"
+            ))
+            .bind(migration.version)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+            if done.is_some() {
+                continue;
+            }
+            for statement in migrate::statements(migration, table) {
+                sqlx::query(&statement)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| db_error("migrate", e))?;
+            }
+            sqlx::query(&format!(
+                "INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"
+            ))
+            .bind(migration.version)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn check_table(&self) -> Result<(), StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+        )
+        .bind(&self.table)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("look for the table", e))?;
+        if n > 0 {
+            Ok(())
+        } else {
+            Err(migrate::missing_table(&self.table, &self.url_hint))
+        }
+    }
+
+    pub(super) async fn update(
+        &self,
+        hashes: &[KeyHash],
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Result<(), StoreError> {
+        let mut retries = 0;
+        loop {
+            if let Some(done) = settle(
+                self.try_update(hashes, generation, decide).await,
+                &mut retries,
+            ) {
+                return done;
+            }
+        }
+    }
+
+    async fn try_update(
+        &self,
+        hashes: &[KeyHash],
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Result<(), Failure> {
+        let t = &self.table;
+        let mut sorted: Vec<&KeyHash> = hashes.iter().collect();
+        sorted.sort_unstable();
+        let mut tx = self.pool.begin().await?;
+        let lock = format!(
+            "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES {} \
+             ON DUPLICATE KEY UPDATE value = value",
+            vec!["(?, 0, 'null', 0)"; hashes.len()].join(", ")
+        );
+        let mut query = sqlx::query(&lock);
+        for hash in &sorted {
+            query = query.bind(&hash[..]);
+        }
+        query.execute(&mut *tx).await?;
+        let select = format!(
+            "SELECT key_hash, generation, value, expires_at, {NOW} AS now FROM {t} WHERE key_hash IN ({})",
+            marks(hashes.len())
+        );
+        let mut query = sqlx::query(&select);
+        for hash in hashes {
+            query = query.bind(&hash[..]);
+        }
+        let found = query.fetch_all(&mut *tx).await?;
+        let mut now = Millis::MIN;
+        for row in &found {
+            now = now.max(row.try_get("now")?);
+        }
+        let rows = match_rows(&found, hashes)?;
+        let writes = decide(&rows, now).map_err(Failure::Store)?;
+        let update =
+            format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?");
+        let mut deletes = Vec::new();
+        for (hash, write) in hashes.iter().zip(writes) {
+            match write {
+                RowWrite::Put { value, expires_at } => {
+                    sqlx::query(&update)
+                        .bind(generation)
+                        .bind(value)
+                        .bind(expires_at)
+                        .bind(&hash[..])
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                RowWrite::Delete => deletes.push(hash),
+                RowWrite::Keep => {}
+            }
+        }
+        if !deletes.is_empty() {
+            let delete = format!(
+                "DELETE FROM {t} WHERE key_hash IN ({})",
+                marks(deletes.len())
+            );
+            let mut query = sqlx::query(&delete);
+            for hash in deletes {
+                query = query.bind(&hash[..]);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn read(
+        &self,
+        hashes: &[KeyHash],
+    ) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+        let t = &self.table;
+        let select = format!(
+            "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+             FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS t ON t.key_hash IN ({})",
+            marks(hashes.len())
+        );
+        let mut query = sqlx::query(&select);
+        for hash in hashes {
+            query = query.bind(&hash[..]);
+        }
+        let found = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("read", e))?;
+        let mut now = Millis::MIN;
+        for row in &found {
+            now = now.max(row.try_get("now").map_err(|e| db_error("read", e))?);
+        }
+        Ok((
+            match_rows(&found, hashes).map_err(|e| db_error("read", e))?,
+            now,
+        ))
+    }
+
+    pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
+        let t = &self.table;
+        let sweep = format!("DELETE FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH}");
+        let mut removed = 0;
+        loop {
+            let done = sqlx::query(&sweep)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| db_error("sweep", e))?;
+            removed += done.rows_affected();
+            if done.rows_affected() < BATCH.unsigned_abs() {
+                return Ok(removed);
+            }
+        }
+    }
+
+    pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
+        let t = &self.table;
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"
+        ))
+        .bind(generation)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("count live entries", e))?;
+        Ok(n.unsigned_abs())
+    }
+
+    pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
+        let t = &self.table;
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+            "SELECT generation, COUNT(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("count generations", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(g, n)| (g, n.unsigned_abs()))
+            .collect())
+    }
+}
+
+/// Puts the rows found in key order; a key with no row gets `None`.
+fn match_rows(
+    found: &[sqlx::mysql::MySqlRow],
+    hashes: &[KeyHash],
+) -> Result<Vec<Option<Stored>>, sqlx::Error> {
+    let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
+    for row in found {
+        let hash: Option<Vec<u8>> = row.try_get("key_hash")?;
+        let Some(hash) = hash else { continue };
+        if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
+            rows[i] = Some(Stored {
+                generation: row.try_get("generation")?,
+                value: row.try_get("value")?,
+                expires_at: row.try_get("expires_at")?,
+            });
+        }
+    }
+    Ok(rows)
+}

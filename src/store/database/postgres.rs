@@ -1,0 +1,274 @@
+//! PostgreSQL: the rows of an update are locked by one `INSERT … ON CONFLICT
+//! DO UPDATE … RETURNING` that creates a missing row locked, so a key's first
+//! update is serialized like any other; the same statement reads the rows and
+//! `clock_timestamp()`. The writes go in one statement, then `COMMIT`.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Row;
+
+use super::error::{db_error, settle, Failure};
+use super::migrate::{self, POSTGRES};
+use super::row::{Decide, KeyHash, RowWrite, Stored};
+use super::sweep::BATCH;
+use crate::{Millis, StoreError};
+
+const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
+
+#[derive(Debug)]
+pub(super) struct Postgres {
+    pool: PgPool,
+    table: String,
+    url_hint: String,
+    lock: String,
+    write: String,
+    read: String,
+    sweep: String,
+}
+
+impl Postgres {
+    pub(super) async fn open(
+        url: &str,
+        table: String,
+        max_connections: u32,
+    ) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(|e| StoreError::Setup {
+            detail: format!("bad PostgreSQL URL: {e}"),
+            source: Some(Box::new(e)),
+        })?;
+        // The server bounds its own work near the guard's 2 s deadline, so a
+        // count stuck on a lock ends there instead of holding a connection.
+        let options = options.options([
+            ("lock_timeout", "1500"),
+            ("statement_timeout", "1800"),
+            ("idle_in_transaction_session_timeout", "10000"),
+        ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_millis(1_500))
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error("connect to PostgreSQL", e))?;
+        let t = &table;
+        Ok(Postgres {
+            pool,
+            url_hint: super::redact(url),
+            lock: format!(
+                "INSERT INTO {t} (key_hash, generation, value, expires_at) \
+                 SELECT k, 0, 'null', 0 FROM unnest($1::bytea[]) AS k ORDER BY k \
+                 ON CONFLICT (key_hash) DO UPDATE SET value = {t}.value \
+                 RETURNING key_hash, generation, value, expires_at, {NOW} AS now"
+            ),
+            write: format!(
+                "WITH w(k, v, e) AS (SELECT * FROM unnest($1::bytea[], $2::text[], $3::int8[])), \
+                 up AS (UPDATE {t} SET generation = $4, value = w.v, expires_at = w.e FROM w \
+                        WHERE {t}.key_hash = w.k RETURNING 1), \
+                 del AS (DELETE FROM {t} WHERE key_hash = ANY($5::bytea[]) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM up) + (SELECT count(*) FROM del)"
+            ),
+            read: format!(
+                "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+                 FROM (SELECT 1) AS one LEFT JOIN {t} AS t ON t.key_hash = ANY($1::bytea[])"
+            ),
+            sweep: format!(
+                "DELETE FROM {t} WHERE key_hash IN \
+                   (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH} FOR UPDATE SKIP LOCKED) \
+                 AND expires_at <= {NOW}"
+            ),
+            table,
+        })
+    }
+
+    pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("connect to PostgreSQL", e))?;
+        let log =
+            format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
+        sqlx::query(&log)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        for migration in POSTGRES {
+            let done: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT version FROM {table}_migrations WHERE version = $1"
+            ))
+            .bind(migration.version)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+            if done.is_some() {
+                continue;
+            }
+            for statement in migrate::statements(migration, table) {
+                sqlx::query(&statement)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| db_error("migrate", e))?;
+            }
+            sqlx::query(&format!(
+                "INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"
+            ))
+            .bind(migration.version)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn check_table(&self) -> Result<(), StoreError> {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(&self.table)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("look for the table", e))?;
+        if exists {
+            Ok(())
+        } else {
+            Err(migrate::missing_table(&self.table, &self.url_hint))
+        }
+    }
+
+    pub(super) async fn update(
+        &self,
+        hashes: &[KeyHash],
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Result<(), StoreError> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
+        let mut retries = 0;
+        loop {
+            if let Some(done) = settle(
+                self.try_update(&keys, hashes, generation, decide).await,
+                &mut retries,
+            ) {
+                return done;
+            }
+        }
+    }
+
+    async fn try_update(
+        &self,
+        keys: &[Vec<u8>],
+        hashes: &[KeyHash],
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Result<(), Failure> {
+        let mut tx = self.pool.begin().await?;
+        let locked = sqlx::query(&self.lock)
+            .bind(keys)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut now = Millis::MIN;
+        let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
+        for row in &locked {
+            let hash: Vec<u8> = row.try_get("key_hash")?;
+            now = now.max(row.try_get("now")?);
+            if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
+                rows[i] = Some(Stored {
+                    generation: row.try_get("generation")?,
+                    value: row.try_get("value")?,
+                    expires_at: row.try_get("expires_at")?,
+                });
+            }
+        }
+        // Every row exists now (created if missing), locked by this transaction.
+        let writes = decide(&rows, now).map_err(Failure::Store)?;
+        let (mut put_keys, mut values, mut expiries, mut deletes) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (key, write) in keys.iter().zip(writes) {
+            match write {
+                RowWrite::Put { value, expires_at } => {
+                    put_keys.push(key.clone());
+                    values.push(value);
+                    expiries.push(expires_at);
+                }
+                RowWrite::Delete => deletes.push(key.clone()),
+                RowWrite::Keep => {}
+            }
+        }
+        if !put_keys.is_empty() || !deletes.is_empty() {
+            sqlx::query(&self.write)
+                .bind(put_keys)
+                .bind(values)
+                .bind(expiries)
+                .bind(generation)
+                .bind(deletes)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn read(
+        &self,
+        hashes: &[KeyHash],
+    ) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
+        let found = sqlx::query(&self.read)
+            .bind(keys)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("read", e))?;
+        let mut now = Millis::MIN;
+        let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
+        for row in &found {
+            now = now.max(row.try_get("now").map_err(|e| db_error("read", e))?);
+            let hash: Option<Vec<u8>> = row.try_get("key_hash").map_err(|e| db_error("read", e))?;
+            let Some(hash) = hash else { continue };
+            if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
+                rows[i] = Some(Stored {
+                    generation: row.try_get("generation").map_err(|e| db_error("read", e))?,
+                    value: row.try_get("value").map_err(|e| db_error("read", e))?,
+                    expires_at: row.try_get("expires_at").map_err(|e| db_error("read", e))?,
+                });
+            }
+        }
+        Ok((rows, now))
+    }
+
+    pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
+        let mut removed = 0;
+        loop {
+            let done = sqlx::query(&self.sweep)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| db_error("sweep", e))?;
+            removed += done.rows_affected();
+            if done.rows_affected() < BATCH.unsigned_abs() {
+                return Ok(removed);
+            }
+        }
+    }
+
+    pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
+        let t = &self.table;
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {t} WHERE generation = $1 AND expires_at > {NOW}"
+        ))
+        .bind(generation)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("count live entries", e))?;
+        Ok(n.unsigned_abs())
+    }
+
+    pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
+        let t = &self.table;
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+            "SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("count generations", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(g, n)| (g, n.unsigned_abs()))
+            .collect())
+    }
+}

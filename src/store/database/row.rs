@@ -1,0 +1,107 @@
+//! What a row holds and how an update turns rows into writes; the same for
+//! every backend, so they differ only in SQL.
+
+use crate::error::Unavailable;
+use crate::rules::run_apply;
+use crate::{Apply, Entry, Millis, StoreError, Write};
+
+use super::bound::DbBound;
+
+/// A row's name: HMAC-SHA-256 of the key.
+pub(super) type KeyHash = [u8; 32];
+
+/// A row as stored. A row a backend created only to lock a new key has
+/// generation 0 and expires at 0: never live.
+#[derive(Clone, Debug)]
+pub(super) struct Stored {
+    pub(super) generation: i64,
+    pub(super) value: String,
+    pub(super) expires_at: Millis,
+}
+
+/// Turns the locked rows of an update and the database's `now` into writes.
+pub(super) type Decide<'a> =
+    dyn FnMut(&[Option<Stored>], Millis) -> Result<Vec<RowWrite>, StoreError> + Send + 'a;
+
+/// What to do with one row.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum RowWrite {
+    Keep,
+    Put { value: String, expires_at: Millis },
+    Delete,
+}
+
+/// The live entry of `row` at `now` for this store's generation; a value that
+/// does not parse fails this key with a `corrupt` error naming its hash.
+pub(super) fn live_entry(
+    row: Option<&Stored>,
+    hash: &KeyHash,
+    now: Millis,
+    generation: i64,
+) -> Result<Option<Entry>, StoreError> {
+    match row {
+        Some(row) if row.generation == generation && row.expires_at > now => {
+            let value = serde_json::from_str(&row.value).map_err(|e| StoreError::Corrupt {
+                key_hash: hex(hash),
+                detail: format!("its value is not JSON ({e})"),
+                source: Some(Box::new(e)),
+            })?;
+            Ok(Some(Entry {
+                value,
+                expires_at: row.expires_at,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Runs `apply` over the rows of one locked update and answers the row writes,
+/// or `unavailable (full)` when the writes need room the bound does not have.
+pub(super) fn decide(
+    rows: &[Option<Stored>],
+    hashes: &[KeyHash],
+    now: Millis,
+    generation: i64,
+    apply: &mut Apply<'_>,
+    bound: &DbBound,
+) -> Result<Vec<RowWrite>, StoreError> {
+    let entries = rows
+        .iter()
+        .zip(hashes)
+        .map(|(row, hash)| live_entry(row.as_ref(), hash, now, generation))
+        .collect::<Result<Vec<_>, _>>()?;
+    let writes = run_apply(apply, &entries, now)?;
+    let new = writes
+        .iter()
+        .zip(&entries)
+        .filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none())
+        .count();
+    if !bound.admit(new as u64) {
+        return Err(StoreError::unavailable(
+            Unavailable::Full,
+            format!(
+                "the database store holds its bound of {} live entries",
+                bound.max()
+            ),
+        ));
+    }
+    Ok(writes
+        .into_iter()
+        .zip(rows.iter().zip(&entries))
+        .map(|(write, (row, entry))| match write {
+            Write::Put(e) => RowWrite::Put {
+                value: e.value.to_string(),
+                expires_at: e.expires_at,
+            },
+            Write::Delete if row.is_some() => RowWrite::Delete,
+            // A row that is not live (a lock-only row, or an expired one) goes now.
+            Write::Keep if row.is_some() && entry.is_none() => RowWrite::Delete,
+            Write::Keep | Write::Delete => RowWrite::Keep,
+        })
+        .collect())
+}
+
+/// Lower-case hex of a key hash, for messages.
+pub(super) fn hex(hash: &KeyHash) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,64 @@
+//! What the database tests share: the secret, server URLs from the
+//! environment (a test without one is skipped, saying so), and store pairs.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use limit_store::testing::StorePair;
+use limit_store::DatabaseStore;
+
+pub const SECRET: &str = "limit-store-tests-secret-0123456789abcdefghijklmnop";
+
+/// The URL in `var`, or `None` after saying the test is skipped.
+pub fn server(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("{var} is not set: skipping this database test (.ci/run sets it)");
+            None
+        }
+    }
+}
+
+/// A fresh SQLite file URL in the temp folder.
+pub fn sqlite_url(name: &str) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "limit-store-{name}-{}-{}.db",
+        std::process::id(),
+        rand_suffix()
+    ));
+    format!("sqlite://{}", path.display())
+}
+
+pub fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// Migrates `table` on `url` and connects two stores with pools of their own,
+/// as two instances of a site would. No background sweeper: the sweep case
+/// counts what its own sweep removes, and a sweeper racing it would take
+/// some first.
+pub async fn pair(url: &str, table: &str) -> StorePair {
+    DatabaseStore::builder(url)
+        .table(table)
+        .migrate()
+        .await
+        .expect("migrate");
+    let open = || async {
+        Arc::new(
+            DatabaseStore::builder(url)
+                .table(table)
+                .secret(SECRET)
+                .max_connections(8)
+                .sweep_every(None)
+                .connect()
+                .await
+                .expect("connect"),
+        )
+    };
+    StorePair {
+        first: open().await,
+        second: open().await,
+    }
+}
