@@ -230,12 +230,13 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         let slot = self.take_slot()?;
         let (lender, borrower) = cell::lend(apply);
         let inner = self.inner.clone();
-        let keys: Vec<Box<str>> = keys.iter().map(|k| Box::from(*k)).collect();
+        let keys = OwnedKeys::new(keys);
         let call = async move {
             let _slot = slot;
-            let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
             inner
-                .update(&keys, &mut |current, now| borrower.call(current, now))
+                .update(&keys.refs(), &mut |current, now| {
+                    borrower.call(current, now)
+                })
                 .await
         };
         let result = self.run(call).await;
