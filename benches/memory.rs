@@ -78,29 +78,18 @@ const RUNLIMIT_PREHASHED: &str = "runlimit_prehashed";
 /// it is what the other rows are compared with.
 const CONTENDERS: &[(&str, &str)] = &[
     (MEMORY, "limit-store `MemoryStore::update` (noop waker)"),
-    (
-        MEMORY_NUMBER,
-        "limit-store `MemoryStore::update`, count as a bare JSON number",
-    ),
-    (
-        GUARDED,
-        "limit-store `Guarded<MemoryStore>` (tokio current_thread)",
-    ),
+    (MEMORY_NUMBER, "limit-store `MemoryStore::update`, count as a bare JSON number"),
+    (GUARDED, "limit-store `Guarded<MemoryStore>` (tokio current_thread)"),
     (GOVERNOR, "governor 0.10 keyed `check_key`"),
     (RUNLIMIT_HMAC, "runlimit-memory 0.3 `check` + HMAC key"),
-    (
-        RUNLIMIT_PREHASHED,
-        "runlimit-memory 0.3 `check`, pre-hashed key",
-    ),
+    (RUNLIMIT_PREHASHED, "runlimit-memory 0.3 `check`, pre-hashed key"),
 ];
 
 /// `ip:10.a.b.c`: 100,000 distinct client addresses, 12 to 15 bytes each.
 fn keys() -> &'static [String] {
     static KEYS: OnceLock<Vec<String>> = OnceLock::new();
     KEYS.get_or_init(|| {
-        (0..KEY_COUNT)
-            .map(|i| format!("ip:10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255))
-            .collect()
+        (0..KEY_COUNT).map(|i| format!("ip:10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255)).collect()
     })
 }
 
@@ -120,32 +109,16 @@ fn each_index(start: usize, n: u64, mut f: impl FnMut(usize)) {
 /// The `apply` of a fixed-window counter: add one to `n`, keep the window's end.
 /// The count is kept as `{"n": …}`, the way a limit keeps its state.
 fn count(current: &[Option<Entry>], now: Millis) -> Vec<Write> {
-    let n = current[0]
-        .as_ref()
-        .and_then(|e| e.value["n"].as_u64())
-        .unwrap_or(0);
-    let expires_at = current[0]
-        .as_ref()
-        .map_or(now + WINDOW_MS, |e| e.expires_at);
-    vec![Write::Put(Entry {
-        value: serde_json::json!({ "n": n + 1 }),
-        expires_at,
-    })]
+    let n = current[0].as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0);
+    let expires_at = current[0].as_ref().map_or(now + WINDOW_MS, |e| e.expires_at);
+    vec![Write::Put(Entry { value: serde_json::json!({ "n": n + 1 }), expires_at })]
 }
 
 /// The same counter kept as a bare JSON number: shows what the object costs.
 fn count_number(current: &[Option<Entry>], now: Millis) -> Vec<Write> {
-    let n = current[0]
-        .as_ref()
-        .and_then(|e| e.value.as_u64())
-        .unwrap_or(0);
-    let expires_at = current[0]
-        .as_ref()
-        .map_or(now + WINDOW_MS, |e| e.expires_at);
-    vec![Write::Put(Entry {
-        value: serde_json::Value::from(n + 1),
-        expires_at,
-    })]
+    let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0);
+    let expires_at = current[0].as_ref().map_or(now + WINDOW_MS, |e| e.expires_at);
+    vec![Write::Put(Entry { value: serde_json::Value::from(n + 1), expires_at })]
 }
 
 type CountFn = fn(&[Option<Entry>], Millis) -> Vec<Write>;
@@ -193,10 +166,7 @@ struct GuardedStore<G> {
 impl<G: LimitStore> Contender for GuardedStore<G> {
     type Local = tokio::runtime::Runtime;
     fn local(&self) -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime")
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
     }
     fn run(&self, runtime: &mut tokio::runtime::Runtime, start: usize, n: u64) {
         let keys = keys();
@@ -226,9 +196,7 @@ impl Governor {
     fn new() -> Self {
         // A burst of 10^9 refilled at 1/ns: never refused at any rate reachable here.
         let quota = governor::Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
-        Self {
-            limiter: governor::RateLimiter::keyed(quota),
-        }
+        Self { limiter: governor::RateLimiter::keyed(quota) }
     }
 }
 
@@ -266,26 +234,14 @@ impl Runlimit {
         )
         .expect("runlimit policy");
         let hasher = runlimit_core::KeyHasher::new([7u8; 32]).expect("runlimit key hasher");
-        let prehashed = prehashed.then(|| {
-            keys()
-                .iter()
-                .map(|k| hasher.hash_for(&policy, k.as_bytes()))
-                .collect()
-        });
-        Self {
-            store: runlimit_memory::MemoryStore::new(config),
-            policy,
-            hasher,
-            prehashed,
-        }
+        let prehashed = prehashed.then(|| keys().iter().map(|k| hasher.hash_for(&policy, k.as_bytes())).collect());
+        Self { store: runlimit_memory::MemoryStore::new(config), policy, hasher, prehashed }
     }
 
     #[inline(always)]
     fn check(&self, subject: runlimit_core::SubjectKey) {
-        let decision = self
-            .store
-            .check(&runlimit_core::Check::new(&self.policy, subject))
-            .expect("runlimit check failed");
+        let decision =
+            self.store.check(&runlimit_core::Check::new(&self.policy, subject)).expect("runlimit check failed");
         if !decision.permits_request() {
             panic!("runlimit refused a check");
         }
@@ -299,9 +255,7 @@ impl Contender for Runlimit {
         let keys = keys();
         match &self.prehashed {
             Some(subjects) => each_index(start, n, |i| self.check(subjects[i])),
-            None => each_index(start, n, |i| {
-                self.check(self.hasher.hash_for(&self.policy, keys[i].as_bytes()))
-            }),
+            None => each_index(start, n, |i| self.check(self.hasher.hash_for(&self.policy, keys[i].as_bytes()))),
         }
     }
 }
@@ -320,11 +274,7 @@ fn next_cursor(cursor: usize, ops: u64) -> usize {
 /// One thread; the key cursor carries on across samples so every sample walks
 /// fresh keys rather than re-using the first few (which would stay in cache).
 /// The contender is built lazily, right before its own measurement.
-fn bench_one_thread<C: Contender>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    id: &str,
-    make: impl Fn() -> C,
-) {
+fn bench_one_thread<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, make: impl Fn() -> C) {
     let mut state: Option<(C, C::Local)> = None;
     let mut cursor = 0;
     group.bench_function(id, |b| {
@@ -346,11 +296,7 @@ fn bench_one_thread<C: Contender>(
 /// Two threads, `iters` ops in all (half each), timed from a shared barrier: the
 /// result is the longer thread's time, i.e. wall time for `iters` ops on two
 /// threads. Thread spawn and per-thread setup are outside the timed region.
-fn bench_two_threads<C: Contender>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    id: &str,
-    make: impl Fn() -> C,
-) {
+fn bench_two_threads<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, make: impl Fn() -> C) {
     let mut state: Option<C> = None;
     let mut cursor = 0;
     group.bench_function(id, |b| {
@@ -374,11 +320,7 @@ fn bench_two_threads<C: Contender>(
                         })
                     })
                     .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("bench thread panicked"))
-                    .max()
-                    .unwrap()
+                workers.into_iter().map(|w| w.join().expect("bench thread panicked")).max().unwrap()
             })
         });
     });
@@ -386,11 +328,7 @@ fn bench_two_threads<C: Contender>(
 
 /// Every op creates its key: a fresh, empty contender every `KEY_COUNT` ops.
 /// Building the new one and dropping the old one are not timed.
-fn bench_cold<C: Contender>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    id: &str,
-    make: impl Fn() -> C,
-) {
+fn bench_cold<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, make: impl Fn() -> C) {
     let mut state: Option<(C, C::Local)> = None;
     let mut cursor = 0;
     group.bench_function(id, |b| {
@@ -419,25 +357,15 @@ fn bench_cold<C: Contender>(
 }
 
 fn memory() -> Memory {
-    Memory {
-        store: MemoryStore::with_max_entries(MAX_ENTRIES_U64),
-        apply: count,
-    }
+    Memory { store: MemoryStore::with_max_entries(MAX_ENTRIES_U64), apply: count }
 }
 
 fn memory_number() -> Memory {
-    Memory {
-        apply: count_number,
-        ..memory()
-    }
+    Memory { apply: count_number, ..memory() }
 }
 
 fn guarded() -> GuardedStore<impl LimitStore> {
-    GuardedStore {
-        guarded: limit_store::Guarded::new(Arc::new(MemoryStore::with_max_entries(
-            MAX_ENTRIES_U64,
-        ))),
-    }
+    GuardedStore { guarded: limit_store::Guarded::new(Arc::new(MemoryStore::with_max_entries(MAX_ENTRIES_U64))) }
 }
 
 /// Where criterion keeps its results, chosen as criterion 0.8 chooses it:
@@ -452,10 +380,8 @@ fn criterion_home() -> PathBuf {
         return PathBuf::from(target).join("criterion");
     }
     let from_metadata = std::env::var_os("CARGO").and_then(|cargo| {
-        let out = std::process::Command::new(cargo)
-            .args(["metadata", "--format-version", "1", "--no-deps"])
-            .output()
-            .ok()?;
+        let out =
+            std::process::Command::new(cargo).args(["metadata", "--format-version", "1", "--no-deps"]).output().ok()?;
         let meta: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         Some(PathBuf::from(meta["target_directory"].as_str()?).join("criterion"))
     });
@@ -476,11 +402,7 @@ struct Figures {
 /// iteration is one op here). Files older than this run (left by an earlier run
 /// or a filtered-out benchmark) are ignored.
 fn figures(home: &Path, group: &str, function: &str, since: SystemTime) -> Option<Figures> {
-    let path = home
-        .join(group)
-        .join(function)
-        .join("new")
-        .join("estimates.json");
+    let path = home.join(group).join(function).join("new").join("estimates.json");
     let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
     if modified < since {
         return None;
@@ -547,16 +469,11 @@ fn print_table(home: &Path, since: SystemTime) {
         );
         return;
     }
-    println!(
-        "Time per op from {} (this run only; ratios use the mean).",
-        home.display()
-    );
+    println!("Time per op from {} (this run only; ratios use the mean).", home.display());
     println!("Ratio = MemoryStore ns/op / this row's ns/op (above 1: MemoryStore is slower).");
     println!("2 threads: wall time per op with both threads counting; ops/s is the aggregate.");
     println!();
-    println!(
-        "| scenario | contender | ns/op (mean) | 95% CI | median | ops/s | MemoryStore ratio |"
-    );
+    println!("| scenario | contender | ns/op (mean) | 95% CI | median | ops/s | MemoryStore ratio |");
     println!("|---|---|---:|---:|---:|---:|---|");
     print!("{rows}");
 

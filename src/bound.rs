@@ -18,11 +18,7 @@ pub(crate) struct Bound {
 
 impl Bound {
     pub(crate) fn new(max: u64) -> Self {
-        Bound {
-            max,
-            held: AtomicU64::new(0),
-            log: BoundLog::new(),
-        }
+        Bound { max, held: AtomicU64::new(0), log: BoundLog::new() }
     }
 
     /// The bound.
@@ -68,10 +64,7 @@ pub(crate) struct BoundLog {
 
 impl BoundLog {
     pub(crate) const fn new() -> Self {
-        BoundLog {
-            filling: Throttle::new(),
-            full: Throttle::new(),
-        }
+        BoundLog { filling: Throttle::new(), full: Throttle::new() }
     }
 
     /// Warns once a minute while `live` is at or above 80% of `max`.

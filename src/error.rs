@@ -168,28 +168,17 @@ pub enum StoreError {
 impl StoreError {
     /// An unavailable answer with no underlying error.
     pub fn unavailable(reason: Unavailable, detail: impl Into<String>) -> Self {
-        StoreError::Unavailable {
-            reason,
-            detail: detail.into(),
-            source: None,
-        }
+        StoreError::Unavailable { reason, detail: detail.into(), source: None }
     }
 
     /// A setup error saying what to change.
     pub fn setup(detail: impl Into<String>) -> Self {
-        StoreError::Setup {
-            detail: detail.into(),
-            source: None,
-        }
+        StoreError::Setup { detail: detail.into(), source: None }
     }
 
     /// The store failed with `source`: answered unavailable, source kept.
     pub fn store_failed(detail: impl Into<String>, source: impl Into<BoxError>) -> Self {
-        StoreError::Unavailable {
-            reason: Unavailable::StoreFailed,
-            detail: detail.into(),
-            source: Some(source.into()),
-        }
+        StoreError::Unavailable { reason: Unavailable::StoreFailed, detail: detail.into(), source: Some(source.into()) }
     }
 
     /// True for the unavailable family.

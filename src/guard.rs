@@ -67,12 +67,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
             deadline,
             max_in_flight: max_in_flight.max(1),
             in_flight: Arc::new(AtomicUsize::new(0)),
-            logs: [
-                Throttle::new(),
-                Throttle::new(),
-                Throttle::new(),
-                Throttle::new(),
-            ],
+            logs: [Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()],
         }
     }
 
@@ -101,17 +96,8 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     }
 
     /// Builds an unavailable answer and logs it, once a minute per reason.
-    fn unavailable(
-        &self,
-        reason: Unavailable,
-        detail: String,
-        source: Option<crate::error::BoxError>,
-    ) -> StoreError {
-        let err = StoreError::Unavailable {
-            reason,
-            detail,
-            source,
-        };
+    fn unavailable(&self, reason: Unavailable, detail: String, source: Option<crate::error::BoxError>) -> StoreError {
+        let err = StoreError::Unavailable { reason, detail, source };
         self.log(&err);
         err
     }
@@ -171,11 +157,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
                 self.log(&err);
                 Err(err)
             }
-            Err(_panic) => Err(self.unavailable(
-                Unavailable::StoreFailed,
-                "the store call panicked".into(),
-                None,
-            )),
+            Err(_panic) => Err(self.unavailable(Unavailable::StoreFailed, "the store call panicked".into(), None)),
         }
     }
 }
@@ -233,11 +215,7 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         let keys = OwnedKeys::new(keys);
         let call = async move {
             let _slot = slot;
-            inner
-                .update(&keys.refs(), &mut |current, now| {
-                    borrower.call(current, now)
-                })
-                .await
+            inner.update(&keys.refs(), &mut |current, now| borrower.call(current, now)).await
         };
         let result = self.run(call).await;
         // Closing before returning: a call still running answers Keep from now on.
@@ -311,13 +289,7 @@ mod cell {
         // the pointer is used only while `Lender<'a>` is alive.
         let ptr: *mut Apply<'static> = unsafe { std::mem::transmute(ptr) };
         let cell: Cell = Arc::new(Mutex::new(Some(Raw(ptr))));
-        (
-            Lender {
-                cell: cell.clone(),
-                _borrow: PhantomData,
-            },
-            Borrower(cell),
-        )
+        (Lender { cell: cell.clone(), _borrow: PhantomData }, Borrower(cell))
     }
 
     impl Drop for Lender<'_> {
@@ -351,10 +323,7 @@ mod cell {
                 vec![Write::Delete; cur.len()]
             };
             let (lender, borrower) = lend(&mut apply);
-            assert_eq!(
-                borrower.call(&[None, None], 1),
-                vec![Write::Delete, Write::Delete]
-            );
+            assert_eq!(borrower.call(&[None, None], 1), vec![Write::Delete, Write::Delete]);
             drop(lender);
             assert_eq!(borrower.call(&[None], 2), vec![Write::Keep]);
             assert_eq!(calls, 1);
@@ -381,10 +350,7 @@ mod cell {
             started.wait();
             std::thread::sleep(Duration::from_millis(50));
             drop(lender); // must wait for the running call
-            assert!(
-                finished.load(Ordering::SeqCst),
-                "the lender closed while apply was running"
-            );
+            assert!(finished.load(Ordering::SeqCst), "the lender closed while apply was running");
             t.join().unwrap();
         }
     }

@@ -22,9 +22,7 @@ pub struct Secret {
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Secret")
-            .field("generation", &self.generation)
-            .finish_non_exhaustive()
+        f.debug_struct("Secret").field("generation", &self.generation).finish_non_exhaustive()
     }
 }
 
@@ -40,10 +38,7 @@ impl Secret {
         }
         let mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
             .map_err(|e| StoreError::setup(format!("the secret can't key HMAC-SHA-256: {e}")))?;
-        Ok(Secret {
-            mac,
-            generation: generation_of(secret),
-        })
+        Ok(Secret { mac, generation: generation_of(secret) })
     }
 
     /// The row name of `key`: HMAC-SHA-256 under the secret.
@@ -63,10 +58,7 @@ impl Secret {
 /// The first 6 bytes of SHA-256 over a label and the secret, as a positive
 /// number (it fits every database's integer type and reads well in `stats`).
 fn generation_of(secret: &str) -> i64 {
-    let digest = Sha256::new()
-        .chain_update(b"limit-store generation\0")
-        .chain_update(secret.as_bytes())
-        .finalize();
+    let digest = Sha256::new().chain_update(b"limit-store generation\0").chain_update(secret.as_bytes()).finalize();
     let mut bytes = [0u8; 8];
     bytes[2..].copy_from_slice(&digest[..6]);
     i64::from_be_bytes(bytes)
@@ -79,10 +71,7 @@ mod tests {
     #[test]
     fn short_secrets_are_refused_with_advice() {
         let err = Secret::new("too short").unwrap_err().to_string();
-        assert!(
-            err.contains("at least 32 bytes") && err.contains("LIMIT_STORE_SECRET"),
-            "{err}"
-        );
+        assert!(err.contains("at least 32 bytes") && err.contains("LIMIT_STORE_SECRET"), "{err}");
         assert!(Secret::new(&"s".repeat(32)).is_ok());
     }
 
@@ -91,15 +80,9 @@ mod tests {
         let secret = Secret::new(&"s".repeat(40)).unwrap();
         let plain: [u8; 32] = Sha256::digest(b"ada@example.com").into();
         assert_ne!(secret.key_hash("ada@example.com"), plain);
-        assert_eq!(
-            secret.key_hash("ada@example.com"),
-            secret.key_hash("ada@example.com")
-        );
+        assert_eq!(secret.key_hash("ada@example.com"), secret.key_hash("ada@example.com"));
         let other = Secret::new(&"t".repeat(40)).unwrap();
-        assert_ne!(
-            secret.key_hash("ada@example.com"),
-            other.key_hash("ada@example.com")
-        );
+        assert_ne!(secret.key_hash("ada@example.com"), other.key_hash("ada@example.com"));
         assert_ne!(secret.generation(), other.generation());
         assert!(secret.generation() > 0);
         assert!(!format!("{secret:?}").contains("sss"));

@@ -23,9 +23,7 @@ pub(crate) struct Throttle {
 
 impl Throttle {
     pub(crate) const fn new() -> Self {
-        Throttle {
-            last: AtomicI64::new(NEVER),
-        }
+        Throttle { last: AtomicI64::new(NEVER) }
     }
 
     /// True at most once per minute: the caller that gets `true` writes the line.
@@ -35,9 +33,7 @@ impl Throttle {
         if last != NEVER && now - last < INTERVAL_MS {
             return false;
         }
-        self.last
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }
 

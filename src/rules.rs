@@ -30,11 +30,7 @@ pub fn check_keys(keys: &[&str]) -> Result<(), StoreError> {
             return Err(Refusal::EmptyKey { index }.into());
         }
         if key.len() > MAX_KEY_BYTES {
-            return Err(Refusal::KeyTooLong {
-                index,
-                len: key.len(),
-            }
-            .into());
+            return Err(Refusal::KeyTooLong { index, len: key.len() }.into());
         }
         // At most 32 keys: a quadratic scan beats hashing here.
         if let Some(first) = keys[..index].iter().position(|k| k == key) {
@@ -65,11 +61,7 @@ pub fn value_size(value: &serde_json::Value) -> usize {
 /// Refuses `apply`'s answer unless it has one write per key and every value fits.
 pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
     if writes.len() != keys {
-        return Err(Refusal::WrongWriteCount {
-            keys,
-            writes: writes.len(),
-        }
-        .into());
+        return Err(Refusal::WrongWriteCount { keys, writes: writes.len() }.into());
     }
     for (index, write) in writes.iter().enumerate() {
         if let Write::Put(entry) = write {
@@ -87,16 +79,9 @@ pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
 ///
 /// The returned writes are normalized: a `Put` of an entry already expired at
 /// `now` comes back as `Delete`.
-pub fn run_apply(
-    apply: &mut Apply<'_>,
-    current: &[Option<Entry>],
-    now: Millis,
-) -> Result<Vec<Write>, StoreError> {
-    let mut writes = catch_unwind(AssertUnwindSafe(|| apply(current, now))).map_err(|panic| {
-        Refusal::ApplyPanicked {
-            message: panic_message(panic.as_ref()),
-        }
-    })?;
+pub fn run_apply(apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) -> Result<Vec<Write>, StoreError> {
+    let mut writes = catch_unwind(AssertUnwindSafe(|| apply(current, now)))
+        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) })?;
     check_writes(&writes, current.len())?;
     for write in &mut writes {
         if matches!(write, Write::Put(entry) if entry.expires_at <= now) {
@@ -133,26 +118,14 @@ mod tests {
         let longer = "k".repeat(MAX_KEY_BYTES + 1);
         assert_eq!(
             check_keys(&[longer.as_str()]).unwrap_err().refusal(),
-            Some(&Refusal::KeyTooLong {
-                index: 0,
-                len: MAX_KEY_BYTES + 1
-            })
+            Some(&Refusal::KeyTooLong { index: 0, len: MAX_KEY_BYTES + 1 })
         );
         let many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(check_keys(&refs[..MAX_KEYS]).is_ok());
-        assert!(matches!(
-            check_keys(&refs).unwrap_err().refusal(),
-            Some(Refusal::TooManyKeys { count: 33 })
-        ));
-        assert!(matches!(
-            check_keys(&[]).unwrap_err().refusal(),
-            Some(Refusal::NoKeys)
-        ));
-        assert!(matches!(
-            check_keys(&["a", ""]).unwrap_err().refusal(),
-            Some(Refusal::EmptyKey { index: 1 })
-        ));
+        assert!(matches!(check_keys(&refs).unwrap_err().refusal(), Some(Refusal::TooManyKeys { count: 33 })));
+        assert!(matches!(check_keys(&[]).unwrap_err().refusal(), Some(Refusal::NoKeys)));
+        assert!(matches!(check_keys(&["a", ""]).unwrap_err().refusal(), Some(Refusal::EmptyKey { index: 1 })));
         assert!(matches!(
             check_keys(&["a", "b", "a"]).unwrap_err().refusal(),
             Some(Refusal::DuplicateKey { index: 2, first: 0 })
@@ -173,20 +146,14 @@ mod tests {
         assert!(check_writes(&[put(big.clone(), 1)], 1).is_ok());
         let bigger = json!("x".repeat(MAX_VALUE_BYTES - 1));
         assert!(matches!(
-            check_writes(&[Write::Keep, put(bigger, 1)], 2)
-                .unwrap_err()
-                .refusal(),
-            Some(Refusal::ValueTooLarge {
-                index: 1,
-                size: 4097
-            })
+            check_writes(&[Write::Keep, put(bigger, 1)], 2).unwrap_err().refusal(),
+            Some(Refusal::ValueTooLarge { index: 1, size: 4097 })
         ));
         assert!(matches!(
             check_writes(&[], 1).unwrap_err().refusal(),
             Some(Refusal::WrongWriteCount { keys: 1, writes: 0 })
         ));
-        let mut apply =
-            |_: &[Option<Entry>], now: Millis| vec![put(json!(1), now), put(json!(2), now + 1)];
+        let mut apply = |_: &[Option<Entry>], now: Millis| vec![put(json!(1), now), put(json!(2), now + 1)];
         let writes = run_apply(&mut apply, &[None, None], 10).unwrap();
         assert_eq!(writes, vec![Write::Delete, put(json!(2), 11)]);
     }
@@ -195,11 +162,6 @@ mod tests {
     fn a_panicking_apply_is_a_refusal() {
         let mut apply = |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("boom") };
         let err = run_apply(&mut apply, &[None], 0).unwrap_err();
-        assert_eq!(
-            err.refusal(),
-            Some(&Refusal::ApplyPanicked {
-                message: "boom".into()
-            })
-        );
+        assert_eq!(err.refusal(), Some(&Refusal::ApplyPanicked { message: "boom".into() }));
     }
 }

@@ -64,27 +64,15 @@ struct Naive {
 impl Naive {
     fn pair(defect: Defect) -> StorePair {
         let entries = Arc::new(Mutex::new(HashMap::new()));
-        let second_entries = if defect == Defect::HandlesDontShare {
-            Arc::default()
-        } else {
-            entries.clone()
-        };
+        let second_entries = if defect == Defect::HandlesDontShare { Arc::default() } else { entries.clone() };
         let offset = match defect {
             Defect::SecondClockAhead => 600_000,
             Defect::SecondClockBehind => -600_000,
             _ => 0,
         };
         StorePair {
-            first: Arc::new(Naive {
-                entries,
-                clock_offset: 0,
-                defect,
-            }),
-            second: Arc::new(Naive {
-                entries: second_entries,
-                clock_offset: offset,
-                defect,
-            }),
+            first: Arc::new(Naive { entries, clock_offset: 0, defect }),
+            second: Arc::new(Naive { entries: second_entries, clock_offset: offset, defect }),
         }
     }
 
@@ -104,10 +92,7 @@ impl Naive {
         let ok = match self.defect {
             Defect::AcceptsTooManyKeys => keys.len() > 32,
             Defect::AcceptsDuplicateKeys => {
-                keys.len() > 1
-                    && keys
-                        .iter()
-                        .all(|k| keys.iter().filter(|o| *o == k).count() <= 2)
+                keys.len() > 1 && keys.iter().all(|k| keys.iter().filter(|o| *o == k).count() <= 2)
             }
             Defect::AcceptsLongKeys => keys.iter().all(|k| !k.is_empty()),
             _ => false,
@@ -121,27 +106,13 @@ impl Naive {
         check_keys(keys)
     }
 
-    fn current(
-        &self,
-        map: &HashMap<String, Entry>,
-        keys: &[&str],
-        now: Millis,
-    ) -> Vec<Option<Entry>> {
+    fn current(&self, map: &HashMap<String, Entry>, keys: &[&str], now: Millis) -> Vec<Option<Entry>> {
         keys.iter()
-            .map(|k| {
-                map.get(*k)
-                    .filter(|e| self.defect == Defect::IgnoresExpiry || is_live(e, now))
-                    .cloned()
-            })
+            .map(|k| map.get(*k).filter(|e| self.defect == Defect::IgnoresExpiry || is_live(e, now)).cloned())
             .collect()
     }
 
-    fn apply(
-        &self,
-        apply: &mut Apply<'_>,
-        current: &[Option<Entry>],
-        now: Millis,
-    ) -> Result<Vec<Write>, StoreError> {
+    fn apply(&self, apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) -> Result<Vec<Write>, StoreError> {
         match self.defect {
             Defect::PoisonedByPanic => Ok(apply(current, now)),
             Defect::AcceptsOversizedValues => Ok(apply(current, now)),
@@ -150,11 +121,7 @@ impl Naive {
                 if writes.len() != current.len() {
                     return Ok(writes); // written below, then the error comes too late
                 }
-                run_apply(
-                    &mut |_: &[Option<Entry>], _: Millis| writes.clone(),
-                    current,
-                    now,
-                )
+                run_apply(&mut |_: &[Option<Entry>], _: Millis| writes.clone(), current, now)
             }
             _ => run_apply(apply, current, now),
         }
@@ -183,10 +150,7 @@ impl Naive {
 fn lossy(value: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match value {
-        Value::Number(n) => n
-            .as_f64()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(Value::Null, Value::Number),
+        Value::Number(n) => n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number),
         Value::Array(a) => Value::Array(a.into_iter().map(lossy).collect()),
         Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, lossy(v))).collect()),
         other => other,
@@ -216,11 +180,7 @@ impl LimitStore for Naive {
                 self.write(&mut map, key, write);
             }
             if wrong {
-                return Err(limit_store::error::Refusal::WrongWriteCount {
-                    keys: keys.len(),
-                    writes: 0,
-                }
-                .into());
+                return Err(limit_store::error::Refusal::WrongWriteCount { keys: keys.len(), writes: 0 }.into());
             }
             return Ok(());
         }
@@ -255,21 +215,14 @@ impl LimitStore for Naive {
             map.retain(|_, e| is_live(e, now));
         }
         let removed = (before - map.len()) as u64;
-        Ok(if self.defect == Defect::SweepCountsNothing {
-            0
-        } else {
-            removed
-        })
+        Ok(if self.defect == Defect::SweepCountsNothing { 0 } else { removed })
     }
 }
 
 /// Runs the case named `name` on a fresh pair with `defect`; true if it failed
 /// (a violation, or a panic that broke the case).
 async fn fails(defect: Defect, name: &str) -> bool {
-    let case = contract()
-        .into_iter()
-        .find(|c| c.name() == name)
-        .unwrap_or_else(|| panic!("no case {name}"));
+    let case = contract().into_iter().find(|c| c.name() == name).unwrap_or_else(|| panic!("no case {name}"));
     let run = tokio::spawn(async move { case.run(Naive::pair(defect)).await });
     match run.await {
         Ok(Ok(())) => false,
@@ -287,11 +240,7 @@ async fn fails(defect: Defect, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_store_without_a_defect_passes_every_case() {
     for case in contract() {
-        assert!(
-            !fails(Defect::None, case.name()).await,
-            "the correct store fails {}",
-            case.name()
-        );
+        assert!(!fails(Defect::None, case.name()).await, "the correct store fails {}", case.name());
     }
 }
 

@@ -11,10 +11,7 @@ use limit_store::testing::StorePair;
 use limit_store::Guarded;
 
 fn guarded(pair: StorePair) -> StorePair {
-    StorePair {
-        first: Arc::new(Guarded::new(pair.first)),
-        second: Arc::new(Guarded::new(pair.second)),
-    }
+    StorePair { first: Arc::new(Guarded::new(pair.first)), second: Arc::new(Guarded::new(pair.second)) }
 }
 
 mod sqlite {
@@ -28,13 +25,7 @@ mod sqlite {
 mod postgres {
     use super::*;
     async fn factory() -> Option<StorePair> {
-        Some(
-            pair(
-                &server("LIMIT_STORE_TEST_POSTGRES")?,
-                "limit_store_contract",
-            )
-            .await,
-        )
+        Some(pair(&server("LIMIT_STORE_TEST_POSTGRES")?, "limit_store_contract").await)
     }
     limit_store::contract_tests!(factory);
 }
@@ -50,13 +41,7 @@ mod mysql {
 mod guarded_postgres {
     use super::*;
     async fn factory() -> Option<StorePair> {
-        Some(guarded(
-            pair(
-                &server("LIMIT_STORE_TEST_POSTGRES")?,
-                "limit_store_contract_guarded",
-            )
-            .await,
-        ))
+        Some(guarded(pair(&server("LIMIT_STORE_TEST_POSTGRES")?, "limit_store_contract_guarded").await))
     }
     limit_store::contract_tests!(factory);
 }
@@ -64,13 +49,7 @@ mod guarded_postgres {
 mod guarded_mysql {
     use super::*;
     async fn factory() -> Option<StorePair> {
-        Some(guarded(
-            pair(
-                &server("LIMIT_STORE_TEST_MYSQL")?,
-                "limit_store_contract_guarded",
-            )
-            .await,
-        ))
+        Some(guarded(pair(&server("LIMIT_STORE_TEST_MYSQL")?, "limit_store_contract_guarded").await))
     }
     limit_store::contract_tests!(factory);
 }

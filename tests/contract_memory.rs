@@ -11,10 +11,7 @@ mod memory {
 
     async fn pair() -> StorePair {
         let store = MemoryStore::new();
-        StorePair {
-            first: Arc::new(store.clone()),
-            second: Arc::new(store),
-        }
+        StorePair { first: Arc::new(store.clone()), second: Arc::new(store) }
     }
 
     limit_store::contract_tests!(pair);
@@ -25,10 +22,7 @@ mod guarded_memory {
 
     async fn pair() -> StorePair {
         let store = Arc::new(MemoryStore::new());
-        StorePair {
-            first: Arc::new(Guarded::new(store.clone())),
-            second: Arc::new(Guarded::new(store)),
-        }
+        StorePair { first: Arc::new(Guarded::new(store.clone())), second: Arc::new(Guarded::new(store)) }
     }
 
     limit_store::contract_tests!(pair);
@@ -37,10 +31,7 @@ mod guarded_memory {
 /// `contract()` lists every case once, and the generated tests cover them all.
 #[test]
 fn the_suite_lists_each_case_once() {
-    let names: Vec<&str> = limit_store::testing::contract()
-        .iter()
-        .map(|c| c.name())
-        .collect();
+    let names: Vec<&str> = limit_store::testing::contract().iter().map(|c| c.name()).collect();
     let mut unique = names.clone();
     unique.sort_unstable();
     unique.dedup();

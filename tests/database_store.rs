@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::db::{server, sqlite_url, SECRET};
 use limit_store::error::{Refusal, Unavailable};
-use limit_store::{
-    in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, StoreError, Write,
-};
+use limit_store::{in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, StoreError, Write};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::{AnyPool, Row};
@@ -28,27 +26,14 @@ fn databases(test: &str) -> Vec<(String, String)> {
 }
 
 async fn store(url: &str, table: &str, secret: &str) -> DatabaseStore {
-    DatabaseStore::builder(url)
-        .table(table)
-        .migrate()
-        .await
-        .expect("migrate");
-    DatabaseStore::builder(url)
-        .table(table)
-        .secret(secret)
-        .sweep_every(None)
-        .connect()
-        .await
-        .expect("connect")
+    DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
+    DatabaseStore::builder(url).table(table).secret(secret).sweep_every(None).connect().await.expect("connect")
 }
 
 async fn put(store: &dyn LimitStore, key: &str, n: u64, ttl: Millis) -> Result<(), StoreError> {
     store
         .update(&[key], &mut |_: &[Option<Entry>], now: Millis| {
-            vec![Write::Put(Entry {
-                value: json!({ "n": n }),
-                expires_at: now + ttl,
-            })]
+            vec![Write::Put(Entry { value: json!({ "n": n }), expires_at: now + ttl })]
         })
         .await
 }
@@ -60,9 +45,7 @@ async fn raw(url: &str) -> AnyPool {
 async fn drop_table(url: &str, table: &str) {
     let pool = raw(url).await;
     for t in [table.to_owned(), format!("{table}_migrations")] {
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
-            .execute(&pool)
-            .await;
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}")).execute(&pool).await;
     }
 }
 
@@ -90,24 +73,17 @@ async fn keys_are_never_stored_in_the_clear() {
             .unwrap()
             .iter()
             .map(|r| {
-                r.try_get::<String, _>(0).unwrap_or_else(|_| {
-                    String::from_utf8_lossy(&r.get::<Vec<u8>, _>(0)).into_owned()
-                })
+                r.try_get::<String, _>(0)
+                    .unwrap_or_else(|_| String::from_utf8_lossy(&r.get::<Vec<u8>, _>(0)).into_owned())
             })
             .collect();
         assert_eq!(rows.len(), 2, "{url}");
         let dump = rows.join("\n").to_lowercase();
         for key in keys {
-            let plain: String = Sha256::digest(key.as_bytes())
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let plain: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
             let key_hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
             for needle in [key.to_lowercase(), plain, key_hex] {
-                assert!(
-                    !dump.contains(&needle),
-                    "{url}: found {key:?}, its hex or its SHA-256 in the table:\n{dump}"
-                );
+                assert!(!dump.contains(&needle), "{url}: found {key:?}, its hex or its SHA-256 in the table:\n{dump}");
             }
         }
         drop_table(&url, &table).await;
@@ -134,31 +110,20 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
             .unwrap();
         assert_ne!(new.generation(), old.generation());
         // The new instances can't read the old rows…
-        assert_eq!(
-            new.read(&["k0", "k1"]).await.unwrap(),
-            vec![None, None],
-            "{url}"
-        );
+        assert_eq!(new.read(&["k0", "k1"]).await.unwrap(), vec![None, None], "{url}");
         // …the old ones don't count against their bound…
         assert_eq!(new.live_entries().await.unwrap(), 0, "{url}");
         for i in 0..max {
-            put(&new, &format!("n{i}"), 1, 60_000)
-                .await
-                .unwrap_or_else(|e| panic!("{url}: new key {i}: {e}"));
+            put(&new, &format!("n{i}"), 1, 60_000).await.unwrap_or_else(|e| panic!("{url}: new key {i}: {e}"));
         }
         let err = put(&new, "one-too-many", 1, 60_000).await.unwrap_err();
-        assert_eq!(
-            err.unavailable_reason(),
-            Some(Unavailable::Full),
-            "{url}: {err}"
-        );
+        assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{url}: {err}");
         // …and instances still on the old secret keep counting with them.
         let got = old.read(&["k0"]).await.unwrap();
         assert_eq!(got[0].as_ref().unwrap().value, json!({"n": 7}), "{url}");
         let generations = new.generations().await.unwrap();
         assert!(
-            generations.contains(&(old.generation(), 6))
-                && generations.contains(&(new.generation(), 10)),
+            generations.contains(&(old.generation(), 6)) && generations.contains(&(new.generation(), 10)),
             "{url}: {generations:?}"
         );
         // Old rows go when they expire, not sooner: a sweep keeps the live ones.
@@ -166,9 +131,7 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
         let removed = new.sweep().await.unwrap();
         assert_eq!(removed, 1, "{url}: only the expired old row goes");
         assert_eq!(
-            old.read(&["k4"]).await.unwrap()[0]
-                .as_ref()
-                .map(|e| e.value.clone()),
+            old.read(&["k4"]).await.unwrap()[0].as_ref().map(|e| e.value.clone()),
             Some(json!({"n": 7})),
             "{url}"
         );
@@ -184,12 +147,10 @@ async fn a_corrupt_row_fails_its_key_only() {
         put(&db, "bad", 99, 60_000).await.unwrap();
         let pool = raw(&url).await;
         // Break the bad key's JSON: its value is the only {"n":99}.
-        let broke = sqlx::query(&format!(
-            "UPDATE {table} SET value = '{{not json' WHERE value = '{{\"n\":99}}'"
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
+        let broke = sqlx::query(&format!("UPDATE {table} SET value = '{{not json' WHERE value = '{{\"n\":99}}'"))
+            .execute(&pool)
+            .await
+            .unwrap();
         assert_eq!(broke.rows_affected(), 1, "{url}");
         put(&db, "good", 2, 60_000).await.unwrap();
         // A call on both keys fails (it is atomic), naming the bad key's hash.
@@ -198,70 +159,27 @@ async fn a_corrupt_row_fails_its_key_only() {
         let err = db.read(&["bad"]).await.unwrap_err();
         assert!(err.is_corrupt(), "{url}: {err}");
         let message = err.to_string();
-        assert!(
-            message.contains("key hash") && !message.contains("bad\""),
-            "{url}: {message}"
-        );
+        assert!(message.contains("key hash") && !message.contains("bad\""), "{url}: {message}");
         let err = put(&db, "bad", 3, 60_000).await.unwrap_err();
         assert!(err.is_corrupt(), "{url}: {err}");
-        assert_eq!(
-            db.read(&["good"]).await.unwrap()[0].as_ref().unwrap().value,
-            json!({"n": 2}),
-            "{url}"
-        );
+        assert_eq!(db.read(&["good"]).await.unwrap()[0].as_ref().unwrap().value, json!({"n": 2}), "{url}");
         drop_table(&url, &table).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_errors_say_what_to_do() {
-    let err = DatabaseStore::builder("oracle://db")
-        .secret(SECRET)
-        .connect()
-        .await
-        .unwrap_err();
-    assert!(
-        err.is_setup() && err.to_string().contains("sqlite://"),
-        "{err}"
-    );
-    let err = DatabaseStore::builder("sqlite::memory:")
-        .secret("short")
-        .connect()
-        .await
-        .unwrap_err();
-    assert!(
-        err.is_setup() && err.to_string().contains("at least 32 bytes"),
-        "{err}"
-    );
-    let err = DatabaseStore::builder("sqlite::memory:")
-        .connect()
-        .await
-        .unwrap_err();
-    assert!(
-        err.is_setup() && err.to_string().contains("LIMIT_STORE_SECRET"),
-        "{err}"
-    );
-    let err = DatabaseStore::builder("sqlite::memory:")
-        .table("x; drop")
-        .secret(SECRET)
-        .connect()
-        .await
-        .unwrap_err();
-    assert!(
-        err.is_setup() && err.to_string().contains("letters, digits"),
-        "{err}"
-    );
+    let err = DatabaseStore::builder("oracle://db").secret(SECRET).connect().await.unwrap_err();
+    assert!(err.is_setup() && err.to_string().contains("sqlite://"), "{err}");
+    let err = DatabaseStore::builder("sqlite::memory:").secret("short").connect().await.unwrap_err();
+    assert!(err.is_setup() && err.to_string().contains("at least 32 bytes"), "{err}");
+    let err = DatabaseStore::builder("sqlite::memory:").connect().await.unwrap_err();
+    assert!(err.is_setup() && err.to_string().contains("LIMIT_STORE_SECRET"), "{err}");
+    let err = DatabaseStore::builder("sqlite::memory:").table("x; drop").secret(SECRET).connect().await.unwrap_err();
+    assert!(err.is_setup() && err.to_string().contains("letters, digits"), "{err}");
     for (url, table) in databases("missing") {
-        let err = DatabaseStore::builder(&url)
-            .table(&table)
-            .secret(SECRET)
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(
-            err.is_setup() && err.to_string().contains("limit-store migrate"),
-            "{url}: {err}"
-        );
+        let err = DatabaseStore::builder(&url).table(&table).secret(SECRET).connect().await.unwrap_err();
+        assert!(err.is_setup() && err.to_string().contains("limit-store migrate"), "{url}: {err}");
     }
 }
 
@@ -273,14 +191,8 @@ async fn calls_inside_the_apps_transaction_are_refused() {
         assert_eq!(err.refusal(), Some(&Refusal::InTransaction), "{url}: {err}");
         let err = in_transaction(db.read(&["k"])).await.unwrap_err();
         assert_eq!(err.refusal(), Some(&Refusal::InTransaction));
-        assert_eq!(
-            db.read(&["k"]).await.unwrap(),
-            vec![None],
-            "{url}: nothing was counted"
-        );
-        put(&db, "k", 1, 60_000)
-            .await
-            .expect("outside the transaction it counts");
+        assert_eq!(db.read(&["k"]).await.unwrap(), vec![None], "{url}: nothing was counted");
+        put(&db, "k", 1, 60_000).await.expect("outside the transaction it counts");
         drop_table(&url, &table).await;
     }
 }
@@ -304,14 +216,9 @@ async fn a_locked_database_is_answered_unavailable_within_the_deadline() {
         let err = put(&guarded, "k", 2, 60_000).await.unwrap_err();
         let took = started.elapsed();
         assert!(err.is_unavailable(), "{url}: {err}");
-        assert!(
-            took < Duration::from_millis(2_500),
-            "{url}: answered after {took:?}"
-        );
+        assert!(took < Duration::from_millis(2_500), "{url}: answered after {took:?}");
         locker.rollback().await.unwrap();
-        put(&guarded, "k", 3, 60_000)
-            .await
-            .expect("counts again once the lock is gone");
+        put(&guarded, "k", 3, 60_000).await.expect("counts again once the lock is gone");
         drop_table(&url, &table).await;
     }
 }

@@ -26,11 +26,7 @@ fn worker() {
     };
     let table = std::env::var("LIMIT_STORE_EXACTNESS_TABLE").unwrap();
     let key = std::env::var("LIMIT_STORE_EXACTNESS_KEY").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let granted = runtime.block_on(async {
         let store: Arc<dyn LimitStore> = Arc::new(
             DatabaseStore::builder(&url)
@@ -49,23 +45,12 @@ fn worker() {
                 let mut granted = 0u64;
                 for _ in 0..ATTEMPTS / 4 {
                     let allowed = update_with(&*store, &[&key], |current, now| {
-                        let n = current[0]
-                            .as_ref()
-                            .and_then(|e| e.value["n"].as_u64())
-                            .unwrap_or(0);
-                        let expires_at = current[0]
-                            .as_ref()
-                            .map_or(now + WINDOW_MS, |e| e.expires_at);
+                        let n = current[0].as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0);
+                        let expires_at = current[0].as_ref().map_or(now + WINDOW_MS, |e| e.expires_at);
                         if n >= BUDGET {
                             return (vec![Write::Keep], false);
                         }
-                        (
-                            vec![Write::Put(Entry {
-                                value: json!({ "n": n + 1 }),
-                                expires_at,
-                            })],
-                            true,
-                        )
+                        (vec![Write::Put(Entry { value: json!({ "n": n + 1 }), expires_at })], true)
                     })
                     .await
                     .expect("every count is answered");
@@ -84,25 +69,18 @@ fn worker() {
 }
 
 fn faketime() -> Option<&'static str> {
-    let found = Command::new("faketime")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
+    let found = Command::new("faketime").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
     if !found {
-        eprintln!("faketime is not installed: the shifted-clock worker runs on the true clock (.ci/run installs faketime)");
+        eprintln!(
+            "faketime is not installed: the shifted-clock worker runs on the true clock (.ci/run installs faketime)"
+        );
     }
     found.then_some("faketime")
 }
 
 async fn exactly_the_budget(url: &str, shift_one_clock: bool) {
     let table = "limit_store_exactness";
-    DatabaseStore::builder(url)
-        .table(table)
-        .migrate()
-        .await
-        .unwrap();
+    DatabaseStore::builder(url).table(table).migrate().await.unwrap();
     let key = format!("exactness:{}", common::db::rand_suffix());
     let exe = std::env::current_exe().unwrap();
     let mut children = Vec::new();
@@ -127,40 +105,19 @@ async fn exactly_the_budget(url: &str, shift_one_clock: bool) {
     let mut granted = 0u64;
     for child in children {
         let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "a worker failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        assert!(out.status.success(), "a worker failed: {}", String::from_utf8_lossy(&out.stdout));
         let text = String::from_utf8(out.stdout).unwrap();
         // The harness may print "test worker ... " on the same line first.
         let line = text
             .lines()
             .find_map(|l| l.split("granted ").nth(1))
             .unwrap_or_else(|| panic!("the worker reports what it was granted:\n{text}"));
-        granted += line
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse::<u64>()
-            .unwrap();
+        granted += line.split_whitespace().next().unwrap().parse::<u64>().unwrap();
     }
-    assert_eq!(
-        granted, BUDGET,
-        "{url}: processes were granted {granted} attempts on a budget of {BUDGET}"
-    );
-    let store = DatabaseStore::builder(url)
-        .table(table)
-        .secret(SECRET)
-        .sweep_every(None)
-        .connect()
-        .await
-        .unwrap();
+    assert_eq!(granted, BUDGET, "{url}: processes were granted {granted} attempts on a budget of {BUDGET}");
+    let store = DatabaseStore::builder(url).table(table).secret(SECRET).sweep_every(None).connect().await.unwrap();
     let got = store.read(&[&key]).await.unwrap();
-    assert_eq!(
-        got[0].as_ref().map(|e| e.value.clone()),
-        Some(json!({ "n": BUDGET }))
-    );
+    assert_eq!(got[0].as_ref().map(|e| e.value.clone()), Some(json!({ "n": BUDGET })));
 }
 
 #[tokio::test]

@@ -37,10 +37,7 @@ impl SlowStore {
     fn delayed(delay: Duration) -> Arc<Self> {
         let store = SlowStore::gated();
         store.gate.add_permits(Semaphore::MAX_PERMITS / 2);
-        Arc::new(SlowStore {
-            delay,
-            ..Arc::into_inner(store).unwrap()
-        })
+        Arc::new(SlowStore { delay, ..Arc::into_inner(store).unwrap() })
     }
 
     async fn wait(&self) {
@@ -72,23 +69,12 @@ impl LimitStore for SlowStore {
 }
 
 /// An update that counts one on `key`, recording each run of its `apply`.
-async fn count_one(
-    store: &dyn LimitStore,
-    key: &str,
-    runs: &AtomicUsize,
-) -> Result<(), StoreError> {
+async fn count_one(store: &dyn LimitStore, key: &str, runs: &AtomicUsize) -> Result<(), StoreError> {
     store
         .update(&[key], &mut |cur: &[Option<Entry>], now: Millis| {
             runs.fetch_add(1, Ordering::SeqCst);
-            let n = cur[0]
-                .as_ref()
-                .and_then(|e| e.value["n"].as_u64())
-                .unwrap_or(0)
-                + 1;
-            vec![Write::Put(Entry {
-                value: json!({ "n": n }),
-                expires_at: now + 60_000,
-            })]
+            let n = cur[0].as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0) + 1;
+            vec![Write::Put(Entry { value: json!({ "n": n }), expires_at: now + 60_000 })]
         })
         .await
 }
@@ -110,16 +96,8 @@ async fn a_slow_store_is_answered_unavailable_at_the_deadline() {
     let started = tokio::time::Instant::now();
     let runs = AtomicUsize::new(0);
     let err = count_one(&guard, "k", &runs).await.unwrap_err();
-    assert_eq!(
-        err.unavailable_reason(),
-        Some(Unavailable::Timeout),
-        "{err}"
-    );
-    assert_eq!(
-        started.elapsed(),
-        Duration::from_secs(2),
-        "answered at the 2 s default deadline"
-    );
+    assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout), "{err}");
+    assert_eq!(started.elapsed(), Duration::from_secs(2), "answered at the 2 s default deadline");
     let err = guard.read(&["k"]).await.unwrap_err();
     assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout));
     let err = guard.sweep().await.unwrap_err();
@@ -135,40 +113,19 @@ async fn a_call_past_its_deadline_keeps_its_slot_until_the_store_finishes() {
         let err = count_one(&guard, key, &runs).await.unwrap_err();
         assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout));
     }
-    assert_eq!(
-        guard.in_flight(),
-        2,
-        "both timed-out calls still hold their slots"
-    );
+    assert_eq!(guard.in_flight(), 2, "both timed-out calls still hold their slots");
     // Past the cap: answered at once, without reaching the store.
     let err = count_one(&guard, "c", &runs).await.unwrap_err();
-    assert_eq!(
-        err.unavailable_reason(),
-        Some(Unavailable::Overloaded),
-        "{err}"
-    );
-    assert_eq!(
-        guard.read(&["c"]).await.unwrap_err().unavailable_reason(),
-        Some(Unavailable::Overloaded)
-    );
-    assert_eq!(
-        slow.reached.load(Ordering::SeqCst),
-        2,
-        "the refused calls never reached the store"
-    );
+    assert_eq!(err.unavailable_reason(), Some(Unavailable::Overloaded), "{err}");
+    assert_eq!(guard.read(&["c"]).await.unwrap_err().unavailable_reason(), Some(Unavailable::Overloaded));
+    assert_eq!(slow.reached.load(Ordering::SeqCst), 2, "the refused calls never reached the store");
     // The store catches up: the slots come back, and calls reach it again.
     slow.gate.add_permits(2);
     wait_until_idle(&guard).await;
     assert_eq!(slow.finished.load(Ordering::SeqCst), 2);
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the late calls never ran the callers' apply"
-    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the late calls never ran the callers' apply");
     slow.gate.add_permits(1);
-    count_one(&guard, "d", &runs)
-        .await
-        .expect("the store answers again");
+    count_one(&guard, "d", &runs).await.expect("the store answers again");
     assert_eq!(slow.reached.load(Ordering::SeqCst), 3);
 }
 
@@ -180,21 +137,9 @@ async fn a_late_call_counts_nothing() {
     let err = count_one(&guard, "late", &runs).await.unwrap_err();
     assert!(err.is_unavailable());
     wait_until_idle(&guard).await;
-    assert_eq!(
-        slow.finished.load(Ordering::SeqCst),
-        1,
-        "the store did finish the call"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "apply is not run after the caller returned"
-    );
-    assert_eq!(
-        slow.inner.read(&["late"]).await.unwrap(),
-        vec![None],
-        "and nothing was written"
-    );
+    assert_eq!(slow.finished.load(Ordering::SeqCst), 1, "the store did finish the call");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "apply is not run after the caller returned");
+    assert_eq!(slow.inner.read(&["late"]).await.unwrap(), vec![None], "and nothing was written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,13 +152,7 @@ async fn a_caller_that_stops_waiting_is_safe_and_counts_nothing() {
         let mut apply = |cur: &[Option<Entry>], now: Millis| {
             captured[0] += 1;
             runs.fetch_add(1, Ordering::SeqCst);
-            vec![
-                Write::Put(Entry {
-                    value: json!(captured.len()),
-                    expires_at: now + 60_000
-                });
-                cur.len()
-            ]
+            vec![Write::Put(Entry { value: json!(captured.len()), expires_at: now + 60_000 }); cur.len()]
         };
         tokio::select! {
             _ = guard.update(&["dropped"], &mut apply) => panic!("the store answered before the caller gave up"),
@@ -244,12 +183,8 @@ async fn refused_input_passes_through_as_refused() {
     let guard = Guarded::new(Arc::new(MemoryStore::new()));
     let err = guard.read(&[]).await.unwrap_err();
     assert!(err.is_refused(), "{err}");
-    let err = guard
-        .update(&["a", "a"], &mut |c: &[Option<Entry>], _: Millis| {
-            vec![Write::Keep; c.len()]
-        })
-        .await
-        .unwrap_err();
+    let err =
+        guard.update(&["a", "a"], &mut |c: &[Option<Entry>], _: Millis| vec![Write::Keep; c.len()]).await.unwrap_err();
     assert!(err.is_refused(), "{err}");
     assert_eq!(guard.in_flight(), 0);
 }
@@ -269,19 +204,13 @@ impl LimitStore for Failing {
         if self.panics {
             panic!("the store's own code panics on purpose");
         }
-        Err(StoreError::store_failed(
-            "connection refused",
-            std::io::Error::other("refused"),
-        ))
+        Err(StoreError::store_failed("connection refused", std::io::Error::other("refused")))
     }
     async fn read(&self, _: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         if self.panics {
             panic!("the store's own code panics on purpose");
         }
-        Err(StoreError::store_failed(
-            "connection refused",
-            std::io::Error::other("refused"),
-        ))
+        Err(StoreError::store_failed("connection refused", std::io::Error::other("refused")))
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
         Ok(0)
@@ -294,17 +223,9 @@ async fn a_failing_or_panicking_store_is_unavailable_and_frees_its_slot() {
         let guard = Guarded::new(Arc::new(Failing { panics }));
         let runs = AtomicUsize::new(0);
         let err = count_one(&guard, "k", &runs).await.unwrap_err();
-        assert_eq!(
-            err.unavailable_reason(),
-            Some(Unavailable::StoreFailed),
-            "{err}"
-        );
+        assert_eq!(err.unavailable_reason(), Some(Unavailable::StoreFailed), "{err}");
         let err = guard.read(&["k"]).await.unwrap_err();
-        assert_eq!(
-            err.unavailable_reason(),
-            Some(Unavailable::StoreFailed),
-            "{err}"
-        );
+        assert_eq!(err.unavailable_reason(), Some(Unavailable::StoreFailed), "{err}");
         wait_until_idle(&guard).await;
     }
 }
@@ -319,14 +240,7 @@ async fn unavailable_is_logged_once_a_minute_per_reason() {
         let _ = count_one(&guard, &format!("k{i}"), &runs).await;
     }
     let lines = logs.lines_of_kind("limit-store-unavailable");
-    assert_eq!(
-        lines.len(),
-        2,
-        "one timeout line and one overloaded line: {lines:#?}"
-    );
-    assert!(
-        lines[0].contains("timeout") && lines[1].contains("overloaded"),
-        "{lines:#?}"
-    );
+    assert_eq!(lines.len(), 2, "one timeout line and one overloaded line: {lines:#?}");
+    assert!(lines[0].contains("timeout") && lines[1].contains("overloaded"), "{lines:#?}");
     slow.gate.add_permits(10);
 }

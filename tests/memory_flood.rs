@@ -20,12 +20,8 @@ async fn a_flood_of_long_distinct_keys_stays_within_the_bound() {
     for i in 0..FLOOD {
         key.truncate(1_000);
         key.push_str(&i.to_string());
-        let mut put = |_: &[Option<Entry>], now: Millis| {
-            vec![Write::Put(Entry {
-                value: 1.into(),
-                expires_at: now + 600_000,
-            })]
-        };
+        let mut put =
+            |_: &[Option<Entry>], now: Millis| vec![Write::Put(Entry { value: 1.into(), expires_at: now + 600_000 })];
         if store.update(&[key.as_str()], &mut put).await.is_err() {
             refused += 1;
         }
@@ -36,9 +32,6 @@ async fn a_flood_of_long_distinct_keys_stays_within_the_bound() {
         let grown = after.saturating_sub(before);
         // 20,000 entries with their keys hashed take a few megabytes; with the
         // keys kept in full they would take 20 MB more, and the whole flood 200 MB.
-        assert!(
-            grown < 12 << 20,
-            "resident memory grew by {grown} bytes: are long keys kept in full?"
-        );
+        assert!(grown < 12 << 20, "resident memory grew by {grown} bytes: are long keys kept in full?");
     }
 }

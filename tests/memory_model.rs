@@ -8,13 +8,7 @@ use limit_store::clock::ManualClock;
 use limit_store::{Entry, LimitStore, MemoryStore, Millis, Write};
 use proptest::prelude::*;
 
-const KEYS: [&str; 5] = [
-    "a",
-    "b",
-    "c",
-    "a-very-long-key-that-the-store-holds-as-its-digest-instead-of-in-full-0",
-    "é",
-];
+const KEYS: [&str; 5] = ["a", "b", "c", "a-very-long-key-that-the-store-holds-as-its-digest-instead-of-in-full-0", "é"];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -33,11 +27,7 @@ enum W {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let write = prop_oneof![
-        Just(W::Keep),
-        (0i64..100, -50i64..200).prop_map(|(v, t)| W::Put(v, t)),
-        Just(W::Delete)
-    ];
+    let write = prop_oneof![Just(W::Keep), (0i64..100, -50i64..200).prop_map(|(v, t)| W::Put(v, t)), Just(W::Delete)];
     prop_oneof![
         4 => proptest::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 1..=3)
             .prop_flat_map(move |keys| {

@@ -25,10 +25,7 @@ async fn count(store: &MemoryStore, keys: &[&str], ttl: Millis) -> Result<(), St
             cur.iter()
                 .map(|e| {
                     let n = e.as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
-                    Write::Put(Entry {
-                        value: json!(n),
-                        expires_at: e.as_ref().map_or(now + ttl, |e| e.expires_at),
-                    })
+                    Write::Put(Entry { value: json!(n), expires_at: e.as_ref().map_or(now + ttl, |e| e.expires_at) })
                 })
                 .collect()
         })
@@ -36,10 +33,7 @@ async fn count(store: &MemoryStore, keys: &[&str], ttl: Millis) -> Result<(), St
 }
 
 fn value(entries: &[Option<Entry>]) -> Vec<Option<u64>> {
-    entries
-        .iter()
-        .map(|e| e.as_ref().and_then(|e| e.value.as_u64()))
-        .collect()
+    entries.iter().map(|e| e.as_ref().and_then(|e| e.value.as_u64())).collect()
 }
 
 #[tokio::test]
@@ -58,10 +52,7 @@ async fn a_full_store_refuses_new_keys_and_keeps_counting_held_ones() {
     }
     let err = count(&store, &["d"], 60_000).await.unwrap_err();
     assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{err}");
-    assert!(
-        err.to_string().contains("max_entries"),
-        "the message says what to do: {err}"
-    );
+    assert!(err.to_string().contains("max_entries"), "the message says what to do: {err}");
     // Held keys keep counting; nothing live was removed to make room.
     count(&store, &["a"], 60_000).await.unwrap();
     let got = store.read(&["a", "b", "c", "d"]).await.unwrap();
@@ -73,20 +64,11 @@ async fn a_full_store_refuses_new_keys_and_keeps_counting_held_ones() {
 async fn a_full_update_on_several_keys_writes_none_of_them() {
     let (store, _clock) = store(2);
     count(&store, &["a", "b"], 60_000).await.unwrap();
-    store
-        .update(&["a"], &mut |_: &[Option<Entry>], _: Millis| {
-            vec![Write::Delete]
-        })
-        .await
-        .unwrap();
+    store.update(&["a"], &mut |_: &[Option<Entry>], _: Millis| vec![Write::Delete]).await.unwrap();
     count(&store, &["c"], 60_000).await.unwrap();
     let err = count(&store, &["b", "a"], 60_000).await.unwrap_err();
     assert_eq!(err.unavailable_reason(), Some(Unavailable::Full));
-    assert_eq!(
-        value(&store.read(&["a", "b", "c"]).await.unwrap()),
-        vec![None, Some(1), Some(1)],
-        "b was not counted"
-    );
+    assert_eq!(value(&store.read(&["a", "b", "c"]).await.unwrap()), vec![None, Some(1), Some(1)], "b was not counted");
 }
 
 #[tokio::test]
@@ -95,18 +77,10 @@ async fn a_full_store_makes_room_from_expired_entries_only() {
     count(&store, &["short"], 1_000).await.unwrap();
     count(&store, &["long-1"], 60_000).await.unwrap();
     count(&store, &["long-2"], 60_000).await.unwrap();
-    assert!(
-        count(&store, &["new"], 60_000).await.is_err(),
-        "full while every entry is live"
-    );
+    assert!(count(&store, &["new"], 60_000).await.is_err(), "full while every entry is live");
     clock.advance(Duration::from_millis(1_000)); // `short` expires exactly now
-    count(&store, &["new"], 60_000)
-        .await
-        .expect("the expired entry made room");
-    let got = store
-        .read(&["short", "long-1", "long-2", "new"])
-        .await
-        .unwrap();
+    count(&store, &["new"], 60_000).await.expect("the expired entry made room");
+    let got = store.read(&["short", "long-1", "long-2", "new"]).await.unwrap();
     assert_eq!(value(&got), vec![None, Some(1), Some(1), Some(1)]);
     assert_eq!(store.len(), 3);
 }
@@ -115,20 +89,13 @@ async fn a_full_store_makes_room_from_expired_entries_only() {
 async fn expired_entries_go_lazily_and_by_sweep() {
     let (store, clock) = store(100);
     for i in 0..10 {
-        count(&store, &[&format!("k{i}")], 1_000 + i * 1_000)
-            .await
-            .unwrap();
+        count(&store, &[&format!("k{i}")], 1_000 + i * 1_000).await.unwrap();
     }
     assert_eq!(store.len(), 10);
     clock.advance(Duration::from_millis(3_500)); // k0, k1 and k2 have expired
     assert_eq!(store.read(&["k0"]).await.unwrap(), vec![None]);
     // An update that keeps an expired key drops it.
-    store
-        .update(&["k0"], &mut |cur: &[Option<Entry>], _: Millis| {
-            vec![Write::Keep; cur.len()]
-        })
-        .await
-        .unwrap();
+    store.update(&["k0"], &mut |cur: &[Option<Entry>], _: Millis| vec![Write::Keep; cur.len()]).await.unwrap();
     assert_eq!(store.len(), 9);
     assert_eq!(store.sweep().await.unwrap(), 2, "k1 and k2");
     assert_eq!(store.sweep().await.unwrap(), 0);
@@ -169,10 +136,7 @@ async fn long_keys_are_distinct_and_count_separately() {
     let b = format!("{}b", "k".repeat(1_000));
     count(&store, &[&a], 60_000).await.unwrap();
     count(&store, &[&a, &b], 60_000).await.unwrap();
-    assert_eq!(
-        value(&store.read(&[&b, &a]).await.unwrap()),
-        vec![Some(1), Some(2)]
-    );
+    assert_eq!(value(&store.read(&[&b, &a]).await.unwrap()), vec![Some(1), Some(2)]);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -185,10 +149,7 @@ async fn filling_and_full_are_logged_once_a_minute() {
     let filling = logs.lines_of_kind("limit-store-filling");
     let full = logs.lines_of_kind("limit-store-full");
     assert_eq!(filling.len(), 1, "{filling:#?}");
-    assert!(
-        filling[0].contains("WARN") && filling[0].contains("live=8"),
-        "logged at 80%: {filling:#?}"
-    );
+    assert!(filling[0].contains("WARN") && filling[0].contains("live=8"), "logged at 80%: {filling:#?}");
     assert_eq!(full.len(), 1, "{full:#?}");
     assert!(full[0].contains("ERROR"), "{full:#?}");
 }
@@ -198,21 +159,11 @@ async fn a_panicking_apply_leaves_the_store_working() {
     let (store, _clock) = store(10);
     count(&store, &["a"], 60_000).await.unwrap();
     let err = store
-        .update(&["a", "b"], &mut |_: &[Option<Entry>],
-                                   _: Millis|
-         -> Vec<Write> {
-            panic!("on purpose")
-        })
+        .update(&["a", "b"], &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("on purpose") })
         .await
         .unwrap_err();
-    assert!(
-        err.is_refused() && err.to_string().contains("on purpose"),
-        "{err}"
-    );
+    assert!(err.is_refused() && err.to_string().contains("on purpose"), "{err}");
     count(&store, &["a", "b"], 60_000).await.unwrap();
-    assert_eq!(
-        value(&store.read(&["a", "b"]).await.unwrap()),
-        vec![Some(2), Some(1)]
-    );
+    assert_eq!(value(&store.read(&["a", "b"]).await.unwrap()), vec![Some(2), Some(1)]);
     assert_eq!(store.len(), 2);
 }

@@ -24,31 +24,14 @@ pub struct ContractArgs {
 async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
     if args.store_url == "memory" {
         let store = MemoryStore::new();
-        return Ok(StorePair {
-            first: Arc::new(store.clone()),
-            second: Arc::new(store),
-        });
+        return Ok(StorePair { first: Arc::new(store.clone()), second: Arc::new(store) });
     }
-    let secret = args
-        .secret
-        .clone()
-        .unwrap_or_else(|| "limit-store contract run: not a site secret".into());
-    DatabaseStore::builder(&args.store_url)
-        .table(&args.table)
-        .migrate()
-        .await?;
+    let secret = args.secret.clone().unwrap_or_else(|| "limit-store contract run: not a site secret".into());
+    DatabaseStore::builder(&args.store_url).table(&args.table).migrate().await?;
     let open = || async {
-        DatabaseStore::builder(&args.store_url)
-            .table(&args.table)
-            .secret(&secret)
-            .sweep_every(None)
-            .connect()
-            .await
+        DatabaseStore::builder(&args.store_url).table(&args.table).secret(&secret).sweep_every(None).connect().await
     };
-    Ok(StorePair {
-        first: Arc::new(open().await?),
-        second: Arc::new(open().await?),
-    })
+    Ok(StorePair { first: Arc::new(open().await?), second: Arc::new(open().await?) })
 }
 
 /// Runs every case, each on a fresh pair, and reports them one per line.

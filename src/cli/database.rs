@@ -45,11 +45,7 @@ impl StoreArgs {
 
 /// `limit-store migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    DatabaseStore::builder(&args.database_url)
-        .table(&args.table)
-        .migrate()
-        .await
-        .context("migrate")?;
+    DatabaseStore::builder(&args.database_url).table(&args.table).migrate().await.context("migrate")?;
     println!("the table {} is up to date", args.table);
     Ok(())
 }
@@ -66,17 +62,10 @@ pub async fn stats(args: StoreArgs) -> anyhow::Result<()> {
     let store = args.open().await?;
     let live = store.live_entries().await?;
     let max = store.max_entries();
-    println!(
-        "live entries:  {live} of {max} ({:.1}% full)",
-        live as f64 * 100.0 / max.max(1) as f64
-    );
+    println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
     println!("generation:    {} (this secret)", store.generation());
     for (generation, n) in store.generations().await? {
-        let whose = if generation == store.generation() {
-            "this secret"
-        } else {
-            "another secret"
-        };
+        let whose = if generation == store.generation() { "this secret" } else { "another secret" };
         println!("  generation {generation}: {n} live entries ({whose})");
     }
     Ok(())

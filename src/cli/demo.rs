@@ -27,13 +27,9 @@ pub struct DemoArgs {
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let store: Arc<dyn LimitStore> = Arc::new(Guarded::new(Arc::new(MemoryStore::new())));
     let key = "sign-in:account:ada@example.com";
-    println!(
-        "sign-in for {key}: {} per {} s, on the memory store",
-        args.budget, args.window
-    );
+    println!("sign-in for {key}: {} per {} s, on the memory store", args.budget, args.window);
     for attempt in 1..=args.attempts {
-        let (allowed, count, reset_at, now) =
-            count_attempt(&*store, key, args.budget, args.window * 1_000).await?;
+        let (allowed, count, reset_at, now) = count_attempt(&*store, key, args.budget, args.window * 1_000).await?;
         let verdict = if allowed { "allowed" } else { "limited" };
         println!(
             "  attempt {attempt}: {verdict:7} count {count}/{} resets in {} s",
@@ -65,16 +61,12 @@ async fn count_attempt(
     window_ms: i64,
 ) -> anyhow::Result<(bool, u64, i64, i64)> {
     Ok(update_with(store, &[key], |current, now| {
-        let (count, reset_at) = current[0].as_ref().map_or((0, now + window_ms), |e| {
-            (e.value["n"].as_u64().unwrap_or(0), e.expires_at)
-        });
+        let (count, reset_at) =
+            current[0].as_ref().map_or((0, now + window_ms), |e| (e.value["n"].as_u64().unwrap_or(0), e.expires_at));
         if count >= budget {
             return (vec![Write::Keep], (false, count, reset_at, now));
         }
-        let entry = Entry {
-            value: json!({ "n": count + 1 }),
-            expires_at: reset_at,
-        };
+        let entry = Entry { value: json!({ "n": count + 1 }), expires_at: reset_at };
         (vec![Write::Put(entry)], (true, count + 1, reset_at, now))
     })
     .await?)

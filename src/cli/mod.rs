@@ -32,10 +32,7 @@ enum Command {
 
 /// Runs the parsed command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match args.command {
         Command::Demo(a) => runtime.block_on(demo::run(a)),
         Command::Migrate(a) => runtime.block_on(database::migrate(a)),

@@ -101,10 +101,7 @@ type Keys = SmallVec<[Located; 4]>;
 type Lent = SmallVec<[Option<Entry>; 4]>;
 
 /// A stand-in left in a slot while its entry is lent to `apply`.
-const LENT: Entry = Entry {
-    value: serde_json::Value::Null,
-    expires_at: Millis::MIN,
-};
+const LENT: Entry = Entry { value: serde_json::Value::Null, expires_at: Millis::MIN };
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -126,15 +123,10 @@ impl MemoryStore {
     /// A store bounded at `max_entries` that judges expiry by `clock` (tests use
     /// a [`ManualClock`](crate::clock::ManualClock)).
     pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
-        let shards = (0..SHARDS)
-            .map(|_| CachePadded::new(Mutex::new(Table::new())))
-            .collect();
+        let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::new()))).collect();
         // std's RandomState is seeded from the OS; hashing anything with two of
         // them gives two unpredictable 64-bit keys without another dependency.
-        let sip_keys = (
-            RandomState::new().hash_one(0u8),
-            RandomState::new().hash_one(1u8),
-        );
+        let sip_keys = (RandomState::new().hash_one(0u8), RandomState::new().hash_one(1u8));
         MemoryStore {
             inner: Arc::new(Inner {
                 shards,
@@ -183,18 +175,12 @@ impl Inner {
         let mut order: SmallVec<[usize; 4]> = keys.iter().map(|k| k.shard).collect();
         order.sort_unstable();
         order.dedup();
-        Locks::Many(
-            order
-                .into_iter()
-                .map(|s| (s, self.shards[s].lock()))
-                .collect(),
-        )
+        Locks::Many(order.into_iter().map(|s| (s, self.shards[s].lock())).collect())
     }
 
     fn note_expiry(&self, expires_at: Millis) {
         if expires_at < self.earliest_expiry.load(Ordering::Relaxed) {
-            self.earliest_expiry
-                .fetch_min(expires_at, Ordering::Relaxed);
+            self.earliest_expiry.fetch_min(expires_at, Ordering::Relaxed);
         }
     }
 
@@ -251,10 +237,7 @@ impl Inner {
                 self.bound.note_full("memory");
                 Err(StoreError::unavailable(
                     Unavailable::Full,
-                    format!(
-                        "the memory store holds its bound of {} live entries",
-                        self.bound.max()
-                    ),
+                    format!("the memory store holds its bound of {} live entries", self.bound.max()),
                 ))
             }
         }
@@ -262,11 +245,7 @@ impl Inner {
 
     /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
     /// store is full; nothing was written.
-    fn try_update(
-        &self,
-        keys: &[Located],
-        apply: &mut Apply<'_>,
-    ) -> Result<Option<()>, StoreError> {
+    fn try_update(&self, keys: &[Located], apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
         let now = self.clock.now();
         let mut locks = self.lock(keys);
         // Lend each live entry to `apply` without cloning it; bit i of `held`
@@ -278,10 +257,7 @@ impl Inner {
             if slot.is_some() {
                 held |= 1 << i;
             }
-            current.push(
-                slot.filter(|s| is_live(&s.entry, now))
-                    .map(|s| std::mem::replace(&mut s.entry, LENT)),
-            );
+            current.push(slot.filter(|s| is_live(&s.entry, now)).map(|s| std::mem::replace(&mut s.entry, LENT)));
         }
         let writes = match run_apply(apply, &current, now) {
             Ok(writes) => writes,
@@ -290,11 +266,8 @@ impl Inner {
                 return Err(e);
             }
         };
-        let new_entries = writes
-            .iter()
-            .enumerate()
-            .filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0)
-            .count();
+        let new_entries =
+            writes.iter().enumerate().filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0).count();
         for reserved in 0..new_entries {
             if !self.bound.try_reserve() {
                 self.bound.release(reserved as u64);
@@ -382,9 +355,7 @@ impl Locks<'_> {
                 guard
             }
             Locks::Many(guards) => {
-                let i = guards
-                    .binary_search_by_key(&shard, |(s, _)| *s)
-                    .expect("every key's shard is locked");
+                let i = guards.binary_search_by_key(&shard, |(s, _)| *s).expect("every key's shard is locked");
                 &mut guards[i].1
             }
         }

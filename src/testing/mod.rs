@@ -51,9 +51,7 @@ pub struct ContractCase {
 
 impl fmt::Debug for ContractCase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ContractCase")
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("ContractCase").field("name", &self.name).finish()
     }
 }
 
@@ -93,12 +91,7 @@ pub struct ContractViolation {
 impl ContractViolation {
     /// A violation of `rule`.
     pub fn new(rule: &'static str, expected: impl Into<String>, seen: impl Into<String>) -> Self {
-        ContractViolation {
-            case: "",
-            rule,
-            expected: expected.into(),
-            seen: seen.into(),
-        }
+        ContractViolation { case: "", rule, expected: expected.into(), seen: seen.into() }
     }
 }
 
@@ -123,10 +116,7 @@ pub fn contract() -> Vec<ContractCase> {
 /// generated tests.
 #[doc(hidden)]
 pub async fn run_case(name: &str, pair: StorePair) {
-    let case = contract()
-        .into_iter()
-        .find(|c| c.name() == name)
-        .expect("a case of this name");
+    let case = contract().into_iter().find(|c| c.name() == name).expect("a case of this name");
     if let Err(v) = case.run(pair).await {
         panic!("{v}");
     }

@@ -18,9 +18,7 @@ pub(crate) const RULE_ANSWERS: &str = "a valid call on a healthy store succeeds"
 /// shared server that holds other data.
 pub(crate) fn unique_keys(n: usize) -> Vec<String> {
     let run: u64 = rand::rng().random();
-    (0..n)
-        .map(|i| format!("limit-store-contract:{run:016x}:{i}"))
-        .collect()
+    (0..n).map(|i| format!("limit-store-contract:{run:016x}:{i}")).collect()
 }
 
 pub(crate) fn refs(keys: &[String]) -> Vec<&str> {
@@ -28,17 +26,8 @@ pub(crate) fn refs(keys: &[String]) -> Vec<&str> {
 }
 
 /// Turns a failed store call into a violation.
-pub(crate) fn answered<T>(
-    result: Result<T, StoreError>,
-    what: &str,
-) -> Result<T, ContractViolation> {
-    result.map_err(|e| {
-        ContractViolation::new(
-            RULE_ANSWERS,
-            format!("{what} succeeds"),
-            format!("error: {e}"),
-        )
-    })
+pub(crate) fn answered<T>(result: Result<T, StoreError>, what: &str) -> Result<T, ContractViolation> {
+    result.map_err(|e| ContractViolation::new(RULE_ANSWERS, format!("{what} succeeds"), format!("error: {e}")))
 }
 
 /// Fails with `rule` unless `ok`.
@@ -67,10 +56,7 @@ pub(crate) async fn put(
     answered(
         store
             .update(&[key], &mut |_: &[Option<Entry>], now: Millis| {
-                let entry = Entry {
-                    value: value.clone(),
-                    expires_at: now + ttl_ms,
-                };
+                let entry = Entry { value: value.clone(), expires_at: now + ttl_ms };
                 written = Some(entry.clone());
                 vec![Write::Put(entry)]
             })
@@ -78,11 +64,7 @@ pub(crate) async fn put(
         "an update that puts one entry",
     )?;
     written.ok_or_else(|| {
-        ContractViolation::new(
-            RULE_ANSWERS,
-            "update calls apply",
-            "update returned Ok without calling apply",
-        )
+        ContractViolation::new(RULE_ANSWERS, "update calls apply", "update returned Ok without calling apply")
     })
 }
 
@@ -102,18 +84,11 @@ pub(crate) async fn seen_by_apply(
         "an update that keeps every key",
     )?;
     seen.ok_or_else(|| {
-        ContractViolation::new(
-            RULE_ANSWERS,
-            "update calls apply",
-            "update returned Ok without calling apply",
-        )
+        ContractViolation::new(RULE_ANSWERS, "update calls apply", "update returned Ok without calling apply")
     })
 }
 
-pub(crate) async fn read(
-    store: &dyn LimitStore,
-    keys: &[&str],
-) -> Result<Vec<Option<Entry>>, ContractViolation> {
+pub(crate) async fn read(store: &dyn LimitStore, keys: &[&str]) -> Result<Vec<Option<Entry>>, ContractViolation> {
     let got = answered(store.read(keys).await, "a read")?;
     ensure(
         got.len() == keys.len(),
@@ -152,11 +127,7 @@ pub(crate) async fn wait_for_store_clock(store: &dyn LimitStore, at: Millis) -> 
 
 /// The counter value kept by [`increment`].
 pub(crate) fn count(entry: &Option<Entry>) -> u64 {
-    entry
-        .as_ref()
-        .and_then(|e| e.value.get("n"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+    entry.as_ref().and_then(|e| e.value.get("n")).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// Adds one to the counter of every key, in one update, as a limit would.
@@ -168,10 +139,7 @@ pub(crate) async fn increment(store: &dyn LimitStore, keys: &[&str]) -> Outcome 
                     .iter()
                     .map(|e| {
                         let expires_at = e.as_ref().map_or(now + 600_000, |e| e.expires_at);
-                        Write::Put(Entry {
-                            value: json!({ "n": count(e) + 1 }),
-                            expires_at,
-                        })
+                        Write::Put(Entry { value: json!({ "n": count(e) + 1 }), expires_at })
                     })
                     .collect()
             })

@@ -22,11 +22,7 @@ pub fn server(var: &str) -> Option<String> {
 
 /// A fresh SQLite file URL in the temp folder.
 pub fn sqlite_url(name: &str) -> String {
-    let path = std::env::temp_dir().join(format!(
-        "limit-store-{name}-{}-{}.db",
-        std::process::id(),
-        rand_suffix()
-    ));
+    let path = std::env::temp_dir().join(format!("limit-store-{name}-{}-{}.db", std::process::id(), rand_suffix()));
     format!("sqlite://{}", path.display())
 }
 
@@ -40,11 +36,7 @@ pub fn rand_suffix() -> u64 {
 /// counts what its own sweep removes, and a sweeper racing it would take
 /// some first.
 pub async fn pair(url: &str, table: &str) -> StorePair {
-    DatabaseStore::builder(url)
-        .table(table)
-        .migrate()
-        .await
-        .expect("migrate");
+    DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
     let open = || async {
         Arc::new(
             DatabaseStore::builder(url)
@@ -57,8 +49,5 @@ pub async fn pair(url: &str, table: &str) -> StorePair {
                 .expect("connect"),
         )
     };
-    StorePair {
-        first: open().await,
-        second: open().await,
-    }
+    StorePair { first: open().await, second: open().await }
 }

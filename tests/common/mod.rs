@@ -19,10 +19,7 @@ impl Logs {
     pub fn lines_of_kind(&self, kind: &str) -> Vec<String> {
         let text = String::from_utf8(self.buf.lock().unwrap().clone()).unwrap();
         let needle = format!("kind=\"{kind}\"");
-        text.lines()
-            .filter(|l| l.contains(&needle))
-            .map(str::to_owned)
-            .collect()
+        text.lines().filter(|l| l.contains(&needle)).map(str::to_owned).collect()
     }
 }
 
@@ -48,8 +45,5 @@ pub fn capture_logs() -> Logs {
         .with_ansi(false)
         .with_max_level(tracing::Level::TRACE)
         .finish();
-    Logs {
-        buf,
-        _guard: tracing::subscriber::set_default(subscriber),
-    }
+    Logs { buf, _guard: tracing::subscriber::set_default(subscriber) }
 }

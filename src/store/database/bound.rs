@@ -66,12 +66,7 @@ impl DbBound {
             if current.saturating_add(new) > self.max {
                 return false;
             }
-            match self.estimate.compare_exchange_weak(
-                current,
-                current + new,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match self.estimate.compare_exchange_weak(current, current + new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(seen) => current = seen,
             }
@@ -90,17 +85,11 @@ impl DbBound {
     /// true runs it (one at a time) and then calls [`DbBound::refreshed`].
     pub(crate) fn claim_refresh(&self) -> bool {
         let near_full = u128::from(self.estimate()) * 5 >= u128::from(self.max) * 4;
-        let every = if near_full {
-            REFRESH_NEAR_FULL_MS
-        } else {
-            REFRESH_MS
-        };
+        let every = if near_full { REFRESH_NEAR_FULL_MS } else { REFRESH_MS };
         if self.ms() - self.refreshed_ms.load(Ordering::Relaxed) < every {
             return false;
         }
-        self.refreshing
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        self.refreshing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Ends a refresh claimed with [`DbBound::claim_refresh`].
@@ -121,10 +110,7 @@ impl DbBound {
         let now = self.ms();
         let last = self.made_room_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= 1_000
-            && self
-                .made_room_ms
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+            && self.made_room_ms.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
             let _ = sweep().await;
         }

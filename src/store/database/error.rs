@@ -29,13 +29,9 @@ pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
 
 /// `e`, met while doing `what`, as a store error.
 pub(super) fn db_error(what: &str, e: sqlx::Error) -> StoreError {
-    let timeout = matches!(e, sqlx::Error::PoolTimedOut)
-        || code(&e).is_some_and(|c| TIMEOUT_CODES.contains(&c.as_str()));
-    let reason = if timeout {
-        Unavailable::Timeout
-    } else {
-        Unavailable::StoreFailed
-    };
+    let timeout =
+        matches!(e, sqlx::Error::PoolTimedOut) || code(&e).is_some_and(|c| TIMEOUT_CODES.contains(&c.as_str()));
+    let reason = if timeout { Unavailable::Timeout } else { Unavailable::StoreFailed };
     StoreError::Unavailable {
         reason,
         detail: format!("database error while trying to {what}: {e}"),
@@ -58,10 +54,7 @@ impl From<sqlx::Error> for Failure {
 
 /// Settles one attempt: `None` means try again (a deadlock or a serialization
 /// failure, at most 3 times); otherwise the call's answer.
-pub(super) fn settle(
-    result: Result<(), Failure>,
-    retries: &mut u32,
-) -> Option<Result<(), StoreError>> {
+pub(super) fn settle(result: Result<(), Failure>, retries: &mut u32) -> Option<Result<(), StoreError>> {
     match result {
         Ok(()) => Some(Ok(())),
         Err(Failure::Db(e)) if is_retryable(&e) && *retries < 3 => {

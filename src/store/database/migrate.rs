@@ -16,28 +16,20 @@ pub(super) struct Migration {
 pub(super) type Migrations = &'static [Migration];
 
 #[cfg(feature = "sqlite")]
-pub(super) const SQLITE: Migrations = &[Migration {
-    version: 1,
-    sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql"),
-}];
+pub(super) const SQLITE: Migrations =
+    &[Migration { version: 1, sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql") }];
 #[cfg(feature = "postgres")]
-pub(super) const POSTGRES: Migrations = &[Migration {
-    version: 1,
-    sql: include_str!("../../../migrations/postgres/0001_limit_store.sql"),
-}];
+pub(super) const POSTGRES: Migrations =
+    &[Migration { version: 1, sql: include_str!("../../../migrations/postgres/0001_limit_store.sql") }];
 #[cfg(feature = "mysql")]
-pub(super) const MYSQL: Migrations = &[Migration {
-    version: 1,
-    sql: include_str!("../../../migrations/mysql/0001_limit_store.sql"),
-}];
+pub(super) const MYSQL: Migrations =
+    &[Migration { version: 1, sql: include_str!("../../../migrations/mysql/0001_limit_store.sql") }];
 
 /// Refuses a table name that is not a plain identifier, so that it can be
 /// put into SQL as is.
 pub(super) fn check_table_name(table: &str) -> Result<String, StoreError> {
     let mut chars = table.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !first_ok || !rest_ok || table.len() > 48 {
         return Err(StoreError::setup(format!(
@@ -50,12 +42,8 @@ pub(super) fn check_table_name(table: &str) -> Result<String, StoreError> {
 
 /// The statements of `migration` for `table`, one at a time.
 pub(super) fn statements(migration: &Migration, table: &str) -> Vec<String> {
-    let without_comments: String = migration
-        .sql
-        .lines()
-        .map(|line| line.split("--").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let without_comments: String =
+        migration.sql.lines().map(|line| line.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
     without_comments
         .split(';')
         .map(str::trim)
@@ -82,10 +70,7 @@ mod tests {
         assert!(check_table_name("_t2").is_ok());
         for bad in ["", "2t", "t;drop", "t-x", "t x", &"t".repeat(49)] {
             let err = check_table_name(bad).unwrap_err();
-            assert!(
-                err.is_setup() && err.to_string().contains("letters, digits"),
-                "{err}"
-            );
+            assert!(err.is_setup() && err.to_string().contains("letters, digits"), "{err}");
         }
     }
 

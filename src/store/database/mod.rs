@@ -245,22 +245,19 @@ impl DatabaseStoreBuilder {
     pub async fn connect(self) -> Result<DatabaseStore, StoreError> {
         let secret = match &self.secret {
             Some(secret) => Secret::new(secret)?,
-            None => return Err(StoreError::setup(
-                "the database store needs the site secret: set LIMIT_STORE_SECRET, --secret or \
+            None => {
+                return Err(StoreError::setup(
+                    "the database store needs the site secret: set LIMIT_STORE_SECRET, --secret or \
                      `secret` in the config (at least 32 bytes)",
-            )),
+                ))
+            }
         };
         migrate::check_table_name(&self.table)?;
         let db = self.open().await?;
         on_backend!(&db, b => b.check_table().await)?;
         let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
         let bound = DbBound::new(self.max_entries, live);
-        let mut shared = Arc::new(Shared {
-            db,
-            secret,
-            bound,
-            sweeper: None,
-        });
+        let mut shared = Arc::new(Shared { db, secret, bound, sweeper: None });
         if let Some(every) = self.sweep_every {
             let handle = sweep::spawn(Arc::downgrade(&shared), every);
             // Only we hold `shared` yet, so this always succeeds.
@@ -297,8 +294,7 @@ impl DatabaseStore {
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            let live =
-                on_backend!(&shared.db, b => b.count_live(shared.secret.generation()).await).ok();
+            let live = on_backend!(&shared.db, b => b.count_live(shared.secret.generation()).await).ok();
             shared.bound.refreshed(live);
         });
     }
@@ -325,14 +321,11 @@ impl LimitStore for DatabaseStore {
         refuse_in_transaction()?;
         check_keys(keys)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[KeyHash; 4]> =
-            keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let generation = shared.secret.generation();
         for attempt in 0.. {
             let bound = &shared.bound;
-            let decide = &mut |rows: &[Option<Stored>], now| {
-                decide(rows, &hashes, now, generation, apply, bound)
-            };
+            let decide = &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, bound);
             let outcome = on_backend!(&shared.db, b => b.update(&hashes, generation, decide).await);
             match outcome {
                 Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
@@ -359,14 +352,10 @@ impl LimitStore for DatabaseStore {
         refuse_in_transaction()?;
         check_keys(keys)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[KeyHash; 4]> =
-            keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let (rows, now) = on_backend!(&shared.db, b => b.read(&hashes).await)?;
         let generation = shared.secret.generation();
-        rows.iter()
-            .zip(&hashes)
-            .map(|(row, hash)| row::live_entry(row.as_ref(), hash, now, generation))
-            .collect()
+        rows.iter().zip(&hashes).map(|(row, hash)| row::live_entry(row.as_ref(), hash, now, generation)).collect()
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

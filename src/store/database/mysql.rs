@@ -30,15 +30,10 @@ fn marks(n: usize) -> String {
 }
 
 impl Mysql {
-    pub(super) async fn open(
-        url: &str,
-        table: String,
-        max_connections: u32,
-    ) -> Result<Self, StoreError> {
-        let options: MySqlConnectOptions = url.parse().map_err(|e| StoreError::Setup {
-            detail: format!("bad MySQL URL: {e}"),
-            source: Some(Box::new(e)),
-        })?;
+    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
+        let options: MySqlConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::Setup { detail: format!("bad MySQL URL: {e}"), source: Some(Box::new(e)) })?;
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_millis(1_500))
@@ -46,59 +41,39 @@ impl Mysql {
                 Box::pin(async move {
                     // A count waits at most 1 s for a row lock (the smallest InnoDB
                     // allows), well within the guard's deadline.
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
-                        .await?;
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
+                    conn.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
                     Ok(())
                 })
             })
             .connect_with(options)
             .await
             .map_err(|e| db_error("connect to MySQL", e))?;
-        Ok(Mysql {
-            pool,
-            table,
-            url_hint: super::redact(url),
-        })
+        Ok(Mysql { pool, table, url_hint: super::redact(url) })
     }
 
     pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| db_error("connect to MySQL", e))?;
-        let log =
-            format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
-        sqlx::query(&log)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error("connect to MySQL", e))?;
+        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
+        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
         for migration in MYSQL {
-            let done: Option<i64> = sqlx::query_scalar(&format!(
-                "SELECT version FROM {table}_migrations WHERE version = ?"
-            ))
-            .bind(migration.version)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            let done: Option<i64> =
+                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = ?"))
+                    .bind(migration.version)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| db_error("migrate", e))?;
             if done.is_some() {
                 continue;
             }
             for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
+                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
             }
-            sqlx::query(&format!(
-                "INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"
-            ))
-            .bind(migration.version)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            sqlx::query(&format!("INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"))
+                .bind(migration.version)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| db_error("migrate", e))?;
         }
         Ok(())
     }
@@ -126,21 +101,13 @@ impl Mysql {
     ) -> Result<(), StoreError> {
         let mut retries = 0;
         loop {
-            if let Some(done) = settle(
-                self.try_update(hashes, generation, decide).await,
-                &mut retries,
-            ) {
+            if let Some(done) = settle(self.try_update(hashes, generation, decide).await, &mut retries) {
                 return done;
             }
         }
     }
 
-    async fn try_update(
-        &self,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), Failure> {
+    async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let t = &self.table;
         let mut sorted: Vec<&KeyHash> = hashes.iter().collect();
         sorted.sort_unstable();
@@ -170,8 +137,7 @@ impl Mysql {
         }
         let rows = match_rows(&found, hashes)?;
         let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let update =
-            format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?");
+        let update = format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?");
         let mut deletes = Vec::new();
         for (hash, write) in hashes.iter().zip(writes) {
             match write {
@@ -189,10 +155,7 @@ impl Mysql {
             }
         }
         if !deletes.is_empty() {
-            let delete = format!(
-                "DELETE FROM {t} WHERE key_hash IN ({})",
-                marks(deletes.len())
-            );
+            let delete = format!("DELETE FROM {t} WHERE key_hash IN ({})", marks(deletes.len()));
             let mut query = sqlx::query(&delete);
             for hash in deletes {
                 query = query.bind(&hash[..]);
@@ -203,10 +166,7 @@ impl Mysql {
         Ok(())
     }
 
-    pub(super) async fn read(
-        &self,
-        hashes: &[KeyHash],
-    ) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+    pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let t = &self.table;
         let select = format!(
             "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
@@ -217,18 +177,12 @@ impl Mysql {
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
-        let found = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error("read", e))?;
+        let found = query.fetch_all(&self.pool).await.map_err(|e| db_error("read", e))?;
         let mut now = Millis::MIN;
         for row in &found {
             now = now.max(row.try_get("now").map_err(|e| db_error("read", e))?);
         }
-        Ok((
-            match_rows(&found, hashes).map_err(|e| db_error("read", e))?,
-            now,
-        ))
+        Ok((match_rows(&found, hashes).map_err(|e| db_error("read", e))?, now))
     }
 
     pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
@@ -236,10 +190,7 @@ impl Mysql {
         let sweep = format!("DELETE FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH}");
         let mut removed = 0;
         loop {
-            let done = sqlx::query(&sweep)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("sweep", e))?;
+            let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
             removed += done.rows_affected();
             if done.rows_affected() < BATCH.unsigned_abs() {
                 return Ok(removed);
@@ -249,13 +200,12 @@ impl Mysql {
 
     pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
         let t = &self.table;
-        let n: i64 = sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"
-        ))
-        .bind(generation)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| db_error("count live entries", e))?;
+        let n: i64 =
+            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"))
+                .bind(generation)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("count live entries", e))?;
         Ok(n.unsigned_abs())
     }
 
@@ -267,18 +217,12 @@ impl Mysql {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("count generations", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(g, n)| (g, n.unsigned_abs()))
-            .collect())
+        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
     }
 }
 
 /// Puts the rows found in key order; a key with no row gets `None`.
-fn match_rows(
-    found: &[sqlx::mysql::MySqlRow],
-    hashes: &[KeyHash],
-) -> Result<Vec<Option<Stored>>, sqlx::Error> {
+fn match_rows(found: &[sqlx::mysql::MySqlRow], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error> {
     let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
     for row in found {
         let hash: Option<Vec<u8>> = row.try_get("key_hash")?;

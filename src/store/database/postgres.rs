@@ -28,15 +28,10 @@ pub(super) struct Postgres {
 }
 
 impl Postgres {
-    pub(super) async fn open(
-        url: &str,
-        table: String,
-        max_connections: u32,
-    ) -> Result<Self, StoreError> {
-        let options: PgConnectOptions = url.parse().map_err(|e| StoreError::Setup {
-            detail: format!("bad PostgreSQL URL: {e}"),
-            source: Some(Box::new(e)),
-        })?;
+    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::Setup { detail: format!("bad PostgreSQL URL: {e}"), source: Some(Box::new(e)) })?;
         // The server bounds its own work near the guard's 2 s deadline, so a
         // count stuck on a lock ends there instead of holding a connection.
         let options = options.options([
@@ -81,41 +76,27 @@ impl Postgres {
     }
 
     pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| db_error("connect to PostgreSQL", e))?;
-        let log =
-            format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
-        sqlx::query(&log)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error("connect to PostgreSQL", e))?;
+        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
+        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
         for migration in POSTGRES {
-            let done: Option<i64> = sqlx::query_scalar(&format!(
-                "SELECT version FROM {table}_migrations WHERE version = $1"
-            ))
-            .bind(migration.version)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            let done: Option<i64> =
+                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = $1"))
+                    .bind(migration.version)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| db_error("migrate", e))?;
             if done.is_some() {
                 continue;
             }
             for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
+                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
             }
-            sqlx::query(&format!(
-                "INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"
-            ))
-            .bind(migration.version)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            sqlx::query(&format!("INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"))
+                .bind(migration.version)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| db_error("migrate", e))?;
         }
         Ok(())
     }
@@ -142,10 +123,7 @@ impl Postgres {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
         let mut retries = 0;
         loop {
-            if let Some(done) = settle(
-                self.try_update(&keys, hashes, generation, decide).await,
-                &mut retries,
-            ) {
+            if let Some(done) = settle(self.try_update(&keys, hashes, generation, decide).await, &mut retries) {
                 return done;
             }
         }
@@ -159,10 +137,7 @@ impl Postgres {
         decide: &mut Decide<'_>,
     ) -> Result<(), Failure> {
         let mut tx = self.pool.begin().await?;
-        let locked = sqlx::query(&self.lock)
-            .bind(keys)
-            .fetch_all(&mut *tx)
-            .await?;
+        let locked = sqlx::query(&self.lock).bind(keys).fetch_all(&mut *tx).await?;
         let mut now = Millis::MIN;
         let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
         for row in &locked {
@@ -178,8 +153,7 @@ impl Postgres {
         }
         // Every row exists now (created if missing), locked by this transaction.
         let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let (mut put_keys, mut values, mut expiries, mut deletes) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut put_keys, mut values, mut expiries, mut deletes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (key, write) in keys.iter().zip(writes) {
             match write {
                 RowWrite::Put { value, expires_at } => {
@@ -205,16 +179,9 @@ impl Postgres {
         Ok(())
     }
 
-    pub(super) async fn read(
-        &self,
-        hashes: &[KeyHash],
-    ) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+    pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let found = sqlx::query(&self.read)
-            .bind(keys)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error("read", e))?;
+        let found = sqlx::query(&self.read).bind(keys).fetch_all(&self.pool).await.map_err(|e| db_error("read", e))?;
         let mut now = Millis::MIN;
         let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
         for row in &found {
@@ -235,10 +202,7 @@ impl Postgres {
     pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
         let mut removed = 0;
         loop {
-            let done = sqlx::query(&self.sweep)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("sweep", e))?;
+            let done = sqlx::query(&self.sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
             removed += done.rows_affected();
             if done.rows_affected() < BATCH.unsigned_abs() {
                 return Ok(removed);
@@ -248,13 +212,12 @@ impl Postgres {
 
     pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
         let t = &self.table;
-        let n: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM {t} WHERE generation = $1 AND expires_at > {NOW}"
-        ))
-        .bind(generation)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| db_error("count live entries", e))?;
+        let n: i64 =
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {t} WHERE generation = $1 AND expires_at > {NOW}"))
+                .bind(generation)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("count live entries", e))?;
         Ok(n.unsigned_abs())
     }
 
@@ -266,9 +229,6 @@ impl Postgres {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("count generations", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(g, n)| (g, n.unsigned_abs()))
-            .collect())
+        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
     }
 }

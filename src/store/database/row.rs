@@ -20,8 +20,7 @@ pub(super) struct Stored {
 }
 
 /// Turns the locked rows of an update and the database's `now` into writes.
-pub(super) type Decide<'a> =
-    dyn FnMut(&[Option<Stored>], Millis) -> Result<Vec<RowWrite>, StoreError> + Send + 'a;
+pub(super) type Decide<'a> = dyn FnMut(&[Option<Stored>], Millis) -> Result<Vec<RowWrite>, StoreError> + Send + 'a;
 
 /// What to do with one row.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,10 +45,7 @@ pub(super) fn live_entry(
                 detail: format!("its value is not JSON ({e})"),
                 source: Some(Box::new(e)),
             })?;
-            Ok(Some(Entry {
-                value,
-                expires_at: row.expires_at,
-            }))
+            Ok(Some(Entry { value, expires_at: row.expires_at }))
         }
         _ => Ok(None),
     }
@@ -71,28 +67,18 @@ pub(super) fn decide(
         .map(|(row, hash)| live_entry(row.as_ref(), hash, now, generation))
         .collect::<Result<Vec<_>, _>>()?;
     let writes = run_apply(apply, &entries, now)?;
-    let new = writes
-        .iter()
-        .zip(&entries)
-        .filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none())
-        .count();
+    let new = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none()).count();
     if !bound.admit(new as u64) {
         return Err(StoreError::unavailable(
             Unavailable::Full,
-            format!(
-                "the database store holds its bound of {} live entries",
-                bound.max()
-            ),
+            format!("the database store holds its bound of {} live entries", bound.max()),
         ));
     }
     Ok(writes
         .into_iter()
         .zip(rows.iter().zip(&entries))
         .map(|(write, (row, entry))| match write {
-            Write::Put(e) => RowWrite::Put {
-                value: e.value.to_string(),
-                expires_at: e.expires_at,
-            },
+            Write::Put(e) => RowWrite::Put { value: e.value.to_string(), expires_at: e.expires_at },
             Write::Delete if row.is_some() => RowWrite::Delete,
             // A row that is not live (a lock-only row, or an expired one) goes now.
             Write::Keep if row.is_some() && entry.is_none() => RowWrite::Delete,
@@ -104,4 +90,30 @@ pub(super) fn decide(
 /// Lower-case hex of a key hash, for messages.
 pub(super) fn hex(hash: &KeyHash) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The one conditional statement an optimistic single-key update needs: it
+/// writes only if the row is still as read, so a concurrent update makes it
+/// write nothing, and the caller falls back to the locked path.
+#[derive(Debug)]
+pub(super) enum Conditional {
+    /// Nothing to write: the read alone was the update.
+    Nothing,
+    /// Insert the row, unless one has appeared since the read.
+    Insert { value: String, expires_at: Millis },
+    /// Replace the row, if it still holds what was read.
+    Replace { old: Stored, value: String, expires_at: Millis },
+    /// Delete the row, if it still holds what was read.
+    Delete { old: Stored },
+}
+
+impl Conditional {
+    pub(super) fn new(row: Option<Stored>, write: RowWrite) -> Self {
+        match (write, row) {
+            (RowWrite::Keep, _) | (RowWrite::Delete, None) => Conditional::Nothing,
+            (RowWrite::Put { value, expires_at }, None) => Conditional::Insert { value, expires_at },
+            (RowWrite::Put { value, expires_at }, Some(old)) => Conditional::Replace { old, value, expires_at },
+            (RowWrite::Delete, Some(old)) => Conditional::Delete { old },
+        }
+    }
 }

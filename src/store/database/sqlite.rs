@@ -7,9 +7,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 
 use super::error::{db_error, settle, Failure};
@@ -34,16 +32,9 @@ fn marks(n: usize) -> String {
 }
 
 impl Sqlite {
-    pub(super) async fn open(
-        url: &str,
-        table: String,
-        max_connections: u32,
-    ) -> Result<Self, StoreError> {
+    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Setup {
-                detail: format!("bad SQLite URL: {e}"),
-                source: Some(Box::new(e)),
-            })?
+            .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -54,61 +45,41 @@ impl Sqlite {
             .connect_with(options)
             .await
             .map_err(|e| db_error("open the SQLite database", e))?;
-        Ok(Sqlite {
-            pool,
-            table,
-            url_hint: super::redact(url),
-        })
+        Ok(Sqlite { pool, table, url_hint: super::redact(url) })
     }
 
     pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| db_error("open the SQLite database", e))?;
-        let log =
-            format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version INTEGER PRIMARY KEY)");
-        sqlx::query(&log)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error("open the SQLite database", e))?;
+        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version INTEGER PRIMARY KEY)");
+        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
         for migration in SQLITE {
-            let done: Option<i64> = sqlx::query_scalar(&format!(
-                "SELECT version FROM {table}_migrations WHERE version = ?"
-            ))
-            .bind(migration.version)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            let done: Option<i64> =
+                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = ?"))
+                    .bind(migration.version)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| db_error("migrate", e))?;
             if done.is_some() {
                 continue;
             }
             for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
+                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
             }
-            sqlx::query(&format!(
-                "INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"
-            ))
-            .bind(migration.version)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("migrate", e))?;
+            sqlx::query(&format!("INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"))
+                .bind(migration.version)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| db_error("migrate", e))?;
         }
         Ok(())
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        )
-        .bind(&self.table)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| db_error("look for the table", e))?;
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?")
+            .bind(&self.table)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("look for the table", e))?;
         if n > 0 {
             Ok(())
         } else {
@@ -124,26 +95,16 @@ impl Sqlite {
     ) -> Result<(), StoreError> {
         let mut retries = 0;
         loop {
-            if let Some(done) = settle(
-                self.try_update(hashes, generation, decide).await,
-                &mut retries,
-            ) {
+            if let Some(done) = settle(self.try_update(hashes, generation, decide).await, &mut retries) {
                 return done;
             }
         }
     }
 
-    async fn try_update(
-        &self,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), Failure> {
+    async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let t = &self.table;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let now: Millis = sqlx::query_scalar(&format!("SELECT {NOW}"))
-            .fetch_one(&mut *tx)
-            .await?;
+        let now: Millis = sqlx::query_scalar(&format!("SELECT {NOW}")).fetch_one(&mut *tx).await?;
         let select = format!(
             "SELECT key_hash, generation, value, expires_at FROM {t} WHERE key_hash IN ({})",
             marks(hashes.len())
@@ -173,10 +134,7 @@ impl Sqlite {
                         .await?;
                 }
                 RowWrite::Delete => {
-                    sqlx::query(&delete)
-                        .bind(&hash[..])
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(&delete).bind(&hash[..]).execute(&mut *tx).await?;
                 }
                 RowWrite::Keep => {}
             }
@@ -185,10 +143,7 @@ impl Sqlite {
         Ok(())
     }
 
-    pub(super) async fn read(
-        &self,
-        hashes: &[KeyHash],
-    ) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+    pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let t = &self.table;
         let mut conn = self.pool.acquire().await.map_err(|e| db_error("read", e))?;
         let now: Millis = sqlx::query_scalar(&format!("SELECT {NOW}"))
@@ -203,14 +158,8 @@ impl Sqlite {
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
-        let found = query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error("read", e))?;
-        Ok((
-            match_rows(&found, hashes).map_err(|e| db_error("read", e))?,
-            now,
-        ))
+        let found = query.fetch_all(&mut *conn).await.map_err(|e| db_error("read", e))?;
+        Ok((match_rows(&found, hashes).map_err(|e| db_error("read", e))?, now))
     }
 
     pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
@@ -221,10 +170,7 @@ impl Sqlite {
         );
         let mut removed = 0;
         loop {
-            let done = sqlx::query(&sweep)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("sweep", e))?;
+            let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
             removed += done.rows_affected();
             if done.rows_affected() < BATCH.unsigned_abs() {
                 return Ok(removed);
@@ -234,13 +180,12 @@ impl Sqlite {
 
     pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
         let t = &self.table;
-        let n: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"
-        ))
-        .bind(generation)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| db_error("count live entries", e))?;
+        let n: i64 =
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"))
+                .bind(generation)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("count live entries", e))?;
         Ok(n.unsigned_abs())
     }
 
@@ -252,18 +197,12 @@ impl Sqlite {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("count generations", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(g, n)| (g, n.unsigned_abs()))
-            .collect())
+        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
     }
 }
 
 /// Puts the rows found in key order; a key with no row gets `None`.
-fn match_rows(
-    found: &[sqlx::sqlite::SqliteRow],
-    hashes: &[KeyHash],
-) -> Result<Vec<Option<Stored>>, sqlx::Error> {
+fn match_rows(found: &[sqlx::sqlite::SqliteRow], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error> {
     let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
     for row in found {
         let hash: Vec<u8> = row.try_get("key_hash")?;

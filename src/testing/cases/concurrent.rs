@@ -27,22 +27,16 @@ async fn join_all(mut tasks: JoinSet<Outcome>) -> Outcome {
     let all = async {
         while let Some(joined) = tasks.join_next().await {
             joined.map_err(|e| {
-                ContractViolation::new(
-                    RULE_ANSWERS,
-                    "every task finishes",
-                    format!("a task failed: {e}"),
-                )
+                ContractViolation::new(RULE_ANSWERS, "every task finishes", format!("a task failed: {e}"))
             })??;
         }
         Ok(())
     };
     match tokio::time::timeout(Duration::from_secs(120), all).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(ContractViolation::new(
-            RULE_SERIAL,
-            "concurrent updates finish",
-            "no progress for 120 s: a deadlock?",
-        )),
+        Err(_) => {
+            Err(ContractViolation::new(RULE_SERIAL, "concurrent updates finish", "no progress for 120 s: a deadlock?"))
+        }
     }
 }
 
@@ -64,12 +58,7 @@ pub async fn concurrent_counts_from_both_handles_are_exact(pair: StorePair) -> O
     join_all(tasks).await?;
     let got = read(&*pair.first, &[keys[0].as_str()]).await?;
     let want = (TASKS * EACH) as u64;
-    ensure(
-        count(&got[0]) == want,
-        RULE_SERIAL,
-        format!("count {want}"),
-        || show(&got),
-    )
+    ensure(count(&got[0]) == want, RULE_SERIAL, format!("count {want}"), || show(&got))
 }
 
 /// Tasks on both handles create the same fresh key at once, round after
@@ -118,18 +107,11 @@ pub async fn multi_key_updates_are_never_seen_torn(pair: StorePair) -> Outcome {
             let mut order = refs(&keys);
             order.rotate_left(r % 3);
             while !done.load(Ordering::Acquire) {
-                let got = if r < 2 {
-                    read(&*store, &order).await?
-                } else {
-                    seen_by_apply(&*store, &order).await?.0
-                };
+                let got = if r < 2 { read(&*store, &order).await? } else { seen_by_apply(&*store, &order).await?.0 };
                 let counts: Vec<u64> = got.iter().map(count).collect();
-                ensure(
-                    counts.windows(2).all(|w| w[0] == w[1]),
-                    rule,
-                    "all three keys at the same count",
-                    || format!("counts {counts:?} (keys in order {order:?})"),
-                )?;
+                ensure(counts.windows(2).all(|w| w[0] == w[1]), rule, "all three keys at the same count", || {
+                    format!("counts {counts:?} (keys in order {order:?})")
+                })?;
                 tokio::task::yield_now().await;
             }
             Ok(())
@@ -154,12 +136,7 @@ pub async fn multi_key_updates_are_never_seen_torn(pair: StorePair) -> Outcome {
     seen?;
     let got = read(&*pair.first, &refs(&keys)).await?;
     let want = (WRITERS * EACH) as u64;
-    ensure(
-        got.iter().all(|e| count(e) == want),
-        RULE_SERIAL,
-        format!("every key counts {want}"),
-        || show(&got),
-    )
+    ensure(got.iter().all(|e| count(e) == want), RULE_SERIAL, format!("every key counts {want}"), || show(&got))
 }
 
 /// Updates on overlapping pairs of keys ([a, b], [b, c], [c, a], in both
@@ -182,10 +159,5 @@ pub async fn overlapping_multi_key_updates_are_exact(pair: StorePair) -> Outcome
     // Each key is in four of the six pairs.
     let want = (4 * EACH) as u64;
     let got = read(&*pair.second, &refs(&keys)).await?;
-    ensure(
-        got.iter().all(|e| count(e) == want),
-        RULE_SERIAL,
-        format!("every key counts {want}"),
-        || show(&got),
-    )
+    ensure(got.iter().all(|e| count(e) == want), RULE_SERIAL, format!("every key counts {want}"), || show(&got))
 }

@@ -15,12 +15,9 @@ pub async fn written_entry_is_seen_by_both_handles(pair: StorePair) -> Outcome {
     let written = put(&*pair.first, key, json!({"n": 7}), 600_000).await?;
     for (name, handle) in [("first", &pair.first), ("second", &pair.second)] {
         let got = read(&**handle, &[key]).await?;
-        ensure(
-            got[0].as_ref() == Some(&written),
-            RULE_SEEN,
-            format!("read through {name}: {written:?}"),
-            || show(&got),
-        )?;
+        ensure(got[0].as_ref() == Some(&written), RULE_SEEN, format!("read through {name}: {written:?}"), || {
+            show(&got)
+        })?;
         let (seen, _) = seen_by_apply(&**handle, &[key]).await?;
         ensure(
             seen[0].as_ref() == Some(&written),
@@ -38,19 +35,9 @@ pub async fn absent_key_is_none(pair: StorePair) -> Outcome {
     let keys = unique_keys(2);
     let keys = refs(&keys);
     let (seen, _) = seen_by_apply(&*pair.first, &keys).await?;
-    ensure(
-        seen == vec![None, None],
-        "a key with no live entry is None to apply",
-        "[None, None]",
-        || show(&seen),
-    )?;
+    ensure(seen == vec![None, None], "a key with no live entry is None to apply", "[None, None]", || show(&seen))?;
     let got = read(&*pair.second, &keys).await?;
-    ensure(
-        got == vec![None, None],
-        "a key with no live entry is None to read",
-        "[None, None]",
-        || show(&got),
-    )
+    ensure(got == vec![None, None], "a key with no live entry is None to read", "[None, None]", || show(&got))
 }
 
 /// `read` answers one slot per key in the order asked, absent keys included.
@@ -106,12 +93,7 @@ pub async fn keep_leaves_the_entry_as_it_was(pair: StorePair) -> Outcome {
     seen_by_apply(&*pair.second, &both).await?; // Keep on both keys
     let got = read(&*pair.first, &both).await?;
     let want = vec![Some(written), None];
-    ensure(
-        got == want,
-        "Keep leaves the key as it is",
-        show(&want),
-        || show(&got),
-    )
+    ensure(got == want, "Keep leaves the key as it is", show(&want), || show(&got))
 }
 
 /// `Delete` removes a live entry at once, for both handles; on an absent key it
@@ -121,21 +103,12 @@ pub async fn delete_removes_the_entry(pair: StorePair) -> Outcome {
     put(&*pair.first, &keys[0], json!({"n": 1}), 600_000).await?;
     let both = refs(&keys);
     answered(
-        pair.second
-            .update(&both, &mut |_: &[Option<Entry>], _: Millis| {
-                vec![Write::Delete, Write::Delete]
-            })
-            .await,
+        pair.second.update(&both, &mut |_: &[Option<Entry>], _: Millis| vec![Write::Delete, Write::Delete]).await,
         "an update that deletes",
     )?;
     for handle in [&pair.first, &pair.second] {
         let got = read(&**handle, &both).await?;
-        ensure(
-            got == vec![None, None],
-            "Delete removes the key",
-            "[None, None]",
-            || show(&got),
-        )?;
+        ensure(got == vec![None, None], "Delete removes the key", "[None, None]", || show(&got))?;
     }
     Ok(())
 }
@@ -145,18 +118,9 @@ pub async fn each_update_sees_the_last_write_of_either_handle(pair: StorePair) -
     let keys = unique_keys(1);
     let key = [keys[0].as_str()];
     for round in 0..20u64 {
-        let handle = if round % 2 == 0 {
-            &pair.first
-        } else {
-            &pair.second
-        };
+        let handle = if round % 2 == 0 { &pair.first } else { &pair.second };
         let (seen, _) = seen_by_apply(&**handle, &key).await?;
-        ensure(
-            count(&seen[0]) == round,
-            RULE_SEEN,
-            format!("count {round} before update {round}"),
-            || show(&seen),
-        )?;
+        ensure(count(&seen[0]) == round, RULE_SEEN, format!("count {round} before update {round}"), || show(&seen))?;
         increment(&**handle, &key).await?;
     }
     Ok(())

@@ -19,18 +19,9 @@ pub async fn put_of_an_expired_entry_is_a_delete(pair: StorePair) -> Outcome {
         pair.second
             .update(&all, &mut |_: &[Option<Entry>], now: Millis| {
                 vec![
-                    Write::Put(Entry {
-                        value: json!({"n": 2}),
-                        expires_at: now,
-                    }),
-                    Write::Put(Entry {
-                        value: json!({"n": 2}),
-                        expires_at: now - 60_000,
-                    }),
-                    Write::Put(Entry {
-                        value: json!({"n": 2}),
-                        expires_at: now - 1,
-                    }),
+                    Write::Put(Entry { value: json!({"n": 2}), expires_at: now }),
+                    Write::Put(Entry { value: json!({"n": 2}), expires_at: now - 60_000 }),
+                    Write::Put(Entry { value: json!({"n": 2}), expires_at: now - 1 }),
                 ]
             })
             .await,
@@ -38,19 +29,9 @@ pub async fn put_of_an_expired_entry_is_a_delete(pair: StorePair) -> Outcome {
     )?;
     let rule = "Put of an entry already expired is a delete";
     let got = read(&*pair.first, &all).await?;
-    ensure(
-        got.iter().all(Option::is_none),
-        rule,
-        "[None, None, None]",
-        || show(&got),
-    )?;
+    ensure(got.iter().all(Option::is_none), rule, "[None, None, None]", || show(&got))?;
     let (seen, _) = seen_by_apply(&*pair.second, &all).await?;
-    ensure(
-        seen.iter().all(Option::is_none),
-        rule,
-        "apply sees [None, None, None]",
-        || show(&seen),
-    )
+    ensure(seen.iter().all(Option::is_none), rule, "apply sees [None, None, None]", || show(&seen))
 }
 
 /// An entry is live until its `expires_at` on the store's clock, then `None`
@@ -69,29 +50,14 @@ pub async fn entry_expires_on_the_store_clock(pair: StorePair) -> Outcome {
     wait_for_store_clock(&*pair.first, written.expires_at).await?;
     for handle in [&pair.first, &pair.second] {
         let got = read(&**handle, &key).await?;
-        ensure(
-            got[0].is_none(),
-            RULE_EXPIRED,
-            "read sees None after expiry",
-            || show(&got),
-        )?;
+        ensure(got[0].is_none(), RULE_EXPIRED, "read sees None after expiry", || show(&got))?;
         let (seen, now) = seen_by_apply(&**handle, &key).await?;
-        ensure(
-            seen[0].is_none(),
-            RULE_EXPIRED,
-            format!("apply sees None at now={now}"),
-            || show(&seen),
-        )?;
+        ensure(seen[0].is_none(), RULE_EXPIRED, format!("apply sees None at now={now}"), || show(&seen))?;
     }
     // The expired entry must not come back, and a new one takes its place.
     increment(&*pair.second, &key).await?;
     let got = read(&*pair.first, &key).await?;
-    ensure(
-        count(&got[0]) == 1,
-        "a key whose entry expired starts afresh",
-        "count 1",
-        || show(&got),
-    )
+    ensure(count(&got[0]) == 1, "a key whose entry expired starts afresh", "count 1", || show(&got))
 }
 
 /// Both handles judge one entry by the same clock: live through the second
@@ -103,12 +69,7 @@ pub async fn handles_agree_on_the_clock(pair: StorePair) -> Outcome {
     let key = [keys[0].as_str()];
     let written = put(&*pair.first, key[0], json!({"n": 1}), 2_000).await?;
     let got = read(&*pair.second, &key).await?;
-    ensure(
-        got[0].as_ref() == Some(&written),
-        rule,
-        "live through the second handle before expiry",
-        || show(&got),
-    )?;
+    ensure(got[0].as_ref() == Some(&written), rule, "live through the second handle before expiry", || show(&got))?;
     let (seen, now) = seen_by_apply(&*pair.second, &key).await?;
     ensure(
         seen[0].as_ref() == Some(&written),
@@ -119,19 +80,13 @@ pub async fn handles_agree_on_the_clock(pair: StorePair) -> Outcome {
     // Past expiry on the first handle's clock (with 100 ms for the read's own trip).
     wait_for_store_clock(&*pair.first, written.expires_at + 100).await?;
     let got = read(&*pair.second, &key).await?;
-    ensure(
-        got[0].is_none(),
-        rule,
-        "gone through the second handle once the first's clock passed expiry",
-        || show(&got),
-    )?;
+    ensure(got[0].is_none(), rule, "gone through the second handle once the first's clock passed expiry", || {
+        show(&got)
+    })?;
     let (seen, now) = seen_by_apply(&*pair.second, &key).await?;
-    ensure(
-        seen[0].is_none(),
-        rule,
-        format!("apply through the second handle sees None (its now={now})"),
-        || show(&seen),
-    )
+    ensure(seen[0].is_none(), rule, format!("apply through the second handle sees None (its now={now})"), || {
+        show(&seen)
+    })
 }
 
 /// `sweep` removes expired entries, counts at least those it removed, and never
@@ -142,18 +97,12 @@ pub async fn sweep_removes_expired_and_keeps_live(pair: StorePair) -> Outcome {
     let long = unique_keys(2);
     let mut last_expiry = 0;
     for (i, key) in short.iter().enumerate() {
-        let handle = if i % 2 == 0 {
-            &pair.first
-        } else {
-            &pair.second
-        };
+        let handle = if i % 2 == 0 { &pair.first } else { &pair.second };
         last_expiry = last_expiry.max(put(&**handle, key, json!({"n": i}), 300).await?.expires_at);
     }
     let mut live = Vec::new();
     for key in &long {
-        live.push(Some(
-            put(&*pair.second, key, json!({"n": 1}), 600_000).await?,
-        ));
+        live.push(Some(put(&*pair.second, key, json!({"n": 1}), 600_000).await?));
     }
     wait_for_store_clock(&*pair.first, last_expiry).await?;
     let removed = answered(pair.first.sweep().await, "sweep")?;
@@ -164,26 +113,11 @@ pub async fn sweep_removes_expired_and_keeps_live(pair: StorePair) -> Outcome {
         || format!("sweep answered {removed}"),
     )?;
     let got = read(&*pair.second, &refs(&long)).await?;
-    ensure(
-        got == live,
-        "sweep removes only expired entries",
-        show(&live),
-        || show(&got),
-    )?;
+    ensure(got == live, "sweep removes only expired entries", show(&live), || show(&got))?;
     let got = read(&*pair.second, &refs(&short)).await?;
-    ensure(
-        got.iter().all(Option::is_none),
-        RULE_EXPIRED,
-        "the swept entries are gone",
-        || show(&got),
-    )?;
+    ensure(got.iter().all(Option::is_none), RULE_EXPIRED, "the swept entries are gone", || show(&got))?;
     // A second sweep finds nothing of ours and still keeps the live ones.
     answered(pair.second.sweep().await, "sweep")?;
     let got = read(&*pair.first, &refs(&long)).await?;
-    ensure(
-        got == live,
-        "sweep removes only expired entries",
-        show(&live),
-        || show(&got),
-    )
+    ensure(got == live, "sweep removes only expired entries", show(&live), || show(&got))
 }

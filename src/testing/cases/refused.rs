@@ -5,19 +5,13 @@ use serde_json::{json, Value};
 
 use super::super::support::*;
 use super::super::{ContractViolation, StorePair};
-use crate::{
-    Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES,
-};
+use crate::{Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// Fails unless `result` is a refused-input error.
 fn refused(result: Result<(), StoreError>, rule: &'static str) -> Outcome {
     match result {
         Err(e) if e.is_refused() => Ok(()),
-        Err(e) => Err(ContractViolation::new(
-            rule,
-            "a refused-input error",
-            format!("another error: {e}"),
-        )),
+        Err(e) => Err(ContractViolation::new(rule, "a refused-input error", format!("another error: {e}"))),
         Ok(()) => Err(ContractViolation::new(rule, "a refused-input error", "Ok")),
     }
 }
@@ -26,15 +20,7 @@ fn refused(result: Result<(), StoreError>, rule: &'static str) -> Outcome {
 async fn try_put_all(store: &dyn LimitStore, keys: &[&str]) -> Result<(), StoreError> {
     store
         .update(keys, &mut |current: &[Option<Entry>], now: Millis| {
-            current
-                .iter()
-                .map(|_| {
-                    Write::Put(Entry {
-                        value: json!({"n": 99}),
-                        expires_at: now + 600_000,
-                    })
-                })
-                .collect()
+            current.iter().map(|_| Write::Put(Entry { value: json!({"n": 99}), expires_at: now + 600_000 })).collect()
         })
         .await
 }
@@ -43,12 +29,7 @@ async fn try_put_all(store: &dyn LimitStore, keys: &[&str]) -> Result<(), StoreE
 async fn nothing_written(pair: &StorePair, keys: &[&str], rule: &'static str) -> Outcome {
     for chunk in keys.chunks(MAX_KEYS) {
         let got = read(&*pair.second, chunk).await?;
-        ensure(
-            got.iter().all(Option::is_none),
-            rule,
-            "nothing written",
-            || show(&got),
-        )?;
+        ensure(got.iter().all(Option::is_none), rule, "nothing written", || show(&got))?;
     }
     Ok(())
 }
@@ -69,29 +50,14 @@ pub async fn limits_of_the_contract_are_accepted(pair: StorePair) -> Outcome {
     keys[2] = format!("{}:ключ/🔑 with spaces\ttab", keys[0]);
     let all = refs(&keys);
     let result = try_put_all(&*pair.first, &all).await;
-    ensure(
-        result.is_ok(),
-        rule,
-        "32 keys, one of 1024 bytes, are accepted",
-        || format!("{result:?}"),
-    )?;
+    ensure(result.is_ok(), rule, "32 keys, one of 1024 bytes, are accepted", || format!("{result:?}"))?;
     let got = read(&*pair.second, &all).await?;
-    ensure(
-        got.iter().all(|e| count(e) == 99),
-        rule,
-        "every key written",
-        || show(&got),
-    )?;
+    ensure(got.iter().all(|e| count(e) == 99), rule, "every key written", || show(&got))?;
     // A value of exactly 4096 bytes serialized: "x...x" with its two quotes.
     let big = Value::String("x".repeat(MAX_VALUE_BYTES - 2));
     let written = put(&*pair.second, &keys[3], big, 600_000).await?;
     let got = read(&*pair.first, &[keys[3].as_str()]).await?;
-    ensure(
-        got[0].as_ref() == Some(&written),
-        rule,
-        "a 4096-byte value is stored",
-        || "another value".into(),
-    )
+    ensure(got[0].as_ref() == Some(&written), rule, "a 4096-byte value is stored", || "another value".into())
 }
 
 /// A call with no keys is refused.
@@ -100,11 +66,7 @@ pub async fn no_keys_are_refused(pair: StorePair) -> Outcome {
     refused(try_put_all(&*pair.first, &[]).await, rule)?;
     match pair.first.read(&[]).await {
         Err(e) if e.is_refused() => Ok(()),
-        other => Err(ContractViolation::new(
-            rule,
-            "read of no keys refused",
-            format!("{other:?}"),
-        )),
+        other => Err(ContractViolation::new(rule, "read of no keys refused", format!("{other:?}"))),
     }
 }
 
@@ -116,13 +78,7 @@ pub async fn too_many_keys_are_refused(pair: StorePair) -> Outcome {
     refused(try_put_all(&*pair.first, &all).await, rule)?;
     match pair.first.read(&all).await {
         Err(e) if e.is_refused() => {}
-        other => {
-            return Err(ContractViolation::new(
-                rule,
-                "read of 33 keys refused",
-                format!("{other:?}"),
-            ))
-        }
+        other => return Err(ContractViolation::new(rule, "read of 33 keys refused", format!("{other:?}"))),
     }
     nothing_written(&pair, &all, rule).await
 }
@@ -141,19 +97,9 @@ pub async fn duplicate_keys_are_refused(pair: StorePair) -> Outcome {
 pub async fn empty_and_long_keys_are_refused(pair: StorePair) -> Outcome {
     let rule = "each key is 1 to 1024 bytes; others are refused with nothing written";
     let keys = unique_keys(1);
-    let long = format!(
-        "{}{}",
-        keys[0],
-        "k".repeat(MAX_KEY_BYTES + 1 - keys[0].len())
-    );
-    refused(
-        try_put_all(&*pair.first, &[keys[0].as_str(), long.as_str()]).await,
-        rule,
-    )?;
-    refused(
-        try_put_all(&*pair.first, &[keys[0].as_str(), ""]).await,
-        rule,
-    )?;
+    let long = format!("{}{}", keys[0], "k".repeat(MAX_KEY_BYTES + 1 - keys[0].len()));
+    refused(try_put_all(&*pair.first, &[keys[0].as_str(), long.as_str()]).await, rule)?;
+    refused(try_put_all(&*pair.first, &[keys[0].as_str(), ""]).await, rule)?;
     nothing_written(&pair, &[keys[0].as_str()], rule).await
 }
 
@@ -167,17 +113,8 @@ pub async fn oversized_value_is_refused(pair: StorePair) -> Outcome {
     let result = pair
         .second
         .update(&all, &mut |_: &[Option<Entry>], now: Millis| {
-            let entry = |value| {
-                Write::Put(Entry {
-                    value,
-                    expires_at: now + 600_000,
-                })
-            };
-            vec![
-                entry(json!({"n": 2})),
-                entry(json!({"n": 2})),
-                entry(Value::String("x".repeat(MAX_VALUE_BYTES - 1))),
-            ]
+            let entry = |value| Write::Put(Entry { value, expires_at: now + 600_000 });
+            vec![entry(json!({"n": 2})), entry(json!({"n": 2})), entry(Value::String("x".repeat(MAX_VALUE_BYTES - 1)))]
         })
         .await;
     refused(result, rule)?;
@@ -188,21 +125,14 @@ pub async fn oversized_value_is_refused(pair: StorePair) -> Outcome {
 
 /// `apply` answering fewer or more writes than keys fails the call, nothing written.
 pub async fn wrong_number_of_writes_is_refused(pair: StorePair) -> Outcome {
-    let rule =
-        "apply returns exactly one Write per key; otherwise the call fails with nothing written";
+    let rule = "apply returns exactly one Write per key; otherwise the call fails with nothing written";
     let keys = unique_keys(2);
     let all = refs(&keys);
     for n in [0usize, 1, 3] {
         let result = pair
             .first
             .update(&all, &mut |_: &[Option<Entry>], now: Millis| {
-                vec![
-                    Write::Put(Entry {
-                        value: json!({"n": 1}),
-                        expires_at: now + 600_000
-                    });
-                    n
-                ]
+                vec![Write::Put(Entry { value: json!({"n": 1}), expires_at: now + 600_000 }); n]
             })
             .await;
         refused(result, rule)?;
@@ -221,20 +151,14 @@ pub async fn panicking_apply_writes_nothing_and_store_keeps_working(pair: StoreP
     let outcome = tokio::spawn(async move {
         let doomed = refs(&doomed[..2]);
         first
-            .update(&doomed, &mut |_: &[Option<Entry>],
-                                   _: Millis|
-             -> Vec<Write> {
+            .update(&doomed, &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> {
                 panic!("limit-store contract: this apply panics on purpose")
             })
             .await
     })
     .await;
     if let Ok(Ok(())) = outcome {
-        return Err(ContractViolation::new(
-            rule,
-            "the call fails (an error or the panic)",
-            "Ok",
-        ));
+        return Err(ContractViolation::new(rule, "the call fails (an error or the panic)", "Ok"));
     }
     let two = refs(&keys[..2]);
     let got = read(&*pair.second, &two).await?;
@@ -244,10 +168,5 @@ pub async fn panicking_apply_writes_nothing_and_store_keeps_working(pair: StoreP
     increment(&*pair.second, &[keys[2].as_str()]).await?;
     let got = read(&*pair.first, &refs(&keys)).await?;
     let counts: Vec<u64> = got.iter().map(count).collect();
-    ensure(
-        counts == [2, 1, 1],
-        rule,
-        "counts [2, 1, 1] after the panic",
-        || format!("{counts:?}"),
-    )
+    ensure(counts == [2, 1, 1], rule, "counts [2, 1, 1] after the panic", || format!("{counts:?}"))
 }
