@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, POSTGRES};
-use super::row::{Decide, KeyHash, RowWrite, Stored};
+use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
 use crate::{Millis, StoreError};
 
@@ -120,6 +120,15 @@ impl Postgres {
         generation: i64,
         decide: &mut Decide<'_>,
     ) -> Result<(), StoreError> {
+        // One key: try two round trips without a transaction first.
+        if let [hash] = hashes {
+            match self.try_optimistic(hash, generation, decide).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {} // the row changed under us: take the locked path
+                Err(Failure::Store(e)) => return Err(e),
+                Err(Failure::Db(e)) => return Err(db_error("count", e)),
+            }
+        }
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
         let mut retries = 0;
         loop {
@@ -179,20 +188,78 @@ impl Postgres {
         Ok(())
     }
 
+    /// Reads the row and the clock in one autocommit statement, runs `decide`,
+    /// and writes with one conditional statement; false when the row changed
+    /// in between (nothing was written).
+    async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
+        let (rows, now) = self.read_rows(std::slice::from_ref(hash)).await?;
+        let writes = decide(&rows, now).map_err(Failure::Store)?;
+        let t = &self.table;
+        let row = rows.into_iter().next().flatten();
+        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+        let done = match Conditional::new(row, write) {
+            Conditional::Nothing => return Ok(true),
+            Conditional::Insert { value, expires_at } => {
+                sqlx::query(&format!(
+                    "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (key_hash) DO NOTHING"
+                ))
+                .bind(&hash[..])
+                .bind(generation)
+                .bind(value)
+                .bind(expires_at)
+                .execute(&self.pool)
+                .await?
+            }
+            Conditional::Replace { old, value, expires_at } => {
+                sqlx::query(&format!(
+                    "UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
+                     WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7"
+                ))
+                .bind(&hash[..])
+                .bind(generation)
+                .bind(value)
+                .bind(expires_at)
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at)
+                .execute(&self.pool)
+                .await?
+            }
+            Conditional::Delete { old } => {
+                sqlx::query(&format!(
+                    "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
+                ))
+                .bind(&hash[..])
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at)
+                .execute(&self.pool)
+                .await?
+            }
+        };
+        Ok(done.rows_affected() == 1)
+    }
+
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+        self.read_rows(hashes).await.map_err(|e| db_error("read", e))
+    }
+
+    /// The rows of `hashes` in key order and the database's clock, in one statement.
+    async fn read_rows(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let found = sqlx::query(&self.read).bind(keys).fetch_all(&self.pool).await.map_err(|e| db_error("read", e))?;
+        let found = sqlx::query(&self.read).bind(keys).fetch_all(&self.pool).await?;
         let mut now = Millis::MIN;
         let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
         for row in &found {
-            now = now.max(row.try_get("now").map_err(|e| db_error("read", e))?);
-            let hash: Option<Vec<u8>> = row.try_get("key_hash").map_err(|e| db_error("read", e))?;
+            now = now.max(row.try_get("now")?);
+            let hash: Option<Vec<u8>> = row.try_get("key_hash")?;
             let Some(hash) = hash else { continue };
             if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
                 rows[i] = Some(Stored {
-                    generation: row.try_get("generation").map_err(|e| db_error("read", e))?,
-                    value: row.try_get("value").map_err(|e| db_error("read", e))?,
-                    expires_at: row.try_get("expires_at").map_err(|e| db_error("read", e))?,
+                    generation: row.try_get("generation")?,
+                    value: row.try_get("value")?,
+                    expires_at: row.try_get("expires_at")?,
                 });
             }
         }
