@@ -152,7 +152,7 @@ pub async fn panicking_apply_writes_nothing_and_store_keeps_working(pair: StoreP
         let doomed = refs(&doomed[..2]);
         first
             .update(&doomed, &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> {
-                panic!("limit-store contract: this apply panics on purpose")
+                panic!("{}", super::super::DELIBERATE_PANIC)
             })
             .await
     })
