@@ -7,7 +7,10 @@
 //! - Rows are named by HMAC-SHA-256 of the key under the site secret, and carry
 //!   the secret's generation.
 //! - A sweeper removes expired rows in small batches at start and every 5 minutes.
-//! - The bound is kept without a table scan per request: see [`bound`].
+//! - The bound is kept without a table scan per request: each instance keeps
+//!   an estimate of the live rows (an exact count at start and after every
+//!   sweep, plus its own adds) and makes it exact again near the bound, at
+//!   most once a second, in the background.
 
 mod bound;
 mod error;
