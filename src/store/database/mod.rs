@@ -13,6 +13,7 @@
 //!   most once a second, in the background.
 
 mod bound;
+mod chores;
 mod error;
 mod migrate;
 #[cfg(feature = "mysql")]

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 
+use super::chores::{chores, latest_now, match_rows};
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -50,32 +51,6 @@ impl Mysql {
             .await
             .map_err(|e| db_error("connect to MySQL", e))?;
         Ok(Mysql { pool, table, url_hint: super::redact(url) })
-    }
-
-    pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| db_error("connect to MySQL", e))?;
-        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
-        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-        for migration in MYSQL {
-            let done: Option<i64> =
-                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = ?"))
-                    .bind(migration.version)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
-            if done.is_some() {
-                continue;
-            }
-            for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-            }
-            sqlx::query(&format!("INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"))
-                .bind(migration.version)
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error("migrate", e))?;
-        }
-        Ok(())
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
@@ -193,10 +168,7 @@ impl Mysql {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&mut *tx).await?;
-        let mut now = Millis::MIN;
-        for row in &found {
-            now = now.max(row.try_get("now")?);
-        }
+        let now = latest_now(&found)?;
         let rows = match_rows(&found, hashes)?;
         let writes = decide(&rows, now).map_err(Failure::Store)?;
         let update = format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?");
@@ -245,62 +217,18 @@ impl Mysql {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&self.pool).await?;
-        let mut now = Millis::MIN;
-        for row in &found {
-            now = now.max(row.try_get("now")?);
-        }
+        let now = latest_now(&found)?;
         Ok((match_rows(&found, hashes)?, now))
     }
 
-    pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
-        let t = &self.table;
-        let sweep = format!("DELETE FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH}");
-        let mut removed = 0;
-        loop {
-            let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
-            removed += done.rows_affected();
-            if done.rows_affected() < BATCH.unsigned_abs() {
-                return Ok(removed);
-            }
-        }
+    fn sweep_sql(&self) -> String {
+        format!("DELETE FROM {} WHERE expires_at <= {NOW} LIMIT {BATCH}", self.table)
     }
 
-    pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
-        let t = &self.table;
-        let n: i64 =
-            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"))
-                .bind(generation)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| db_error("count live entries", e))?;
-        Ok(n.unsigned_abs())
-    }
-
-    pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-        let t = &self.table;
-        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
-            "SELECT generation, COUNT(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("count generations", e))?;
-        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
-    }
-}
-
-/// Puts the rows found in key order; a key with no row gets `None`.
-fn match_rows(found: &[sqlx::mysql::MySqlRow], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error> {
-    let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
-    for row in found {
-        let hash: Option<Vec<u8>> = row.try_get("key_hash")?;
-        let Some(hash) = hash else { continue };
-        if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
-            rows[i] = Some(Stored {
-                generation: row.try_get("generation")?,
-                value: row.try_get("value")?,
-                expires_at: row.try_get("expires_at")?,
-            });
-        }
-    }
-    Ok(rows)
+    chores!(
+        migrations: MYSQL,
+        param: "?",
+        version_type: "BIGINT",
+        record: "INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"
+    );
 }

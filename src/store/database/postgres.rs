@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::Row;
 
+use super::chores::{chores, latest_now, match_rows};
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -75,32 +75,6 @@ impl Postgres {
         })
     }
 
-    pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| db_error("connect to PostgreSQL", e))?;
-        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version BIGINT PRIMARY KEY)");
-        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-        for migration in POSTGRES {
-            let done: Option<i64> =
-                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = $1"))
-                    .bind(migration.version)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
-            if done.is_some() {
-                continue;
-            }
-            for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-            }
-            sqlx::query(&format!("INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"))
-                .bind(migration.version)
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error("migrate", e))?;
-        }
-        Ok(())
-    }
-
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(&self.table)
@@ -147,19 +121,8 @@ impl Postgres {
     ) -> Result<(), Failure> {
         let mut tx = self.pool.begin().await?;
         let locked = sqlx::query(&self.lock).bind(keys).fetch_all(&mut *tx).await?;
-        let mut now = Millis::MIN;
-        let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
-        for row in &locked {
-            let hash: Vec<u8> = row.try_get("key_hash")?;
-            now = now.max(row.try_get("now")?);
-            if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
-                rows[i] = Some(Stored {
-                    generation: row.try_get("generation")?,
-                    value: row.try_get("value")?,
-                    expires_at: row.try_get("expires_at")?,
-                });
-            }
-        }
+        let now = latest_now(&locked)?;
+        let rows = match_rows(&locked, hashes)?;
         // Every row exists now (created if missing), locked by this transaction.
         let writes = decide(&rows, now).map_err(Failure::Store)?;
         let (mut put_keys, mut values, mut expiries, mut deletes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -249,53 +212,17 @@ impl Postgres {
     async fn read_rows(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
         let found = sqlx::query(&self.read).bind(keys).fetch_all(&self.pool).await?;
-        let mut now = Millis::MIN;
-        let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
-        for row in &found {
-            now = now.max(row.try_get("now")?);
-            let hash: Option<Vec<u8>> = row.try_get("key_hash")?;
-            let Some(hash) = hash else { continue };
-            if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
-                rows[i] = Some(Stored {
-                    generation: row.try_get("generation")?,
-                    value: row.try_get("value")?,
-                    expires_at: row.try_get("expires_at")?,
-                });
-            }
-        }
-        Ok((rows, now))
+        Ok((match_rows(&found, hashes)?, latest_now(&found)?))
     }
 
-    pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
-        let mut removed = 0;
-        loop {
-            let done = sqlx::query(&self.sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
-            removed += done.rows_affected();
-            if done.rows_affected() < BATCH.unsigned_abs() {
-                return Ok(removed);
-            }
-        }
+    fn sweep_sql(&self) -> String {
+        self.sweep.clone()
     }
 
-    pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
-        let t = &self.table;
-        let n: i64 =
-            sqlx::query_scalar(&format!("SELECT count(*) FROM {t} WHERE generation = $1 AND expires_at > {NOW}"))
-                .bind(generation)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| db_error("count live entries", e))?;
-        Ok(n.unsigned_abs())
-    }
-
-    pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-        let t = &self.table;
-        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
-            "SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("count generations", e))?;
-        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
-    }
+    chores!(
+        migrations: POSTGRES,
+        param: "$1",
+        version_type: "BIGINT",
+        record: "INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"
+    );
 }

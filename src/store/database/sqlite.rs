@@ -8,8 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::Row;
 
+use super::chores::{chores, match_rows};
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};
@@ -46,32 +46,6 @@ impl Sqlite {
             .await
             .map_err(|e| db_error("open the SQLite database", e))?;
         Ok(Sqlite { pool, table, url_hint: super::redact(url) })
-    }
-
-    pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| db_error("open the SQLite database", e))?;
-        let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version INTEGER PRIMARY KEY)");
-        sqlx::query(&log).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-        for migration in SQLITE {
-            let done: Option<i64> =
-                sqlx::query_scalar(&format!("SELECT version FROM {table}_migrations WHERE version = ?"))
-                    .bind(migration.version)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|e| db_error("migrate", e))?;
-            if done.is_some() {
-                continue;
-            }
-            for statement in migrate::statements(migration, table) {
-                sqlx::query(&statement).execute(&mut *conn).await.map_err(|e| db_error("migrate", e))?;
-            }
-            sqlx::query(&format!("INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"))
-                .bind(migration.version)
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error("migrate", e))?;
-        }
-        Ok(())
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
@@ -162,57 +136,18 @@ impl Sqlite {
         Ok((match_rows(&found, hashes).map_err(|e| db_error("read", e))?, now))
     }
 
-    pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
+    fn sweep_sql(&self) -> String {
         let t = &self.table;
-        let sweep = format!(
+        format!(
             "DELETE FROM {t} WHERE key_hash IN (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH}) \
              AND expires_at <= {NOW}"
-        );
-        let mut removed = 0;
-        loop {
-            let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
-            removed += done.rows_affected();
-            if done.rows_affected() < BATCH.unsigned_abs() {
-                return Ok(removed);
-            }
-        }
+        )
     }
 
-    pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
-        let t = &self.table;
-        let n: i64 =
-            sqlx::query_scalar(&format!("SELECT count(*) FROM {t} WHERE generation = ? AND expires_at > {NOW}"))
-                .bind(generation)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| db_error("count live entries", e))?;
-        Ok(n.unsigned_abs())
-    }
-
-    pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-        let t = &self.table;
-        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
-            "SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("count generations", e))?;
-        Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
-    }
-}
-
-/// Puts the rows found in key order; a key with no row gets `None`.
-fn match_rows(found: &[sqlx::sqlite::SqliteRow], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error> {
-    let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
-    for row in found {
-        let hash: Vec<u8> = row.try_get("key_hash")?;
-        if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
-            rows[i] = Some(Stored {
-                generation: row.try_get("generation")?,
-                value: row.try_get("value")?,
-                expires_at: row.try_get("expires_at")?,
-            });
-        }
-    }
-    Ok(rows)
+    chores!(
+        migrations: SQLITE,
+        param: "?",
+        version_type: "INTEGER",
+        record: "INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"
+    );
 }

@@ -1,0 +1,116 @@
+//! The chores every backend does the same way, in its own SQL dialect:
+//! migrating, sweeping in batches, counting live rows, and putting the rows a
+//! query found into key order.
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use super::row::{KeyHash, Stored};
+
+/// Generates `migrate`, `sweep`, `count_live` and `generations` inside a
+/// backend's `impl`. The backend has `pool` and `table` fields, a `NOW`
+/// constant (its clock in ms) and a `sweep_sql()` method in scope.
+macro_rules! chores {
+    (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
+        pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
+            let failed = |e| db_error("migrate", e);
+            let mut conn = self.pool.acquire().await.map_err(failed)?;
+            let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version {} PRIMARY KEY)", $ty);
+            sqlx::query(&log).execute(&mut *conn).await.map_err(failed)?;
+            let applied = format!("SELECT version FROM {table}_migrations WHERE version = {}", $p);
+            for migration in $migrations {
+                let done: Option<i64> = sqlx::query_scalar(&applied)
+                    .bind(migration.version)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(failed)?;
+                if done.is_some() {
+                    continue;
+                }
+                for statement in migrate::statements(migration, table) {
+                    sqlx::query(&statement).execute(&mut *conn).await.map_err(failed)?;
+                }
+                sqlx::query(&format!($record, table = table))
+                    .bind(migration.version)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(failed)?;
+            }
+            Ok(())
+        }
+
+        pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
+            let sweep = self.sweep_sql();
+            let mut removed = 0;
+            loop {
+                let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
+                removed += done.rows_affected();
+                if done.rows_affected() < BATCH.unsigned_abs() {
+                    return Ok(removed);
+                }
+            }
+        }
+
+        pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
+            let t = &self.table;
+            let sql = format!("SELECT count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW}", $p);
+            let n: i64 = sqlx::query_scalar(&sql)
+                .bind(generation)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("count live entries", e))?;
+            Ok(n.unsigned_abs())
+        }
+
+        pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
+            let t = &self.table;
+            let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+                "SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
+            ))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("count generations", e))?;
+            Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
+        }
+    };
+}
+pub(super) use chores;
+
+/// Puts the rows found in key order; a key with no row (or a row of a LEFT
+/// JOIN that found none) gets `None`.
+pub(super) fn match_rows<R>(found: &[R], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let mut rows: Vec<Option<Stored>> = vec![None; hashes.len()];
+    for row in found {
+        let hash: Option<Vec<u8>> = row.try_get("key_hash")?;
+        let Some(hash) = hash else { continue };
+        if let Some(i) = hashes.iter().position(|h| h[..] == hash[..]) {
+            rows[i] = Some(Stored {
+                generation: row.try_get("generation")?,
+                value: row.try_get("value")?,
+                expires_at: row.try_get("expires_at")?,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The latest `now` column among the rows a query found (each row carries the
+/// database's clock; the latest is the one after every lock was taken).
+pub(super) fn latest_now<R>(found: &[R]) -> Result<i64, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let mut now = i64::MIN;
+    for row in found {
+        now = now.max(row.try_get("now")?);
+    }
+    Ok(now)
+}
