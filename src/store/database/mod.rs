@@ -43,6 +43,13 @@ pub use self::migrate::DEFAULT_TABLE;
 
 /// The default bound of a database store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// The longest a count or read may take in the store itself. The servers
+/// bound their own work near the guard's 2 s deadline; this bounds the rest
+/// (a connection that stopped answering), so that a call the guard stopped
+/// waiting for gives its in-flight place back instead of holding it until the
+/// operating system gives up on the connection.
+pub const CALL_LIMIT: Duration = Duration::from_secs(5);
+
 /// How often the sweeper runs after its first run at start.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
@@ -289,6 +296,18 @@ impl DatabaseStoreBuilder {
     }
 }
 
+/// Runs one store call for at most [`CALL_LIMIT`]; past it the call is
+/// dropped (its transaction rolls back, its connection is discarded).
+async fn bounded<T>(call: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(CALL_LIMIT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::unavailable(
+            Unavailable::Timeout,
+            format!("the database gave no answer within {CALL_LIMIT:?}; the call was dropped"),
+        )),
+    }
+}
+
 impl DatabaseStore {
     /// Makes the bound's estimate exact again when it is due, in the
     /// background: no request waits for the count.
@@ -330,7 +349,7 @@ impl LimitStore for DatabaseStore {
         for attempt in 0.. {
             let bound = &shared.bound;
             let decide = &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, bound);
-            let outcome = on_backend!(&shared.db, b => b.update(&hashes, generation, decide).await);
+            let outcome = on_backend!(&shared.db, b => bounded(b.update(&hashes, generation, decide)).await);
             match outcome {
                 Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
                     // Full: make room from expired rows, then try once more.
@@ -357,7 +376,7 @@ impl LimitStore for DatabaseStore {
         check_keys(keys)?;
         let shared = &*self.shared;
         let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
-        let (rows, now) = on_backend!(&shared.db, b => b.read(&hashes).await)?;
+        let (rows, now) = on_backend!(&shared.db, b => bounded(b.read(&hashes)).await)?;
         let generation = shared.secret.generation();
         rows.iter().zip(&hashes).map(|(row, hash)| row::live_entry(row.as_ref(), hash, now, generation)).collect()
     }
