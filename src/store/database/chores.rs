@@ -114,3 +114,14 @@ where
     }
     Ok(now)
 }
+
+/// A statement for every number of keys a call may have (index = key count),
+/// built once when the store opens instead of on every count.
+pub(super) fn by_key_count(statement: impl Fn(usize) -> String) -> Vec<String> {
+    (0..=crate::MAX_KEYS).map(statement).collect()
+}
+
+/// `?, ?, …` for `n` values.
+pub(super) fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}

@@ -6,10 +6,11 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
-use super::chores::{chores, latest_now, match_rows};
+use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -24,10 +25,16 @@ pub(super) struct Mysql {
     pool: MySqlPool,
     table: String,
     url_hint: String,
-}
-
-fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
+    /// By key count: create-or-lock the rows, in key-hash order.
+    lock: Vec<String>,
+    /// By key count: the clock and the rows of the keys, in one statement.
+    select: Vec<String>,
+    /// By key count: delete the rows.
+    delete: Vec<String>,
+    update: String,
+    insert_new: String,
+    replace_if: String,
+    delete_if: String,
 }
 
 impl Mysql {
@@ -50,7 +57,36 @@ impl Mysql {
             .connect_with(options)
             .await
             .map_err(|e| db_error("connect to MySQL", e))?;
-        Ok(Mysql { pool, table, url_hint: super::redact(url) })
+        let t = &table;
+        Ok(Mysql {
+            pool,
+            url_hint: super::redact(url),
+            lock: by_key_count(|n| {
+                format!(
+                    "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES {} \
+                     ON DUPLICATE KEY UPDATE value = value",
+                    vec!["(?, 0, 'null', 0)"; n].join(", ")
+                )
+            }),
+            select: by_key_count(|n| {
+                format!(
+                    "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+                     FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS t ON t.key_hash IN ({})",
+                    marks(n)
+                )
+            }),
+            delete: by_key_count(|n| format!("DELETE FROM {t} WHERE key_hash IN ({})", marks(n))),
+            update: format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?"),
+            insert_new: format!("INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?)"),
+            replace_if: format!(
+                "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
+                 WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
+            ),
+            delete_if: format!(
+                "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
+            ),
+            table,
+        })
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
@@ -98,85 +134,65 @@ impl Mysql {
     async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
         let (rows, now) = self.read_rows(std::slice::from_ref(hash)).await?;
         let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let t = &self.table;
         let row = rows.into_iter().next().flatten();
         let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
         let done = match Conditional::new(row, write) {
             Conditional::Nothing => return Ok(true),
             Conditional::Insert { value, expires_at } => {
-                sqlx::query(&format!(
-                    "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?)"
-                ))
-                .bind(&hash[..])
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.insert_new)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
             Conditional::Replace { old, value, expires_at } => {
-                sqlx::query(&format!(
-                    "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
-                     WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
-                ))
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .bind(&hash[..])
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.replace_if)
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(&hash[..])
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
             Conditional::Delete { old } => {
-                sqlx::query(&format!(
-                    "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
-                ))
-                .bind(&hash[..])
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.delete_if)
+                    .bind(&hash[..])
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
         };
         Ok(done.rows_affected() == 1)
     }
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        let t = &self.table;
-        let mut sorted: Vec<&KeyHash> = hashes.iter().collect();
+        let mut sorted: SmallVec<[&KeyHash; 4]> = hashes.iter().collect();
         sorted.sort_unstable();
         let mut tx = self.pool.begin().await?;
-        let lock = format!(
-            "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES {} \
-             ON DUPLICATE KEY UPDATE value = value",
-            vec!["(?, 0, 'null', 0)"; hashes.len()].join(", ")
-        );
-        let mut query = sqlx::query(&lock);
+        let mut query = sqlx::query(&self.lock[hashes.len()]);
         for hash in &sorted {
             query = query.bind(&hash[..]);
         }
         query.execute(&mut *tx).await?;
-        let select = format!(
-            "SELECT key_hash, generation, value, expires_at, {NOW} AS now FROM {t} WHERE key_hash IN ({})",
-            marks(hashes.len())
-        );
-        let mut query = sqlx::query(&select);
+        let mut query = sqlx::query(&self.select[hashes.len()]);
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&mut *tx).await?;
-        let now = latest_now(&found)?;
         let rows = match_rows(&found, hashes)?;
-        let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let update = format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?");
-        let mut deletes = Vec::new();
+        let writes = decide(&rows, latest_now(&found)?).map_err(Failure::Store)?;
+        let mut deletes: SmallVec<[&KeyHash; 4]> = SmallVec::new();
         for (hash, write) in hashes.iter().zip(writes) {
             match write {
                 RowWrite::Put { value, expires_at } => {
-                    sqlx::query(&update)
+                    sqlx::query(&self.update)
                         .bind(generation)
                         .bind(value)
                         .bind(expires_at)
@@ -189,8 +205,7 @@ impl Mysql {
             }
         }
         if !deletes.is_empty() {
-            let delete = format!("DELETE FROM {t} WHERE key_hash IN ({})", marks(deletes.len()));
-            let mut query = sqlx::query(&delete);
+            let mut query = sqlx::query(&self.delete[deletes.len()]);
             for hash in deletes {
                 query = query.bind(&hash[..]);
             }
@@ -206,19 +221,12 @@ impl Mysql {
 
     /// The rows of `hashes` in key order and the database's clock, in one statement.
     async fn read_rows(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
-        let t = &self.table;
-        let select = format!(
-            "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
-             FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS t ON t.key_hash IN ({})",
-            marks(hashes.len())
-        );
-        let mut query = sqlx::query(&select);
+        let mut query = sqlx::query(&self.select[hashes.len()]);
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&self.pool).await?;
-        let now = latest_now(&found)?;
-        Ok((match_rows(&found, hashes)?, now))
+        Ok((match_rows(&found, hashes)?, latest_now(&found)?))
     }
 
     fn sweep_sql(&self) -> String {

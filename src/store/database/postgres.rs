@@ -25,6 +25,9 @@ pub(super) struct Postgres {
     write: String,
     read: String,
     sweep: String,
+    insert_new: String,
+    replace_if: String,
+    delete_if: String,
 }
 
 impl Postgres {
@@ -70,6 +73,17 @@ impl Postgres {
                 "DELETE FROM {t} WHERE key_hash IN \
                    (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH} FOR UPDATE SKIP LOCKED) \
                  AND expires_at <= {NOW}"
+            ),
+            insert_new: format!(
+                "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (key_hash) DO NOTHING"
+            ),
+            replace_if: format!(
+                "UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
+                 WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7"
+            ),
+            delete_if: format!(
+                "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
             ),
             table,
         })
@@ -157,48 +171,39 @@ impl Postgres {
     async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
         let (rows, now) = self.read_rows(std::slice::from_ref(hash)).await?;
         let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let t = &self.table;
         let row = rows.into_iter().next().flatten();
         let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
         let done = match Conditional::new(row, write) {
             Conditional::Nothing => return Ok(true),
             Conditional::Insert { value, expires_at } => {
-                sqlx::query(&format!(
-                    "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (key_hash) DO NOTHING"
-                ))
-                .bind(&hash[..])
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.insert_new)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
             Conditional::Replace { old, value, expires_at } => {
-                sqlx::query(&format!(
-                    "UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
-                     WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7"
-                ))
-                .bind(&hash[..])
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.replace_if)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
             Conditional::Delete { old } => {
-                sqlx::query(&format!(
-                    "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
-                ))
-                .bind(&hash[..])
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at)
-                .execute(&self.pool)
-                .await?
+                sqlx::query(&self.delete_if)
+                    .bind(&hash[..])
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at)
+                    .execute(&self.pool)
+                    .await?
             }
         };
         Ok(done.rows_affected() == 1)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use super::chores::{chores, match_rows};
+use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
 use super::error::{db_error, settle, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};
@@ -24,11 +24,10 @@ pub(super) struct Sqlite {
     pool: SqlitePool,
     table: String,
     url_hint: String,
-}
-
-/// `?, ?, …` for `n` values.
-fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
+    /// By key count: the clock and the rows of the keys, in one statement.
+    select: Vec<String>,
+    upsert: String,
+    delete: String,
 }
 
 impl Sqlite {
@@ -45,7 +44,25 @@ impl Sqlite {
             .connect_with(options)
             .await
             .map_err(|e| db_error("open the SQLite database", e))?;
-        Ok(Sqlite { pool, table, url_hint: super::redact(url) })
+        let t = &table;
+        Ok(Sqlite {
+            pool,
+            url_hint: super::redact(url),
+            select: by_key_count(|n| {
+                format!(
+                    "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+                     FROM (SELECT 1) AS one LEFT JOIN {t} AS t ON t.key_hash IN ({})",
+                    marks(n)
+                )
+            }),
+            upsert: format!(
+                "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
+                 value = excluded.value, expires_at = excluded.expires_at"
+            ),
+            delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
+            table,
+        })
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
@@ -76,30 +93,18 @@ impl Sqlite {
     }
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        let t = &self.table;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let now: Millis = sqlx::query_scalar(&format!("SELECT {NOW}")).fetch_one(&mut *tx).await?;
-        let select = format!(
-            "SELECT key_hash, generation, value, expires_at FROM {t} WHERE key_hash IN ({})",
-            marks(hashes.len())
-        );
-        let mut query = sqlx::query(&select);
+        let mut query = sqlx::query(&self.select[hashes.len()]);
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&mut *tx).await?;
         let rows = match_rows(&found, hashes)?;
-        let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let upsert = format!(
-            "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
-             value = excluded.value, expires_at = excluded.expires_at"
-        );
-        let delete = format!("DELETE FROM {t} WHERE key_hash = ?");
+        let writes = decide(&rows, latest_now(&found)?).map_err(Failure::Store)?;
         for (hash, write) in hashes.iter().zip(writes) {
             match write {
                 RowWrite::Put { value, expires_at } => {
-                    sqlx::query(&upsert)
+                    sqlx::query(&self.upsert)
                         .bind(&hash[..])
                         .bind(generation)
                         .bind(value)
@@ -108,7 +113,7 @@ impl Sqlite {
                         .await?;
                 }
                 RowWrite::Delete => {
-                    sqlx::query(&delete).bind(&hash[..]).execute(&mut *tx).await?;
+                    sqlx::query(&self.delete).bind(&hash[..]).execute(&mut *tx).await?;
                 }
                 RowWrite::Keep => {}
             }
@@ -118,22 +123,13 @@ impl Sqlite {
     }
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-        let t = &self.table;
-        let mut conn = self.pool.acquire().await.map_err(|e| db_error("read", e))?;
-        let now: Millis = sqlx::query_scalar(&format!("SELECT {NOW}"))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| db_error("read", e))?;
-        let select = format!(
-            "SELECT key_hash, generation, value, expires_at FROM {t} WHERE key_hash IN ({})",
-            marks(hashes.len())
-        );
-        let mut query = sqlx::query(&select);
+        let mut query = sqlx::query(&self.select[hashes.len()]);
         for hash in hashes {
             query = query.bind(&hash[..]);
         }
-        let found = query.fetch_all(&mut *conn).await.map_err(|e| db_error("read", e))?;
-        Ok((match_rows(&found, hashes).map_err(|e| db_error("read", e))?, now))
+        let found = query.fetch_all(&self.pool).await.map_err(|e| db_error("read", e))?;
+        let read = || Ok((match_rows(&found, hashes)?, latest_now(&found)?));
+        read().map_err(|e| db_error("read", e))
     }
 
     fn sweep_sql(&self) -> String {
