@@ -32,6 +32,7 @@ pub mod clock;
 pub mod error;
 pub mod guard;
 pub mod keys;
+pub mod limits;
 pub mod log;
 pub mod rules;
 pub mod store;
@@ -41,6 +42,7 @@ pub mod transaction;
 
 pub use error::StoreError;
 pub use guard::Guarded;
+pub use limits::{Decision, Limit, LimitError, Limits, Policy};
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{DatabaseStore, DatabaseStoreBuilder};
