@@ -29,6 +29,7 @@
 
 mod bound;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod guard;
 pub mod keys;
