@@ -239,6 +239,14 @@ type Item<'a, 'i> = (
     &'a Spanned<DeValue<'i>>,
 );
 
+/// A table's items in file order (the parsed map is sorted by key), so
+/// settings apply, and errors are found, in the order they were written.
+fn in_order<'a, 'i>(table: &'a DeTable<'i>) -> Vec<Item<'a, 'i>> {
+    let mut items: Vec<Item<'a, 'i>> = table.iter().collect();
+    items.sort_by_key(|(key, _)| key.span().start);
+    items
+}
+
 impl Parser<'_> {
     fn line(&self, at: usize) -> usize {
         self.text[..at.min(self.text.len())]
@@ -335,7 +343,7 @@ impl Parser<'_> {
             message: e.message().trim().to_owned(),
         })?;
         let mut config = Config::default();
-        for item in root.get_ref() {
+        for item in in_order(root.get_ref()) {
             match item.0.get_ref().as_ref() {
                 "rate_limit" => self.rate_limit(self.table(item, "rate_limit")?, &mut config)?,
                 other => return Err(self.unknown(item, other, "rate_limit")),
@@ -345,7 +353,7 @@ impl Parser<'_> {
     }
 
     fn rate_limit(&self, table: &DeTable<'_>, config: &mut Config) -> Result<(), ConfigError> {
-        for item in table {
+        for item in in_order(table) {
             let name = item.0.get_ref().as_ref();
             let path = format!("rate_limit.{name}");
             match name {
@@ -367,7 +375,7 @@ impl Parser<'_> {
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
                 "secret" => config.secret = Some(self.string(item, &path)?.to_owned()),
                 "limits" => {
-                    for limit in self.table(item, &path)? {
+                    for limit in in_order(self.table(item, &path)?) {
                         let settings = self.limit(limit)?;
                         config.limits.push(settings);
                     }
@@ -402,7 +410,7 @@ impl Parser<'_> {
             ..PartSettings::default()
         };
         let mut parts = Vec::new();
-        for field in self.table(item, &path)? {
+        for field in in_order(self.table(item, &path)?) {
             let key = field.0.get_ref().as_ref();
             let path = format!("{path}.{key}");
             match key {
@@ -449,7 +457,7 @@ impl Parser<'_> {
             name: name.to_owned(),
             ..PartSettings::default()
         };
-        for field in self.table(item, path)? {
+        for field in in_order(self.table(item, path)?) {
             let key = field.0.get_ref().as_ref();
             let path = format!("{path}.{key}");
             match key {

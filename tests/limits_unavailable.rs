@@ -47,7 +47,10 @@ fn on(store: &'static str) -> Limits {
         .unwrap()
 }
 
-const EVERY_PRESET: [(&str, &[(&str, &str)], bool); 5] = [
+/// A preset, the parts of one attempt, and whether it allows when unavailable.
+type Case = (&'static str, &'static [(&'static str, &'static str)], bool);
+
+const EVERY_PRESET: [Case; 5] = [
     ("sign-in", &[("account", "a"), ("ip", "b")], false),
     ("password-reset", &[("account", "a"), ("ip", "b")], true),
     ("code-sent", &[("destination", "a")], false),
