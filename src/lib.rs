@@ -7,6 +7,9 @@
 //!   keys on the store's own clock, plus `read` and `sweep`.
 //! - [`MemoryStore`] keeps counts in this process (the default): sharded, bounded.
 //! - [`Guarded`] puts a deadline (2 s) and an in-flight cap (64) on any store.
+//! - [`Limits`] is what an app calls: presets for sign-in, password reset,
+//!   codes sent and checked, and API calls, counted on any store; settings in
+//!   code or in `limit-store.toml` ([`config`]).
 //! - [`testing`] (feature `testing`) is the contract suite: run it against your
 //!   own store with two handles, as two instances of your site would hold it.
 //!
@@ -29,9 +32,11 @@
 
 mod bound;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod guard;
 pub mod keys;
+pub mod limits;
 pub mod log;
 pub mod rules;
 pub mod store;
@@ -41,6 +46,7 @@ pub mod transaction;
 
 pub use error::StoreError;
 pub use guard::Guarded;
+pub use limits::{Decision, Limit, LimitError, Limits, Policy};
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{DatabaseStore, DatabaseStoreBuilder};

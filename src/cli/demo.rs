@@ -1,73 +1,46 @@
-//! `limit-store demo`: the embedded default at work, end to end.
+//! `limit-store demo`: the embedded default at work, end to end: the presets
+//! on the memory store.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use limit_store::{update_with, Entry, Guarded, LimitStore, MemoryStore, Write};
-use serde_json::json;
+use limit_store::{Limits, MemoryStore};
 
 /// Options of `demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Attempts to make for one account.
+    /// Sign-in attempts to make for one account.
     #[arg(long, default_value_t = 8)]
     attempts: u64,
-    /// Attempts allowed per window.
-    #[arg(long, default_value_t = 5)]
-    budget: u64,
-    /// The window, in seconds.
-    #[arg(long, default_value_t = 900)]
-    window: i64,
-    /// Then count this many attempts on distinct keys and report the rate.
+    /// Then count this many `api` attempts over 50,000 clients and report the rate.
     #[arg(long, default_value_t = 200_000)]
     throughput: u64,
 }
 
-/// Counts `attempts` sign-ins in a fixed window, then measures a burst.
+/// Makes `attempts` sign-in attempts, then measures a burst on `api`.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let store: Arc<dyn LimitStore> = Arc::new(Guarded::new(Arc::new(MemoryStore::new())));
-    let key = "sign-in:account:ada@example.com";
-    println!("sign-in for {key}: {} per {} s, on the memory store", args.budget, args.window);
+    let limits = Limits::builder().store(Arc::new(MemoryStore::new())).single_instance(true).build()?;
+    let account = ("account", "ada@example.com");
+    println!("sign-in for {}: the preset's budget, on the memory store", account.1);
     for attempt in 1..=args.attempts {
-        let (allowed, count, reset_at, now) = count_attempt(&*store, key, args.budget, args.window * 1_000).await?;
-        let verdict = if allowed { "allowed" } else { "limited" };
-        println!(
-            "  attempt {attempt}: {verdict:7} count {count}/{} resets in {} s",
-            args.budget,
-            (reset_at - now) / 1_000
-        );
+        let d = limits.attempt("sign-in", &[account, ("ip", "192.0.2.7")]).await?;
+        let verdict = if d.allowed { "allowed" } else { "limited" };
+        let retry = d.retry_after.map(|r| format!(", retry in {} s", r.as_secs())).unwrap_or_default();
+        println!("  attempt {attempt}: {verdict:7} {} left{retry}", d.remaining);
     }
     if args.throughput > 0 {
         let started = Instant::now();
+        let mut allowed = 0u64;
         for i in 0..args.throughput {
-            let key = format!("api:client:{}", i % 50_000);
-            count_attempt(&*store, &key, u64::MAX, 60_000).await?;
+            let client = format!("client-{}", i % 50_000);
+            allowed += u64::from(limits.attempt("api", &[("client", &client)]).await?.allowed);
         }
         let secs = started.elapsed().as_secs_f64();
         println!(
-            "counted {} attempts on 50,000 keys in {secs:.3} s ({:.0} per second, one thread, guarded)",
+            "api: {} attempts over 50,000 clients in {secs:.3} s ({:.0} per second, one thread), {allowed} allowed",
             args.throughput,
             args.throughput as f64 / secs
         );
     }
     Ok(())
-}
-
-/// One fixed-window attempt: counted only when the budget allows it.
-async fn count_attempt(
-    store: &dyn LimitStore,
-    key: &str,
-    budget: u64,
-    window_ms: i64,
-) -> anyhow::Result<(bool, u64, i64, i64)> {
-    Ok(update_with(store, &[key], |current, now| {
-        let (count, reset_at) =
-            current[0].as_ref().map_or((0, now + window_ms), |e| (e.value["n"].as_u64().unwrap_or(0), e.expires_at));
-        if count >= budget {
-            return (vec![Write::Keep], (false, count, reset_at, now));
-        }
-        let entry = Entry { value: json!({ "n": count + 1 }), expires_at: reset_at };
-        (vec![Write::Put(entry)], (true, count + 1, reset_at, now))
-    })
-    .await?)
 }

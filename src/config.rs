@@ -1,0 +1,455 @@
+//! Settings: in code ([`Config`]'s fields, or [`Limits::builder`] directly) and
+//! in `limit-store.toml`, with the database URL and the secret overridable
+//! from the environment.
+//!
+//! ```toml
+//! [rate_limit]
+//! store = "database"                        # or "memory" (the default)
+//! database_url = "sqlite://limit-store.db"  # the default
+//! max_entries = 1000000                     # experimental
+//!
+//! [rate_limit.limits.sign-in]
+//! budget = 10          # the first part's budget (account)
+//! window = "15m"
+//! policy = "deny"      # when the store is unavailable: "allow" or "deny"
+//! shadow = false
+//!
+//! [rate_limit.limits.sign-in.ip]
+//! budget = 100
+//! ```
+//!
+//! Unknown keys and bad values are errors that name the key and its line.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use crate::limits::{presets, LimitError, Limits, LimitsBuilder, Policy};
+use crate::{LimitStore, MemoryStore};
+
+/// The file the settings are read from by default.
+pub const FILE: &str = "limit-store.toml";
+/// Overrides `rate_limit.database_url`.
+pub const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
+/// Overrides `rate_limit.secret`.
+pub const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
+/// The database URL when none is set.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://limit-store.db";
+
+/// Which store the limits count in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoreKind {
+    /// In this process ([`MemoryStore`]): not shared between instances.
+    #[default]
+    Memory,
+    /// In the app's SQL database (`DatabaseStore`): shared.
+    Database,
+}
+
+/// Every setting. `Config::default()` is what an empty file means.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// `rate_limit.store`.
+    pub store: StoreKind,
+    /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
+    pub database_url: String,
+    /// `rate_limit.single_instance`: the site runs as one instance, so the
+    /// memory store loses nothing (no startup warning).
+    pub single_instance: bool,
+    /// `rate_limit.max_entries`, the store's bound (experimental); the store's
+    /// own default when `None`.
+    pub max_entries: Option<u64>,
+    /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
+    /// store's key hashes. Prefer the environment to the file.
+    pub secret: Option<String>,
+    /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
+    pub limits: Vec<LimitSettings>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            store: StoreKind::Memory,
+            database_url: DEFAULT_DATABASE_URL.to_owned(),
+            single_instance: false,
+            max_entries: None,
+            secret: None,
+            limits: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("store", &self.store)
+            .field("database_url", &self.database_url)
+            .field("single_instance", &self.single_instance)
+            .field("max_entries", &self.max_entries)
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// Changes to one preset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitSettings {
+    /// The preset's name.
+    pub name: String,
+    /// What it answers when the store is unavailable.
+    pub policy: Option<Policy>,
+    /// Shadow mode.
+    pub shadow: Option<bool>,
+    /// Budgets and windows of its parts.
+    pub parts: Vec<PartSettings>,
+}
+
+/// Changes to one part of a preset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartSettings {
+    /// The part's name.
+    pub name: String,
+    /// Its budget.
+    pub budget: Option<u64>,
+    /// Its window.
+    pub window: Option<Duration>,
+}
+
+/// A settings file that can't be used: where, which key, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}{}{}: {message}", .line.map(|l| format!(" line {l}")).unwrap_or_default(), .key.as_ref().map(|k| format!(", `{k}`")).unwrap_or_default())]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// The file (or `limit-store.toml` for text parsed directly).
+    pub origin: String,
+    /// The line of the key, counting from 1.
+    pub line: Option<usize>,
+    /// The full key, as `rate_limit.limits.sign-in.budget`.
+    pub key: Option<String>,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+const RATE_LIMIT_KEYS: &str = "store, database_url, single_instance, max_entries, secret, limits";
+const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
+const PART_KEYS: &str = "budget, window";
+
+impl Config {
+    /// Reads `path` and applies the environment overrides.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            line: None,
+            key: None,
+            message: format!("can't read the file: {e}"),
+        })?;
+        let mut config = Config::parse(&text).map_err(|e| ConfigError { origin, ..e })?;
+        config.apply_env(|var| std::env::var(var).ok());
+        Ok(config)
+    }
+
+    /// Parses the text of a settings file (no environment overrides).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Parser { text }.config()
+    }
+
+    /// Applies the overrides `var` finds (`LIMIT_STORE_DATABASE_URL`,
+    /// `LIMIT_STORE_SECRET`); [`Config::load`] reads them from the process.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
+            self.database_url = url;
+        }
+        if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
+            self.secret = Some(secret);
+        }
+    }
+
+    /// Puts the limit settings (and `single_instance`) on `builder`.
+    pub fn apply(&self, mut builder: LimitsBuilder) -> LimitsBuilder {
+        builder = builder.single_instance(self.single_instance);
+        for limit in &self.limits {
+            if let Some(policy) = limit.policy {
+                builder = builder.policy(&limit.name, policy);
+            }
+            if let Some(shadow) = limit.shadow {
+                builder = builder.shadow(&limit.name, shadow);
+            }
+            for part in &limit.parts {
+                if let Some(budget) = part.budget {
+                    builder = builder.budget(&limit.name, &part.name, budget);
+                }
+                if let Some(window) = part.window {
+                    builder = builder.window(&limit.name, &part.name, window);
+                }
+            }
+        }
+        builder
+    }
+
+    /// Opens the configured store (the database store needs its table:
+    /// `limit-store migrate`) and builds the limits on it.
+    pub async fn build_limits(&self) -> Result<Limits, LimitError> {
+        let store: Arc<dyn LimitStore> = match self.store {
+            StoreKind::Memory => Arc::new(match self.max_entries {
+                Some(n) => MemoryStore::with_max_entries(n),
+                None => MemoryStore::new(),
+            }),
+            StoreKind::Database => self.database().await?,
+        };
+        self.apply(Limits::builder().store(store)).build()
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
+        let mut builder = crate::DatabaseStore::builder(&self.database_url);
+        if let Some(secret) = &self.secret {
+            builder = builder.secret(secret);
+        }
+        if let Some(n) = self.max_entries {
+            builder = builder.max_entries(n);
+        }
+        Ok(Arc::new(builder.connect().await?))
+    }
+
+    #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+    async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
+        Err(crate::StoreError::setup(
+            "rate_limit.store = \"database\" needs limit-store built with a database feature (sqlite, postgres or mysql)",
+        )
+        .into())
+    }
+}
+
+/// Walks the parsed file, keeping each key's full name and line for errors.
+struct Parser<'t> {
+    text: &'t str,
+}
+
+type Item<'a, 'i> = (&'a Spanned<std::borrow::Cow<'i, str>>, &'a Spanned<DeValue<'i>>);
+
+/// A table's items in file order (the parsed map is sorted by key), so
+/// settings apply, and errors are found, in the order they were written.
+fn in_order<'a, 'i>(table: &'a DeTable<'i>) -> Vec<Item<'a, 'i>> {
+    let mut items: Vec<Item<'a, 'i>> = table.iter().collect();
+    items.sort_by_key(|(key, _)| key.span().start);
+    items
+}
+
+impl Parser<'_> {
+    fn line(&self, at: usize) -> usize {
+        self.text[..at.min(self.text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    }
+
+    fn error(&self, at: usize, key: &str, message: String) -> ConfigError {
+        ConfigError { origin: FILE.to_owned(), line: Some(self.line(at)), key: Some(key.to_owned()), message }
+    }
+
+    fn unknown(&self, (key, _): Item<'_, '_>, path: &str, expected: &str) -> ConfigError {
+        self.error(key.span().start, path, format!("unknown key; expected one of: {expected}"))
+    }
+
+    fn table<'a, 'i>(&self, (key, value): Item<'a, 'i>, path: &str) -> Result<&'a DeTable<'i>, ConfigError> {
+        match value.get_ref() {
+            DeValue::Table(table) => Ok(table),
+            other => Err(self.error(key.span().start, path, format!("expected a table, found a {}", other.type_str()))),
+        }
+    }
+
+    fn string<'a>(&self, (key, value): Item<'a, '_>, path: &str) -> Result<&'a str, ConfigError> {
+        match value.get_ref() {
+            DeValue::String(s) => Ok(s),
+            other => {
+                Err(self.error(key.span().start, path, format!("expected a string, found a {}", other.type_str())))
+            }
+        }
+    }
+
+    fn boolean(&self, (key, value): Item<'_, '_>, path: &str) -> Result<bool, ConfigError> {
+        match value.get_ref() {
+            DeValue::Boolean(b) => Ok(*b),
+            other => {
+                Err(self.error(key.span().start, path, format!("expected true or false, found a {}", other.type_str())))
+            }
+        }
+    }
+
+    fn count(&self, (key, value): Item<'_, '_>, path: &str) -> Result<u64, ConfigError> {
+        let n = match value.get_ref() {
+            DeValue::Integer(i) => u64::from_str_radix(i.as_str(), i.radix()).ok(),
+            _ => None,
+        };
+        n.filter(|&n| n >= 1)
+            .ok_or_else(|| self.error(key.span().start, path, "expected a whole number of at least 1".into()))
+    }
+
+    fn window(&self, item: Item<'_, '_>, path: &str) -> Result<Duration, ConfigError> {
+        let text = self.string(item, path)?;
+        parse_duration(text).ok_or_else(|| {
+            self.error(
+                item.0.span().start,
+                path,
+                format!("`{text}` is not a window: write a whole number and a unit, as \"500ms\", \"30s\", \"15m\", \"1h\" or \"1d\""),
+            )
+        })
+    }
+
+    fn config(&self) -> Result<Config, ConfigError> {
+        let root = DeTable::parse(self.text).map_err(|e| ConfigError {
+            origin: FILE.to_owned(),
+            line: e.span().map(|s| self.line(s.start)),
+            key: None,
+            message: e.message().trim().to_owned(),
+        })?;
+        let mut config = Config::default();
+        for item in in_order(root.get_ref()) {
+            match item.0.get_ref().as_ref() {
+                "rate_limit" => self.rate_limit(self.table(item, "rate_limit")?, &mut config)?,
+                other => return Err(self.unknown(item, other, "rate_limit")),
+            }
+        }
+        Ok(config)
+    }
+
+    fn rate_limit(&self, table: &DeTable<'_>, config: &mut Config) -> Result<(), ConfigError> {
+        for item in in_order(table) {
+            let name = item.0.get_ref().as_ref();
+            let path = format!("rate_limit.{name}");
+            match name {
+                "store" => {
+                    config.store = match self.string(item, &path)? {
+                        "memory" => StoreKind::Memory,
+                        "database" => StoreKind::Database,
+                        other => {
+                            return Err(self.error(
+                                item.0.span().start,
+                                &path,
+                                format!("`{other}` is not a store: use \"memory\" or \"database\" (an app's own store is set in code)"),
+                            ))
+                        }
+                    }
+                }
+                "database_url" => config.database_url = self.string(item, &path)?.to_owned(),
+                "single_instance" => config.single_instance = self.boolean(item, &path)?,
+                "max_entries" => config.max_entries = Some(self.count(item, &path)?),
+                "secret" => config.secret = Some(self.string(item, &path)?.to_owned()),
+                "limits" => {
+                    for limit in in_order(self.table(item, &path)?) {
+                        let settings = self.limit(limit)?;
+                        config.limits.push(settings);
+                    }
+                }
+                _ => return Err(self.unknown(item, &path, RATE_LIMIT_KEYS)),
+            }
+        }
+        Ok(())
+    }
+
+    fn limit(&self, item: Item<'_, '_>) -> Result<LimitSettings, ConfigError> {
+        let name = item.0.get_ref().as_ref();
+        let path = format!("rate_limit.limits.{name}");
+        let Some(preset) = presets::named(name) else {
+            let known: Vec<String> = presets::all().into_iter().map(|l| l.name).collect();
+            return Err(self.error(
+                item.0.span().start,
+                &path,
+                format!(
+                    "no preset named `{name}`: the file changes presets ({}); limits of the app's own are set in code",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let first = preset.parts[0].name.clone();
+        let mut settings = LimitSettings { name: name.to_owned(), ..LimitSettings::default() };
+        let mut limit_level = PartSettings { name: first, ..PartSettings::default() };
+        let mut parts = Vec::new();
+        for field in in_order(self.table(item, &path)?) {
+            let key = field.0.get_ref().as_ref();
+            let path = format!("{path}.{key}");
+            match key {
+                "budget" => limit_level.budget = Some(self.count(field, &path)?),
+                "window" => limit_level.window = Some(self.window(field, &path)?),
+                "shadow" => settings.shadow = Some(self.boolean(field, &path)?),
+                "policy" => {
+                    settings.policy = Some(match self.string(field, &path)? {
+                        "allow" => Policy::Allow,
+                        "deny" => Policy::Deny,
+                        other => {
+                            return Err(self.error(
+                                field.0.span().start,
+                                &path,
+                                format!("`{other}` is not a policy: use \"allow\" or \"deny\""),
+                            ))
+                        }
+                    })
+                }
+                part if preset.part_named(part).is_some() => {
+                    parts.push(self.part(field, part, &path)?);
+                }
+                _ => {
+                    let expected = format!("{LIMIT_KEYS} ({})", preset.part_names().join(", "));
+                    return Err(self.unknown(field, &path, &expected));
+                }
+            }
+        }
+        // The limit-level budget and window go first, so a part's own table wins.
+        if limit_level.budget.is_some() || limit_level.window.is_some() {
+            settings.parts.push(limit_level);
+        }
+        settings.parts.extend(parts);
+        Ok(settings)
+    }
+
+    fn part(&self, item: Item<'_, '_>, name: &str, path: &str) -> Result<PartSettings, ConfigError> {
+        let mut part = PartSettings { name: name.to_owned(), ..PartSettings::default() };
+        for field in in_order(self.table(item, path)?) {
+            let key = field.0.get_ref().as_ref();
+            let path = format!("{path}.{key}");
+            match key {
+                "budget" => part.budget = Some(self.count(field, &path)?),
+                "window" => part.window = Some(self.window(field, &path)?),
+                _ => return Err(self.unknown(field, &path, PART_KEYS)),
+            }
+        }
+        Ok(part)
+    }
+}
+
+/// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`: a whole number and a unit.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(ms).filter(|&ms| ms > 0).map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1d"), Some(Duration::from_secs(86_400)));
+        for bad in ["", "15", "m", "0s", "1.5h", "15 m", "-1s", "1w"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}

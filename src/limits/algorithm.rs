@@ -1,0 +1,316 @@
+//! What a limit counts with: one [`Algorithm`] per part, each a pure function
+//! of the part's live entry, the store's clock and the part's budget; and
+//! [`decide`], which joins the parts of one attempt into one answer.
+//!
+//! Nothing here touches a store: the functions run inside a store's `apply`, and
+//! the tests call them with explicit `now` values.
+
+use std::time::Duration;
+
+use crate::{Entry, Millis, Write};
+
+use super::{gcra, lockout, window};
+
+/// Most attempts a sliding window keeps: its stored value is the list of them,
+/// and it must stay well under the store's 4096-byte value limit.
+pub const MAX_SLIDING_BUDGET: u64 = 256;
+
+/// How one part of a limit counts attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// `budget` attempts per window; the window opens at the first attempt.
+    /// With a `cooldown`, two allowed attempts are at least that far apart.
+    FixedWindow {
+        /// Attempts allowed per window.
+        budget: u64,
+        /// The window, in milliseconds.
+        window: Millis,
+        /// Least time between two allowed attempts, in milliseconds (0: none).
+        cooldown: Millis,
+    },
+    /// `budget` attempts in any span of one window. Only allowed attempts are
+    /// recorded, so a refused attempt never pushes its own window out.
+    SlidingWindow {
+        /// Attempts allowed in any window.
+        budget: u64,
+        /// The window, in milliseconds.
+        window: Millis,
+    },
+    /// `budget` attempts per window; the attempt that uses the last of it
+    /// locks the part for `lock` from then on. [`Limits::reset`](super::Limits::reset)
+    /// (a success) unlocks it.
+    Lockout {
+        /// Attempts allowed before the lock.
+        budget: u64,
+        /// The window the attempts are counted in, in milliseconds.
+        window: Millis,
+        /// How long the part stays locked, in milliseconds.
+        lock: Millis,
+    },
+    /// GCRA (a token bucket kept as one timestamp): `budget` attempts per
+    /// window, refilled evenly, with bursts of up to `budget`.
+    Gcra {
+        /// Attempts per window, and the largest burst.
+        budget: u64,
+        /// The window, in milliseconds.
+        window: Millis,
+    },
+}
+
+/// Milliseconds in `d`, saturating.
+pub(crate) fn millis(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
+impl Algorithm {
+    /// A fixed window of `budget` attempts per `window`.
+    pub fn fixed_window(budget: u64, window: Duration) -> Self {
+        Algorithm::FixedWindow { budget, window: millis(window), cooldown: 0 }
+    }
+
+    /// A fixed window with at least `cooldown` between two allowed attempts.
+    pub fn fixed_window_with_cooldown(budget: u64, window: Duration, cooldown: Duration) -> Self {
+        Algorithm::FixedWindow { budget, window: millis(window), cooldown: millis(cooldown) }
+    }
+
+    /// A sliding window of `budget` (at most 256) attempts in any `window`.
+    pub fn sliding_window(budget: u64, window: Duration) -> Self {
+        Algorithm::SlidingWindow { budget, window: millis(window) }
+    }
+
+    /// `budget` attempts per `window`, then locked for `lock`.
+    pub fn lockout(budget: u64, window: Duration, lock: Duration) -> Self {
+        Algorithm::Lockout { budget, window: millis(window), lock: millis(lock) }
+    }
+
+    /// GCRA: `budget` attempts per `window`, refilled evenly.
+    pub fn gcra(budget: u64, window: Duration) -> Self {
+        Algorithm::Gcra { budget, window: millis(window) }
+    }
+
+    /// Attempts allowed per window.
+    pub fn budget(&self) -> u64 {
+        match *self {
+            Algorithm::FixedWindow { budget, .. }
+            | Algorithm::SlidingWindow { budget, .. }
+            | Algorithm::Lockout { budget, .. }
+            | Algorithm::Gcra { budget, .. } => budget,
+        }
+    }
+
+    /// The window, in milliseconds.
+    pub fn window(&self) -> Millis {
+        match *self {
+            Algorithm::FixedWindow { window, .. }
+            | Algorithm::SlidingWindow { window, .. }
+            | Algorithm::Lockout { window, .. }
+            | Algorithm::Gcra { window, .. } => window,
+        }
+    }
+
+    /// The same algorithm with another budget.
+    pub(crate) fn set_budget(&mut self, to: u64) {
+        match self {
+            Algorithm::FixedWindow { budget, .. }
+            | Algorithm::SlidingWindow { budget, .. }
+            | Algorithm::Lockout { budget, .. }
+            | Algorithm::Gcra { budget, .. } => *budget = to,
+        }
+    }
+
+    /// The same algorithm with another window.
+    pub(crate) fn set_window(&mut self, to: Millis) {
+        match self {
+            Algorithm::FixedWindow { window, .. }
+            | Algorithm::SlidingWindow { window, .. }
+            | Algorithm::Lockout { window, .. }
+            | Algorithm::Gcra { window, .. } => *window = to,
+        }
+    }
+
+    /// Why this algorithm can't count, if it can't.
+    pub(crate) fn problem(&self) -> Option<String> {
+        let (budget, window) = (self.budget(), self.window());
+        if budget == 0 {
+            return Some("a budget of 0 refuses everything: the budget must be at least 1".into());
+        }
+        if window <= 0 {
+            return Some("the window must be at least 1 ms".into());
+        }
+        match *self {
+            Algorithm::SlidingWindow { budget, .. } if budget > MAX_SLIDING_BUDGET => Some(format!(
+                "a sliding window keeps every attempt, so its budget is at most {MAX_SLIDING_BUDGET} (this one is {budget}): use a fixed window or GCRA for larger budgets"
+            )),
+            Algorithm::Gcra { budget, window } if gcra::interval(budget, window) == 0 => Some(format!(
+                "GCRA refills one attempt every window/budget ms, and {window} ms / {budget} is under 1 ms: lower the budget or lengthen the window"
+            )),
+            Algorithm::FixedWindow { cooldown, .. } if cooldown < 0 => {
+                Some("the cooldown can't be negative".into())
+            }
+            Algorithm::Lockout { lock, .. } if lock <= 0 => {
+                Some("the lock must be at least 1 ms".into())
+            }
+            _ => None,
+        }
+    }
+
+    /// Checks one attempt on one part: what the part would answer, and what to
+    /// write if the whole attempt is allowed.
+    pub fn check(&self, entry: Option<&Entry>, now: Millis) -> Outcome {
+        match *self {
+            Algorithm::FixedWindow { budget, window, cooldown } => window::fixed(entry, now, budget, window, cooldown),
+            Algorithm::SlidingWindow { budget, window } => window::sliding(entry, now, budget, window),
+            Algorithm::Lockout { budget, window, lock } => lockout::check(entry, now, budget, window, lock),
+            Algorithm::Gcra { budget, window } => gcra::check(entry, now, budget, window),
+        }
+    }
+}
+
+/// One part's answer to one attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The part has budget left for this attempt.
+    pub allowed: bool,
+    /// Attempts left after this one (when allowed) or now (when refused).
+    pub remaining: u64,
+    /// When the part next has more budget: the window's end, or when the
+    /// oldest recorded attempt leaves a sliding window.
+    pub reset_at: Millis,
+    /// For a refused attempt: how long until one would be allowed, in ms.
+    pub retry_after: Option<Millis>,
+    /// What to write when the attempt is counted; `Keep` when refused.
+    pub write: Write,
+}
+
+impl Outcome {
+    pub(crate) fn refused(remaining: u64, reset_at: Millis, allowed_at: Millis, now: Millis) -> Self {
+        Outcome {
+            allowed: false,
+            remaining,
+            reset_at,
+            retry_after: Some((allowed_at - now).max(1)),
+            write: Write::Keep,
+        }
+    }
+
+    pub(crate) fn counted(remaining: u64, reset_at: Millis, entry: Entry) -> Self {
+        Outcome { allowed: true, remaining, reset_at, retry_after: None, write: Write::Put(entry) }
+    }
+}
+
+/// The joined answer of every part of one attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// Every part had budget left; the attempt was counted on each.
+    pub allowed: bool,
+    /// The fewest attempts left on any part.
+    pub remaining: u64,
+    /// `reset_at` of the part that answered (see [`Verdict::part`]).
+    pub reset_at: Millis,
+    /// For a refused attempt: the longest wait any refusing part asks for, in ms.
+    pub retry_after: Option<Millis>,
+    /// Index of the part that answered: the refusing part with the longest
+    /// wait, or the part with the fewest attempts left.
+    pub part: usize,
+}
+
+/// Joins one attempt over all parts of a limit: allowed only when every part
+/// has budget left, and then counted on every part; a refused attempt writes
+/// nothing. `entries[i]` is the live entry of `parts[i]`.
+pub fn decide<'a>(
+    parts: impl Iterator<Item = &'a Algorithm>,
+    entries: &[Option<Entry>],
+    now: Millis,
+) -> (Vec<Write>, Verdict) {
+    let outcomes: Vec<Outcome> =
+        parts.zip(entries).map(|(algorithm, entry)| algorithm.check(entry.as_ref(), now)).collect();
+    join(outcomes, now)
+}
+
+/// Joins the parts' outcomes of one attempt into the writes (every part's
+/// write when all allow, else `Keep` everywhere) and one verdict.
+pub fn join(outcomes: Vec<Outcome>, now: Millis) -> (Vec<Write>, Verdict) {
+    let allowed = outcomes.iter().all(|o| o.allowed);
+    let part = if allowed {
+        // The tightest part speaks for the attempt.
+        (0..outcomes.len())
+            .min_by_key(|&i| (outcomes[i].remaining, std::cmp::Reverse(outcomes[i].reset_at)))
+            .unwrap_or(0)
+    } else {
+        (0..outcomes.len()).filter(|&i| !outcomes[i].allowed).max_by_key(|&i| outcomes[i].retry_after).unwrap_or(0)
+    };
+    let verdict = Verdict {
+        allowed,
+        remaining: outcomes.iter().map(|o| o.remaining).min().unwrap_or(0),
+        reset_at: outcomes.get(part).map_or(now, |o| o.reset_at),
+        retry_after: outcomes.get(part).and_then(|o| o.retry_after),
+        part,
+    };
+    let writes =
+        if allowed { outcomes.into_iter().map(|o| o.write).collect() } else { vec![Write::Keep; outcomes.len()] };
+    (writes, verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Millis = 60_000;
+
+    #[test]
+    fn every_part_must_allow_and_then_every_part_counts() {
+        let parts =
+            [Algorithm::fixed_window(2, Duration::from_secs(60)), Algorithm::fixed_window(5, Duration::from_secs(60))];
+        let mut entries = vec![None, None];
+        let now = 1_000;
+        for expected_remaining in [1, 0] {
+            let (writes, v) = decide(parts.iter(), &entries, now);
+            assert!(v.allowed);
+            assert_eq!(v.remaining, expected_remaining);
+            assert_eq!(v.part, 0, "the tighter part speaks");
+            entries = writes
+                .into_iter()
+                .map(|w| match w {
+                    Write::Put(e) => Some(e),
+                    other => panic!("expected a put, got {other:?}"),
+                })
+                .collect();
+        }
+        // The first part is spent: refused, and the second part is not counted.
+        let (writes, v) = decide(parts.iter(), &entries, now);
+        assert!(!v.allowed);
+        assert_eq!(v.part, 0);
+        assert_eq!(v.retry_after, Some(MIN));
+        assert_eq!(writes, vec![Write::Keep, Write::Keep]);
+        assert_eq!(entries[1].as_ref().unwrap().value, serde_json::json!(2));
+    }
+
+    #[test]
+    fn the_longest_wait_answers_a_refusal() {
+        let parts =
+            [Algorithm::fixed_window(1, Duration::from_secs(60)), Algorithm::fixed_window(1, Duration::from_secs(600))];
+        let (writes, _) = decide(parts.iter(), &[None, None], 0);
+        let entries: Vec<Option<Entry>> = writes
+            .into_iter()
+            .map(|w| match w {
+                Write::Put(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        let (_, v) = decide(parts.iter(), &entries, 1_000);
+        assert!(!v.allowed);
+        assert_eq!(v.part, 1);
+        assert_eq!(v.retry_after, Some(600_000 - 1_000));
+    }
+
+    #[test]
+    fn problems_are_named() {
+        assert!(Algorithm::fixed_window(0, Duration::from_secs(1)).problem().is_some());
+        assert!(Algorithm::fixed_window(1, Duration::ZERO).problem().is_some());
+        assert!(Algorithm::sliding_window(257, Duration::from_secs(1)).problem().is_some());
+        assert!(Algorithm::sliding_window(256, Duration::from_secs(1)).problem().is_none());
+        assert!(Algorithm::gcra(2_000, Duration::from_secs(1)).problem().is_some());
+        assert!(Algorithm::gcra(1_000, Duration::from_secs(1)).problem().is_none());
+    }
+}

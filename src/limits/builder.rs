@@ -1,0 +1,165 @@
+//! `LimitsBuilder`: the store, the presets, changes to them, limits of the
+//! app's own, and the earlier contract, put together once at startup.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Guarded, LimitStore, MemoryStore, Millis};
+
+use super::algorithm::millis;
+use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
+use super::{presets, Backend, Counted, Limit, LimitError, Limits, Policy, KIND_NOT_SHARED};
+
+/// A change to a limit, applied when the limits are built.
+#[derive(Clone, Debug)]
+enum Change {
+    Policy(Policy),
+    Shadow(bool),
+    Budget(String, u64),
+    Window(String, Millis),
+}
+
+/// Builds [`Limits`]: `Limits::builder().store(store).build()`.
+#[must_use]
+pub struct LimitsBuilder {
+    store: Option<Arc<dyn LimitStore>>,
+    legacy: Option<Arc<dyn RateLimitStore>>,
+    limits: Vec<Limit>,
+    changes: Vec<(String, Change)>,
+    single_instance: bool,
+}
+
+impl std::fmt::Debug for LimitsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimitsBuilder")
+            .field("limits", &self.limits.iter().map(Limit::name).collect::<Vec<_>>())
+            .field("changes", &self.changes)
+            .field("single_instance", &self.single_instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LimitsBuilder {
+    pub(crate) fn new() -> Self {
+        LimitsBuilder { store: None, legacy: None, limits: presets::all(), changes: Vec::new(), single_instance: false }
+    }
+
+    /// Counts in `store` (the memory store when not set). The limits put it
+    /// behind a [`Guarded`] of their own: a 2 s deadline, 64 calls in flight.
+    pub fn store(mut self, store: Arc<dyn LimitStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Keeps a store of the earlier contract serving the `sign-in` and `api`
+    /// limits; the other limits count in the limit store.
+    pub fn legacy_store(mut self, store: Arc<dyn RateLimitStore>) -> Self {
+        self.legacy = Some(store);
+        self
+    }
+
+    /// Says the site runs as one instance, so a store that is not shared
+    /// (the memory store) loses nothing: no startup warning.
+    pub fn single_instance(mut self, single: bool) -> Self {
+        self.single_instance = single;
+        self
+    }
+
+    /// Starts from no limits instead of the presets.
+    pub fn without_presets(mut self) -> Self {
+        self.limits.clear();
+        self
+    }
+
+    /// Adds a limit of the app's own, or replaces the one of the same name.
+    pub fn limit(mut self, limit: Limit) -> Self {
+        match self.limits.iter_mut().find(|l| l.name == limit.name) {
+            Some(slot) => *slot = limit,
+            None => self.limits.push(limit),
+        }
+        self
+    }
+
+    /// Sets what limit `limit` answers when its store is unavailable.
+    pub fn policy(self, limit: &str, policy: Policy) -> Self {
+        self.change(limit, Change::Policy(policy))
+    }
+
+    /// Puts limit `limit` in or out of shadow mode.
+    pub fn shadow(self, limit: &str, shadow: bool) -> Self {
+        self.change(limit, Change::Shadow(shadow))
+    }
+
+    /// Sets the budget of `part` of limit `limit`.
+    pub fn budget(self, limit: &str, part: &str, budget: u64) -> Self {
+        self.change(limit, Change::Budget(part.to_owned(), budget))
+    }
+
+    /// Sets the window of `part` of limit `limit`.
+    pub fn window(self, limit: &str, part: &str, window: Duration) -> Self {
+        self.change(limit, Change::Window(part.to_owned(), millis(window)))
+    }
+
+    fn change(mut self, limit: &str, change: Change) -> Self {
+        self.changes.push((limit.to_owned(), change));
+        self
+    }
+
+    /// Applies the changes, checks every limit, and wraps the store in its
+    /// guard. Logs a warning (`kind = "limit-store-not-shared"`) when the
+    /// store is not shared between instances and
+    /// [`single_instance`](Self::single_instance) is not set.
+    pub fn build(self) -> Result<Limits, LimitError> {
+        let mut limits = self.limits;
+        for (name, change) in self.changes {
+            let known: Vec<String> = limits.iter().map(|l| l.name.clone()).collect();
+            let Some(limit) = limits.iter_mut().find(|l| l.name == name) else {
+                return Err(LimitError::UnknownLimit { name, known });
+            };
+            match change {
+                Change::Policy(policy) => limit.policy = policy,
+                Change::Shadow(shadow) => limit.shadow = shadow,
+                Change::Budget(part, budget) => part_of(limit, &part)?.set_budget(budget),
+                Change::Window(part, window) => part_of(limit, &part)?.set_window(window),
+            }
+        }
+        for limit in &limits {
+            if let Some(detail) = limit.problem() {
+                return Err(LimitError::Invalid { limit: limit.name.clone(), detail });
+            }
+        }
+
+        let inner = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let store: Arc<dyn LimitStore> = Arc::new(Guarded::new(inner));
+        if !store.shared() && !self.single_instance {
+            tracing::warn!(
+                kind = KIND_NOT_SHARED,
+                "limit counts are kept in this process only: on several instances every budget is multiplied by their number; use the database store, or set rate_limit.single_instance = true if the site runs as one instance"
+            );
+        }
+        let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l)));
+        let counted: HashMap<String, Counted> = limits
+            .into_iter()
+            .map(|limit| {
+                let backend = match &legacy {
+                    Some(legacy) if SERVED.contains(&limit.name.as_str()) => Backend::Legacy(legacy.clone()),
+                    _ => Backend::Store(store.clone()),
+                };
+                (limit.name.clone(), Counted::new(limit, backend))
+            })
+            .collect();
+        Ok(Limits { limits: Arc::new(counted) })
+    }
+}
+
+/// The algorithm of `part` of `limit`, for a change.
+fn part_of<'a>(limit: &'a mut Limit, part: &str) -> Result<&'a mut super::Algorithm, LimitError> {
+    let takes = limit.part_names();
+    let name = limit.name.clone();
+    limit.part_named_mut(part).map(|p| &mut p.algorithm).ok_or_else(|| LimitError::UnknownPart {
+        limit: name,
+        part: part.to_owned(),
+        takes,
+    })
+}

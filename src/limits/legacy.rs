@@ -1,0 +1,102 @@
+//! The earlier store contract, [`RateLimitStore`]: a counter per key with
+//! `increment` and `reset`. An app that passes one keeps it serving the
+//! `sign-in` and `api` limits; the other limits count in the limit store.
+//!
+//! The earlier contract has no atomic read-modify-write, so these two limits
+//! count the way they did before: every attempt increments each part's
+//! counter (refused attempts too), and an attempt is allowed while every
+//! count stays within its part's budget, in fixed windows of the part's
+//! window. Lockout and GCRA don't apply there.
+//!
+//! Its calls get the same guard as every store: answered within 2 s, at most
+//! 64 running at once, a slow call keeping its place until it really ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::error::{BoxError, Unavailable};
+use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
+use crate::log::{Throttle, KIND_UNAVAILABLE};
+use crate::{Millis, StoreError};
+
+/// The earlier store contract: a counter per key that expires with its window.
+#[async_trait::async_trait]
+pub trait RateLimitStore: Send + Sync {
+    /// Adds one to `key`'s counter, starting a window of `window` when it has
+    /// none, and answers the count after the increment and when the window
+    /// ends (ms since the Unix epoch).
+    async fn increment(&self, key: &str, window: Duration) -> Result<(u64, Millis), BoxError>;
+    /// Removes `key`'s counter.
+    async fn reset(&self, key: &str) -> Result<(), BoxError>;
+}
+
+/// The names of the limits an earlier-contract store keeps serving.
+pub const SERVED: [&str; 2] = [super::presets::SIGN_IN, super::presets::API];
+
+/// A [`RateLimitStore`] behind the deadline and the in-flight cap.
+pub(crate) struct GuardedLegacy {
+    store: Arc<dyn RateLimitStore>,
+    slots: Arc<Semaphore>,
+    deadline: Duration,
+    log: Throttle,
+}
+
+impl GuardedLegacy {
+    pub(crate) fn new(store: Arc<dyn RateLimitStore>) -> Self {
+        GuardedLegacy {
+            store,
+            slots: Arc::new(Semaphore::new(DEFAULT_MAX_IN_FLIGHT)),
+            deadline: DEFAULT_DEADLINE,
+            log: Throttle::new(),
+        }
+    }
+
+    pub(crate) async fn increment(&self, key: String, window: Duration) -> Result<(u64, Millis), StoreError> {
+        let store = self.store.clone();
+        self.run(async move { store.increment(&key, window).await }).await
+    }
+
+    pub(crate) async fn reset(&self, key: String) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        self.run(async move { store.reset(&key).await }).await
+    }
+
+    /// Runs `call` in a task that holds its slot until the call really ends,
+    /// and answers within the deadline.
+    async fn run<T: Send + 'static>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, BoxError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let result = match self.slots.clone().try_acquire_owned() {
+            Err(_) => Err(StoreError::unavailable(
+                Unavailable::Overloaded,
+                format!("{DEFAULT_MAX_IN_FLIGHT} calls to the RateLimitStore are still running"),
+            )),
+            Ok(slot) => {
+                let task = tokio::spawn(async move {
+                    let _slot = slot;
+                    call.await
+                });
+                match tokio::time::timeout(self.deadline, task).await {
+                    Err(_) => Err(StoreError::unavailable(
+                        Unavailable::Timeout,
+                        format!("the RateLimitStore gave no answer within {:?}", self.deadline),
+                    )),
+                    Ok(Err(_join)) => {
+                        Err(StoreError::unavailable(Unavailable::StoreFailed, "the RateLimitStore call panicked"))
+                    }
+                    Ok(Ok(Err(e))) => Err(StoreError::store_failed("the RateLimitStore failed", e)),
+                    Ok(Ok(Ok(value))) => Ok(value),
+                }
+            }
+        };
+        if let Err(e) = &result {
+            if self.log.ready() {
+                tracing::warn!(kind = KIND_UNAVAILABLE, reason = e.unavailable_reason().map_or("", Unavailable::as_str), error = %e, "RateLimitStore call answered unavailable");
+            }
+        }
+        result
+    }
+}

@@ -1,0 +1,158 @@
+//! What a limit is: a name, the parts it counts per, an algorithm and budget
+//! for each part, a policy for when the store is unavailable, and whether it
+//! only watches (shadow mode).
+
+use super::algorithm::Algorithm;
+
+/// What a limit answers when its store is unavailable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Let the attempt through, uncounted (for limits whose refusal would
+    /// take the site down with the store: API calls).
+    Allow,
+    /// Refuse the attempt (for limits that stand between an attacker and an
+    /// account: sign-in, code guesses).
+    Deny,
+}
+
+impl Policy {
+    /// `"allow"` or `"deny"`, as in logs and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Allow => "allow",
+            Policy::Deny => "deny",
+        }
+    }
+}
+
+/// One counter of a limit: the attempts of one kind of key (an account, an IP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub(crate) name: String,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) resets: bool,
+}
+
+impl Part {
+    /// A part named `name` (letters, digits, `-`, `_`), counted by `algorithm`.
+    pub fn new(name: &str, algorithm: Algorithm) -> Self {
+        Part { name: name.to_owned(), algorithm, resets: true }
+    }
+
+    /// Keeps this part's count when the limit is reset: a successful sign-in
+    /// clears the account's failures, not the IP's, or one valid account would
+    /// let an attacker clear an IP's budget at will.
+    pub fn kept_on_reset(mut self) -> Self {
+        self.resets = false;
+        self
+    }
+
+    /// The part's name, as passed to [`Limits::attempt`](super::Limits::attempt).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How the part counts.
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// True when [`Limits::reset`](super::Limits::reset) clears this part.
+    pub fn resets(&self) -> bool {
+        self.resets
+    }
+}
+
+/// A limit: attempts counted per each of its parts, allowed only while every
+/// part has budget left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub(crate) name: String,
+    pub(crate) parts: Vec<Part>,
+    pub(crate) policy: Policy,
+    pub(crate) shadow: bool,
+}
+
+impl Limit {
+    /// A limit named `name` with no parts yet, denying when the store is unavailable.
+    pub fn new(name: &str) -> Self {
+        Limit { name: name.to_owned(), parts: Vec::new(), policy: Policy::Deny, shadow: false }
+    }
+
+    /// Adds a part.
+    pub fn part(mut self, part: Part) -> Self {
+        self.parts.push(part);
+        self
+    }
+
+    /// Sets what the limit answers when its store is unavailable.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Shadow mode: count and log what the limit would refuse, refuse nothing.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The limit's parts, in the order their keys are counted.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The part named `name`, if the limit has one.
+    pub fn part_named(&self, name: &str) -> Option<&Part> {
+        self.parts.iter().find(|p| p.name == name)
+    }
+
+    pub(crate) fn part_named_mut(&mut self, name: &str) -> Option<&mut Part> {
+        self.parts.iter_mut().find(|p| p.name == name)
+    }
+
+    /// The limit's policy for an unavailable store.
+    pub fn unavailable_policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// True in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The names of the parts, for error messages.
+    pub(crate) fn part_names(&self) -> Vec<String> {
+        self.parts.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// Why this limit can't be used, if it can't.
+    pub(crate) fn problem(&self) -> Option<String> {
+        let valid_name = |s: &str| {
+            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !valid_name(&self.name) {
+            return Some("a limit's name is 1 to 64 letters, digits, `-` or `_` (it starts every key)".into());
+        }
+        if self.parts.is_empty() || self.parts.len() > crate::MAX_KEYS {
+            return Some(format!("a limit has 1 to {} parts (it has {})", crate::MAX_KEYS, self.parts.len()));
+        }
+        for (i, part) in self.parts.iter().enumerate() {
+            if !valid_name(&part.name) {
+                return Some(format!("part `{}`: a part's name is 1 to 64 letters, digits, `-` or `_`", part.name));
+            }
+            if self.parts[..i].iter().any(|p| p.name == part.name) {
+                return Some(format!("part `{}` appears twice", part.name));
+            }
+            if let Some(problem) = part.algorithm.problem() {
+                return Some(format!("part `{}`: {problem}", part.name));
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,436 @@
+//! Limits built on the store: what an app calls before a sign-in, a password
+//! reset, a code sent or checked, or an API call.
+//!
+//! A [`Limit`] counts attempts per each of its parts (an account, an IP), each
+//! part a key in the store with its own [`Algorithm`] and budget. One attempt
+//! is one atomic [`update`](crate::LimitStore::update) over all of the limit's
+//! keys: allowed only when every part has budget left, and then counted on
+//! every part. Being limited is a [`Decision`], not an error; so is a store
+//! that could not answer, which each limit maps by its [`Policy`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use limit_store::{Limits, MemoryStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), limit_store::LimitError> {
+//! let limits = Limits::builder().store(Arc::new(MemoryStore::new())).single_instance(true).build()?;
+//! let d = limits.attempt("sign-in", &[("account", "ada@example.com"), ("ip", "192.0.2.7")]).await?;
+//! assert!(d.allowed);
+//! // The password was right: clear the account's failures.
+//! limits.reset("sign-in", &[("account", "ada@example.com")]).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod algorithm;
+mod builder;
+pub mod gcra;
+mod key;
+pub mod legacy;
+mod limit;
+pub mod lockout;
+pub mod presets;
+pub mod window;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::Unavailable;
+use crate::log::Throttle;
+use crate::transaction::refuse_in_transaction;
+use crate::{update_with, LimitStore, Millis, StoreError, Write};
+
+pub use algorithm::Algorithm;
+pub use builder::LimitsBuilder;
+pub use legacy::RateLimitStore;
+pub use limit::{Limit, Part, Policy};
+
+use algorithm::{Outcome, Verdict};
+use legacy::GuardedLegacy;
+
+/// `kind` of the warning that a limit answered by its policy because its
+/// store was unavailable.
+pub const KIND_DEGRADED: &str = "limit-degraded";
+/// `kind` of the line that a limit in shadow mode would have refused an attempt.
+pub const KIND_SHADOW_REFUSAL: &str = "limit-shadow-refusal";
+/// `kind` of the startup warning that counts are not shared between instances.
+pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
+
+/// The answer to one attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Go ahead. False when the attempt is limited, or when the store was
+    /// unavailable and the limit's policy is deny (see [`Decision::degraded`]).
+    pub allowed: bool,
+    /// Attempts left now, on the part with the fewest.
+    pub remaining: u64,
+    /// When that part next has more budget, on the store's clock (ms).
+    pub reset_at: Millis,
+    /// For a limited attempt: how long until one would be allowed.
+    pub retry_after: Option<Duration>,
+    /// The budget of the part that answered.
+    pub budget: u64,
+    /// The store's time of the decision (ms), to turn `reset_at` into a wait.
+    pub now: Millis,
+    /// For a limited attempt (or one shadow mode let through): the part that
+    /// ran out.
+    pub limited_by: Option<String>,
+    /// The store was unavailable, so nothing was counted and the limit's
+    /// policy answered. Not the same as limited: answer it as a fault of your
+    /// own (HTTP 503), not as the client's (HTTP 429).
+    pub degraded: Option<Unavailable>,
+    /// Shadow mode let through an attempt it would have refused.
+    pub shadow_refused: bool,
+}
+
+impl Decision {
+    /// True when the attempt ran out of budget (not when the store was unavailable).
+    pub fn is_limited(&self) -> bool {
+        !self.allowed && self.degraded.is_none()
+    }
+}
+
+/// How often each answer was given, since the limits were built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitCounters {
+    /// Attempts allowed and counted.
+    pub allowed: u64,
+    /// Attempts refused for lack of budget.
+    pub limited: u64,
+    /// Attempts answered by the unavailable policy.
+    pub degraded: u64,
+    /// Attempts shadow mode let through that would have been refused.
+    pub shadow_refused: u64,
+}
+
+/// The error of a limit call. Limited is not an error (see [`Decision`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// No limit has that name.
+    #[error("no limit named `{name}`: the limits are {}", .known.join(", "))]
+    UnknownLimit {
+        /// The name asked for.
+        name: String,
+        /// The limits there are.
+        known: Vec<String>,
+    },
+    /// A part was given that the limit does not count per.
+    #[error("limit `{limit}` has no part `{part}`: it takes {}", .takes.join(", "))]
+    UnknownPart {
+        /// The limit.
+        limit: String,
+        /// The part given.
+        part: String,
+        /// The parts the limit takes.
+        takes: Vec<String>,
+    },
+    /// A part the limit counts per was not given.
+    #[error("limit `{limit}` needs a value for part `{part}`: it takes {}", .takes.join(", "))]
+    MissingPart {
+        /// The limit.
+        limit: String,
+        /// The missing part.
+        part: String,
+        /// The parts the limit takes.
+        takes: Vec<String>,
+    },
+    /// The same part was given twice.
+    #[error("part `{part}` was given twice to limit `{limit}`: give each part once")]
+    DuplicatePart {
+        /// The limit.
+        limit: String,
+        /// The repeated part.
+        part: String,
+    },
+    /// A limit's definition can't count (found when the limits are built).
+    #[error("limit `{limit}` can't be used: {detail}")]
+    Invalid {
+        /// The limit.
+        limit: String,
+        /// What is wrong and what to change.
+        detail: String,
+    },
+    /// The store refused the call, or held corrupt data, or (for `reset`) was
+    /// unavailable. `attempt` maps an unavailable store by the limit's policy.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where a limit counts.
+enum Backend {
+    Store(Arc<dyn LimitStore>),
+    Legacy(Arc<GuardedLegacy>),
+}
+
+/// One limit ready to count, with its counters and log throttles.
+struct Counted {
+    limit: Limit,
+    backend: Backend,
+    allowed: AtomicU64,
+    limited: AtomicU64,
+    degraded: AtomicU64,
+    shadow_refused: AtomicU64,
+    degraded_log: Throttle,
+    shadow_log: Throttle,
+}
+
+/// Whether a call needs every part, or only those a reset clears.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    All,
+    Resetting,
+}
+
+/// The limits of an app, counting in one store. Cheap to clone.
+#[derive(Clone)]
+pub struct Limits {
+    limits: Arc<HashMap<String, Counted>>,
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits").field("limits", &self.names()).finish_non_exhaustive()
+    }
+}
+
+impl Limits {
+    /// A builder with the presets on and the memory store.
+    pub fn builder() -> LimitsBuilder {
+        LimitsBuilder::new()
+    }
+
+    /// Counts one attempt on limit `name` for the given parts, as
+    /// `(part, value)` pairs in any order (values are any UTF-8: emails, IPs).
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
+    pub async fn attempt(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
+        refuse_in_transaction()?;
+        let counted = self.get(name)?;
+        let keys = counted.keys(parts, Need::All)?;
+        let refs: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+        let answered = match &counted.backend {
+            Backend::Store(store) => {
+                let algorithms = &counted.limit.parts;
+                update_with(&**store, &refs, |current, now| {
+                    let (writes, verdict) = algorithm::decide(algorithms.iter().map(|p| &p.algorithm), current, now);
+                    (writes, (verdict, now))
+                })
+                .await
+            }
+            Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
+        };
+        match answered {
+            Ok((verdict, now)) => Ok(counted.answer(verdict, now)),
+            Err(e) if e.is_unavailable() => Ok(counted.degraded(&e)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Clears limit `name`'s counts for the given parts: call it on a success
+    /// (the right password, the right code). Parts marked
+    /// [`kept_on_reset`](Part::kept_on_reset) keep counting and may be omitted.
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
+    pub async fn reset(&self, name: &str, parts: &[(&str, &str)]) -> Result<(), LimitError> {
+        refuse_in_transaction()?;
+        let counted = self.get(name)?;
+        let keys: Vec<String> = counted
+            .keys(parts, Need::Resetting)?
+            .into_iter()
+            .filter(|&(i, _)| counted.limit.parts[i].resets)
+            .map(|(_, k)| k)
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        match &counted.backend {
+            Backend::Store(store) => {
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                store.update(&refs, &mut |current, _| vec![Write::Delete; current.len()]).await?;
+            }
+            Backend::Legacy(legacy) => {
+                for key in keys {
+                    legacy.reset(key).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The definition of limit `name`, as built (overrides applied).
+    pub fn limit(&self, name: &str) -> Option<&Limit> {
+        self.limits.get(name).map(|c| &c.limit)
+    }
+
+    /// The names of the limits, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.limits.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// How often limit `name` gave each answer.
+    pub fn counters(&self, name: &str) -> Option<LimitCounters> {
+        self.limits.get(name).map(|c| LimitCounters {
+            allowed: c.allowed.load(Ordering::Relaxed),
+            limited: c.limited.load(Ordering::Relaxed),
+            degraded: c.degraded.load(Ordering::Relaxed),
+            shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Attempts answered by an unavailable policy, over every limit.
+    pub fn degraded_total(&self) -> u64 {
+        self.limits.values().map(|c| c.degraded.load(Ordering::Relaxed)).sum()
+    }
+
+    fn get(&self, name: &str) -> Result<&Counted, LimitError> {
+        self.limits.get(name).ok_or_else(|| LimitError::UnknownLimit { name: name.to_owned(), known: self.names() })
+    }
+}
+
+impl Counted {
+    fn new(limit: Limit, backend: Backend) -> Self {
+        Counted {
+            limit,
+            backend,
+            allowed: AtomicU64::new(0),
+            limited: AtomicU64::new(0),
+            degraded: AtomicU64::new(0),
+            shadow_refused: AtomicU64::new(0),
+            degraded_log: Throttle::new(),
+            shadow_log: Throttle::new(),
+        }
+    }
+
+    /// The store key of each part the call needs, with the part's index, in
+    /// the limit's order of parts.
+    fn keys(&self, given: &[(&str, &str)], need: Need) -> Result<Vec<(usize, String)>, LimitError> {
+        let limit = &self.limit;
+        let mut values: Vec<Option<&str>> = vec![None; limit.parts.len()];
+        for &(part, value) in given {
+            let Some(i) = limit.parts.iter().position(|p| p.name == part) else {
+                return Err(LimitError::UnknownPart {
+                    limit: limit.name.clone(),
+                    part: part.to_owned(),
+                    takes: limit.part_names(),
+                });
+            };
+            if values[i].replace(value).is_some() {
+                return Err(LimitError::DuplicatePart { limit: limit.name.clone(), part: part.to_owned() });
+            }
+        }
+        let mut keys = Vec::with_capacity(values.len());
+        for (i, (part, value)) in limit.parts.iter().zip(values).enumerate() {
+            match value {
+                Some(value) => keys.push((i, key::key(&limit.name, &part.name, value))),
+                None if need == Need::Resetting && !part.resets => {}
+                None => {
+                    return Err(LimitError::MissingPart {
+                        limit: limit.name.clone(),
+                        part: part.name.clone(),
+                        takes: limit.part_names(),
+                    })
+                }
+            }
+        }
+        Ok(keys)
+    }
+
+    /// The earlier contract: increment every part, allowed while each count
+    /// is within its budget.
+    async fn legacy_attempt(
+        &self,
+        legacy: &GuardedLegacy,
+        keys: &[(usize, String)],
+    ) -> Result<(Verdict, Millis), StoreError> {
+        let mut outcomes = Vec::with_capacity(keys.len());
+        let mut now = SystemClock.now();
+        for (i, key) in keys {
+            let algorithm = &self.limit.parts[*i].algorithm;
+            let window = Duration::from_millis(u64::try_from(algorithm.window()).unwrap_or(0));
+            let (count, reset_at) = legacy.increment(key.clone(), window).await?;
+            now = SystemClock.now();
+            let budget = algorithm.budget();
+            outcomes.push(if count <= budget {
+                Outcome { allowed: true, remaining: budget - count, reset_at, retry_after: None, write: Write::Keep }
+            } else {
+                Outcome::refused(0, reset_at, reset_at, now)
+            });
+        }
+        Ok((algorithm::join(outcomes, now).1, now))
+    }
+
+    fn answer(&self, verdict: Verdict, now: Millis) -> Decision {
+        let part = &self.limit.parts[verdict.part];
+        let mut decision = Decision {
+            allowed: verdict.allowed,
+            remaining: verdict.remaining,
+            reset_at: verdict.reset_at,
+            retry_after: None,
+            budget: part.algorithm.budget(),
+            now,
+            limited_by: None,
+            degraded: None,
+            shadow_refused: false,
+        };
+        if verdict.allowed {
+            self.allowed.fetch_add(1, Ordering::Relaxed);
+            return decision;
+        }
+        decision.limited_by = Some(part.name.clone());
+        if self.limit.shadow {
+            self.shadow_refused.fetch_add(1, Ordering::Relaxed);
+            if self.shadow_log.ready() {
+                tracing::info!(
+                    kind = KIND_SHADOW_REFUSAL,
+                    limit = %self.limit.name,
+                    part = %part.name,
+                    would_refuse = self.shadow_refused.load(Ordering::Relaxed),
+                    "limit in shadow mode let through an attempt it would refuse"
+                );
+            }
+            decision.allowed = true;
+            decision.shadow_refused = true;
+            return decision;
+        }
+        self.limited.fetch_add(1, Ordering::Relaxed);
+        let wait = verdict.retry_after.unwrap_or(1).max(1);
+        decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
+        decision
+    }
+
+    fn degraded(&self, error: &StoreError) -> Decision {
+        let reason = error.unavailable_reason().unwrap_or(Unavailable::StoreFailed);
+        let policy = self.limit.policy;
+        let total = self.degraded.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.degraded_log.ready() {
+            tracing::warn!(
+                kind = KIND_DEGRADED,
+                limit = %self.limit.name,
+                reason = reason.as_str(),
+                policy = policy.as_str(),
+                degraded = total,
+                error = %error,
+                "limit store unavailable: the limit's policy answered, nothing was counted"
+            );
+        }
+        let refuse = policy == Policy::Deny;
+        Decision {
+            allowed: !refuse || self.limit.shadow,
+            remaining: 0,
+            reset_at: SystemClock.now(),
+            retry_after: None,
+            budget: self.limit.parts[0].algorithm.budget(),
+            now: SystemClock.now(),
+            limited_by: None,
+            degraded: Some(reason),
+            shadow_refused: refuse && self.limit.shadow,
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Fixed and sliding windows.
+//!
+//! Stored values stay small, since they are JSON in the store and cross the
+//! network on every count:
+//! - fixed window: the count (`3`), or `[count, last]` with a cooldown, where
+//!   `last` is when the last allowed attempt was made; the entry expires when
+//!   the window ends;
+//! - sliding window: the allowed attempts still in the window, as the oldest
+//!   time followed by each one's distance from it (`[t0, 0, 1200, 5000]`); the
+//!   entry expires one window after the newest.
+//!
+//! A value of another shape (left by an earlier algorithm of the same limit) is
+//! read as no attempts.
+
+use serde_json::Value;
+
+use crate::{Entry, Millis};
+
+use super::algorithm::Outcome;
+
+/// One attempt on a fixed window of `budget` per `window` opened by the first
+/// attempt, with at least `cooldown` ms between allowed attempts.
+///
+/// An allowed attempt inside the window's last `cooldown` keeps the window open
+/// until its cooldown ends, so the cooldown can't be skipped by waiting for the
+/// window to close; the window only ever gets longer, never looser.
+pub fn fixed(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cooldown: Millis) -> Outcome {
+    let (count, last, end) = match entry.filter(|e| e.expires_at > now) {
+        Some(e) => {
+            let (count, last) = if cooldown > 0 {
+                match e.value.as_array().map(Vec::as_slice) {
+                    Some([Value::Number(c), Value::Number(l)]) => (c.as_u64(), l.as_i64()),
+                    _ => (None, None),
+                }
+            } else {
+                (e.value.as_u64(), None)
+            };
+            match count {
+                Some(count) => (count, last, e.expires_at),
+                None => (0, None, now.saturating_add(window)),
+            }
+        }
+        None => (0, None, now.saturating_add(window)),
+    };
+    let left = budget.saturating_sub(count);
+    if left == 0 {
+        return Outcome::refused(0, end, end, now);
+    }
+    if let Some(last) = last {
+        let ready_at = last.saturating_add(cooldown);
+        if now < ready_at {
+            return Outcome::refused(left, end, ready_at, now);
+        }
+    }
+    let count = count + 1;
+    let (value, expires_at) = if cooldown > 0 {
+        (Value::from(vec![Value::from(count), Value::from(now)]), end.max(now.saturating_add(cooldown)))
+    } else {
+        (Value::from(count), end)
+    };
+    Outcome::counted(left - 1, expires_at, Entry { value, expires_at })
+}
+
+/// The allowed attempts a sliding-window value records, oldest first.
+fn attempts(value: &Value) -> Vec<Millis> {
+    let Some(items) = value.as_array() else {
+        return Vec::new();
+    };
+    let mut numbers = items.iter().map(Value::as_i64);
+    let Some(Some(base)) = numbers.next() else {
+        return Vec::new();
+    };
+    let mut times = Vec::with_capacity(items.len() - 1);
+    for offset in numbers {
+        match offset {
+            Some(offset) => times.push(base.saturating_add(offset)),
+            None => return Vec::new(),
+        }
+    }
+    times
+}
+
+/// One attempt on a sliding window of `budget` attempts in any `window`.
+///
+/// Only allowed attempts are recorded; a refused one writes nothing, so it
+/// never pushes its own window out, and nothing is ever rolled back.
+pub fn sliding(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
+    let mut times = entry.filter(|e| e.expires_at > now).map(|e| attempts(&e.value)).unwrap_or_default();
+    // An attempt at `t` counts while `now < t + window`.
+    times.retain(|&t| t.saturating_add(window) > now);
+    times.sort_unstable();
+    let count = u64::try_from(times.len()).unwrap_or(u64::MAX);
+    let left = budget.saturating_sub(count);
+    if left == 0 {
+        // The oldest attempts leave first; an attempt is allowed again once
+        // enough of them have left to bring the count under the budget.
+        let surplus = usize::try_from(count - budget).unwrap_or(usize::MAX);
+        let frees_at = times.get(surplus).map_or(now, |&t| t.saturating_add(window));
+        return Outcome::refused(0, frees_at, frees_at, now);
+    }
+    times.push(now);
+    times.sort_unstable();
+    let base = times[0];
+    let mut items = Vec::with_capacity(times.len() + 1);
+    items.push(Value::from(base));
+    items.extend(times.iter().map(|&t| Value::from(t - base)));
+    let newest = times[times.len() - 1];
+    Outcome::counted(
+        left - 1,
+        base.saturating_add(window),
+        Entry { value: Value::from(items), expires_at: newest.saturating_add(window) },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Write;
+    use serde_json::json;
+
+    const W: Millis = 60_000;
+    const T0: Millis = 1_700_000_000_000;
+
+    fn entry(o: &Outcome) -> Entry {
+        match &o.write {
+            Write::Put(e) => e.clone(),
+            other => panic!("expected a put, got {other:?}"),
+        }
+    }
+
+    /// Runs attempts at `times` on `f`, keeping what each allowed one wrote.
+    fn run(mut f: impl FnMut(Option<&Entry>, Millis) -> Outcome, times: &[Millis]) -> (Vec<bool>, Option<Entry>) {
+        let mut current: Option<Entry> = None;
+        let mut seen = Vec::new();
+        for &now in times {
+            let live = current.clone().filter(|e| e.expires_at > now);
+            let o = f(live.as_ref(), now);
+            if o.allowed {
+                current = Some(entry(&o));
+            } else {
+                assert_eq!(o.write, Write::Keep, "a refused attempt writes nothing");
+            }
+            seen.push(o.allowed);
+        }
+        (seen, current)
+    }
+
+    #[test]
+    fn fixed_first_and_last_allowed_then_refused_until_the_window_ends() {
+        let first = fixed(None, T0, 3, W, 0);
+        assert!(first.allowed);
+        assert_eq!(first.remaining, 2);
+        assert_eq!(first.reset_at, T0 + W);
+        assert_eq!(entry(&first), Entry { value: json!(1), expires_at: T0 + W });
+
+        let (seen, kept) = run(|e, now| fixed(e, now, 3, W, 0), &[T0, T0 + 1, T0 + W - 1]);
+        assert_eq!(seen, [true, true, true], "the last allowed is the budget-th");
+        let kept = kept.unwrap();
+        assert_eq!(kept.value, json!(3));
+        // One millisecond before the window ends: refused, with the wait to its end.
+        let refused = fixed(Some(&kept), T0 + W - 1, 3, W, 0);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(1));
+        assert_eq!(refused.reset_at, T0 + W);
+        // At the end the entry is no longer live: a fresh window.
+        let next = fixed(Some(&kept), T0 + W, 3, W, 0);
+        assert!(next.allowed);
+        assert_eq!(next.remaining, 2);
+        assert_eq!(next.reset_at, T0 + 2 * W);
+    }
+
+    #[test]
+    fn fixed_cooldown_spaces_attempts_and_outlasts_the_window() {
+        let cd = 10_000;
+        let (seen, kept) = run(|e, now| fixed(e, now, 5, W, cd), &[T0, T0 + cd - 1, T0 + cd, T0 + W - 1]);
+        assert_eq!(seen, [true, false, true, true]);
+        let kept = kept.unwrap();
+        assert_eq!(kept.value, json!([3, T0 + W - 1]));
+        // The last attempt came 1 ms before the window's end: the entry lives
+        // until its cooldown is over, so the cooldown holds across the edge.
+        assert_eq!(kept.expires_at, T0 + W - 1 + cd);
+        let o = fixed(Some(&kept), T0 + W, 5, W, cd);
+        assert!(!o.allowed);
+        assert_eq!(o.remaining, 2, "a cooldown refusal leaves the budget");
+        assert_eq!(o.retry_after, Some(cd - 1));
+        assert!(fixed(Some(&kept), T0 + W - 1 + cd, 5, W, cd).allowed);
+    }
+
+    #[test]
+    fn fixed_reads_a_value_of_another_shape_as_fresh() {
+        let odd = Entry { value: json!({"n": 9}), expires_at: T0 + 5 };
+        let o = fixed(Some(&odd), T0, 2, W, 0);
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 1);
+    }
+
+    #[test]
+    fn sliding_counts_only_allowed_attempts() {
+        // Budget 2 per minute: attempts at 0 and 30 s are allowed, the one at
+        // 59.999 s is refused and must not extend anything.
+        let (seen, kept) = run(|e, now| sliding(e, now, 2, W), &[T0, T0 + 30_000, T0 + W - 1]);
+        assert_eq!(seen, [true, true, false]);
+        let kept = kept.unwrap();
+        assert_eq!(kept.value, json!([T0, 0, 30_000]));
+        assert_eq!(kept.expires_at, T0 + 30_000 + W);
+        // At the oldest attempt's edge it leaves the window: allowed again.
+        let refused_at_edge = sliding(Some(&kept), T0 + W - 1, 2, W);
+        assert_eq!(refused_at_edge.retry_after, Some(1));
+        assert_eq!(refused_at_edge.reset_at, T0 + W);
+        let o = sliding(Some(&kept), T0 + W, 2, W);
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 0);
+        assert_eq!(entry(&o).value, json!([T0 + 30_000, 0, 30_000]));
+        assert_eq!(o.reset_at, T0 + 30_000 + W);
+    }
+
+    #[test]
+    fn sliding_refusals_never_extend_their_window() {
+        // A client hammering a spent window gets in as soon as the first
+        // allowed attempt leaves it, however often it was refused meanwhile.
+        let mut times = vec![T0];
+        times.extend((1..60).map(|s| T0 + s * 1_000));
+        times.push(T0 + W);
+        let (seen, _) = run(|e, now| sliding(e, now, 1, W), &times);
+        assert!(seen[0]);
+        assert!(seen[1..60].iter().all(|a| !a));
+        assert!(seen[60]);
+    }
+
+    #[test]
+    fn sliding_after_a_lowered_budget_waits_for_enough_to_leave() {
+        // Recorded under a budget of 3; now the budget is 1: two must leave.
+        let e = Entry { value: json!([T0, 0, 10, 20]), expires_at: T0 + 20 + W };
+        let o = sliding(Some(&e), T0 + 100, 1, W);
+        assert!(!o.allowed);
+        assert_eq!(o.reset_at, T0 + 20 + W);
+    }
+
+    #[test]
+    fn sliding_value_stays_compact_at_the_largest_budget() {
+        let budget = crate::limits::algorithm::MAX_SLIDING_BUDGET;
+        let mut current: Option<Entry> = None;
+        let day = 86_400_000;
+        for i in 0..budget {
+            let now = T0 + i64::try_from(i).unwrap() * 300_000;
+            let o = sliding(current.as_ref(), now, budget, day);
+            assert!(o.allowed);
+            current = Some(entry(&o));
+        }
+        // Offsets of up to 8 digits here; even 13-digit offsets would fit.
+        let size = crate::rules::value_size(&current.unwrap().value);
+        assert!(size < crate::MAX_VALUE_BYTES * 3 / 5, "{size} bytes");
+    }
+}
