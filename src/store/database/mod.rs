@@ -12,6 +12,7 @@
 //!   sweep, plus its own adds) and makes it exact again near the bound, at
 //!   most once a second, in the background.
 
+mod attempt;
 mod bound;
 mod chores;
 mod error;
@@ -349,7 +350,7 @@ impl LimitStore for DatabaseStore {
         for attempt in 0.. {
             let bound = &shared.bound;
             let decide = &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, bound);
-            let outcome = on_backend!(&shared.db, b => bounded(b.update(&hashes, generation, decide)).await);
+            let outcome = on_backend!(&shared.db, b => bounded(attempt::count(b, &hashes, generation, decide)).await);
             match outcome {
                 Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
                     // Full: make room from expired rows, then try once more.

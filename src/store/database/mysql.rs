@@ -10,8 +10,9 @@ use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
+use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
-use super::error::{db_error, settle, Failure};
+use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
@@ -101,29 +102,6 @@ impl Mysql {
             Ok(())
         } else {
             Err(migrate::missing_table(&self.table, &self.url_hint))
-        }
-    }
-
-    pub(super) async fn update(
-        &self,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), StoreError> {
-        // One key: try two round trips without a transaction first.
-        if let [hash] = hashes {
-            match self.try_optimistic(hash, generation, decide).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {} // the row changed under us: take the locked path
-                Err(Failure::Store(e)) => return Err(e),
-                Err(Failure::Db(e)) => return Err(db_error("count", e)),
-            }
-        }
-        let mut retries = 0;
-        loop {
-            if let Some(done) = settle(self.try_update(hashes, generation, decide).await, &mut retries) {
-                return done;
-            }
         }
     }
 
@@ -239,4 +217,19 @@ impl Mysql {
         version_type: "BIGINT",
         record: "INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"
     );
+}
+
+impl Attempts for Mysql {
+    async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
+        self.try_update(hashes, generation, decide).await
+    }
+
+    async fn optimistic(
+        &self,
+        hash: &KeyHash,
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Option<Result<bool, Failure>> {
+        Some(self.try_optimistic(hash, generation, decide).await)
+    }
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use super::attempt::Attempts;
 use super::chores::{chores, latest_now, match_rows};
-use super::error::{db_error, settle, Failure};
+use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
@@ -102,39 +103,10 @@ impl Postgres {
         }
     }
 
-    pub(super) async fn update(
-        &self,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), StoreError> {
-        // One key: try two round trips without a transaction first.
-        if let [hash] = hashes {
-            match self.try_optimistic(hash, generation, decide).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {} // the row changed under us: take the locked path
-                Err(Failure::Store(e)) => return Err(e),
-                Err(Failure::Db(e)) => return Err(db_error("count", e)),
-            }
-        }
+    async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let mut retries = 0;
-        loop {
-            if let Some(done) = settle(self.try_update(&keys, hashes, generation, decide).await, &mut retries) {
-                return done;
-            }
-        }
-    }
-
-    async fn try_update(
-        &self,
-        keys: &[Vec<u8>],
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), Failure> {
         let mut tx = self.pool.begin().await?;
-        let locked = sqlx::query(&self.lock).bind(keys).fetch_all(&mut *tx).await?;
+        let locked = sqlx::query(&self.lock).bind(&keys).fetch_all(&mut *tx).await?;
         let now = latest_now(&locked)?;
         let rows = match_rows(&locked, hashes)?;
         // Every row exists now (created if missing), locked by this transaction.
@@ -230,4 +202,19 @@ impl Postgres {
         version_type: "BIGINT",
         record: "INSERT INTO {table}_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING"
     );
+}
+
+impl Attempts for Postgres {
+    async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
+        self.try_update(hashes, generation, decide).await
+    }
+
+    async fn optimistic(
+        &self,
+        hash: &KeyHash,
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Option<Result<bool, Failure>> {
+        Some(self.try_optimistic(hash, generation, decide).await)
+    }
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
+use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
-use super::error::{db_error, settle, Failure};
+use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
@@ -78,20 +79,6 @@ impl Sqlite {
         }
     }
 
-    pub(super) async fn update(
-        &self,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), StoreError> {
-        let mut retries = 0;
-        loop {
-            if let Some(done) = settle(self.try_update(hashes, generation, decide).await, &mut retries) {
-                return done;
-            }
-        }
-    }
-
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut query = sqlx::query(&self.select[hashes.len()]);
@@ -146,4 +133,10 @@ impl Sqlite {
         version_type: "INTEGER",
         record: "INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"
     );
+}
+
+impl Attempts for Sqlite {
+    async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
+        self.try_update(hashes, generation, decide).await
+    }
 }
