@@ -75,6 +75,12 @@ impl DbBound {
         true
     }
 
+    /// Gives back room counted in by [`DbBound::admit`] for entries that were
+    /// not written after all.
+    pub(crate) fn release(&self, n: u64) {
+        let _ = self.estimate.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |e| Some(e.saturating_sub(n)));
+    }
+
     /// Sets the estimate from an exact count.
     pub(crate) fn refresh(&self, live: u64) {
         self.estimate.store(live, Ordering::Relaxed);
@@ -123,6 +129,45 @@ impl DbBound {
     }
 }
 
+/// The room one update holds in the bound across its attempts: `apply` may
+/// run more than once (a conditional write that missed, a retried deadlock),
+/// and only the last run's new entries count.
+#[derive(Debug)]
+pub(crate) struct Admission<'a> {
+    bound: &'a DbBound,
+    held: u64,
+}
+
+impl<'a> Admission<'a> {
+    pub(crate) fn new(bound: &'a DbBound) -> Self {
+        Admission { bound, held: 0 }
+    }
+
+    /// Holds room for `new` entries in all (not in addition to what an
+    /// earlier attempt held); false when the bound has no room for them.
+    pub(crate) fn hold(&mut self, new: u64) -> bool {
+        if new > self.held {
+            if !self.bound.admit(new - self.held) {
+                return false;
+            }
+        } else {
+            self.bound.release(self.held - new);
+        }
+        self.held = new;
+        true
+    }
+
+    /// Gives back what is held: the update wrote nothing.
+    pub(crate) fn give_back(&mut self) {
+        self.bound.release(self.held);
+        self.held = 0;
+    }
+
+    pub(crate) fn max(&self) -> u64 {
+        self.bound.max()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +182,20 @@ mod tests {
         assert!(bound.admit(0));
         bound.refresh(3);
         assert!(bound.admit(7));
+    }
+
+    #[test]
+    fn an_update_holds_only_its_last_attempts_entries() {
+        let bound = DbBound::new(10, 5);
+        let mut update = Admission::new(&bound);
+        assert!(update.hold(2));
+        assert!(update.hold(2), "a second run of apply with the same new entries");
+        assert_eq!(bound.estimate(), 7);
+        assert!(update.hold(1));
+        assert_eq!(bound.estimate(), 6);
+        assert!(!update.hold(6), "no room for 6 more than the 5 held by others");
+        assert_eq!(bound.estimate(), 6, "a refused hold keeps what was held");
+        update.give_back();
+        assert_eq!(bound.estimate(), 5);
     }
 }

@@ -32,7 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use smallvec::SmallVec;
 
-use self::bound::DbBound;
+use self::bound::{Admission, DbBound};
 use self::row::{decide, KeyHash, Stored};
 use crate::error::Unavailable;
 use crate::keys::Secret;
@@ -348,9 +348,13 @@ impl LimitStore for DatabaseStore {
         let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let generation = shared.secret.generation();
         for attempt in 0.. {
-            let bound = &shared.bound;
-            let decide = &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, bound);
+            let mut admission = Admission::new(&shared.bound);
+            let decide =
+                &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, &mut admission);
             let outcome = on_backend!(&shared.db, b => bounded(attempt::count(b, &hashes, generation, decide)).await);
+            if outcome.is_err() {
+                admission.give_back();
+            }
             match outcome {
                 Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
                     // Full: make room from expired rows, then try once more.

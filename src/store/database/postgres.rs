@@ -46,6 +46,10 @@ impl Postgres {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_millis(1_500))
+            // No ping before every acquire: it doubled a count's round trips. A
+            // connection that died is found by the call that uses it, which is
+            // answered unavailable, and sqlx drops the connection.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(|e| db_error("connect to PostgreSQL", e))?;
@@ -141,7 +145,9 @@ impl Postgres {
     /// and writes with one conditional statement; false when the row changed
     /// in between (nothing was written).
     async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
-        let (rows, now) = self.read_rows(std::slice::from_ref(hash)).await?;
+        // One connection for both statements: one acquire, not two.
+        let mut conn = self.pool.acquire().await?;
+        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
         let writes = decide(&rows, now).map_err(Failure::Store)?;
         let row = rows.into_iter().next().flatten();
         let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
@@ -153,7 +159,7 @@ impl Postgres {
                     .bind(generation)
                     .bind(value)
                     .bind(expires_at)
-                    .execute(&self.pool)
+                    .execute(&mut *conn)
                     .await?
             }
             Conditional::Replace { old, value, expires_at } => {
@@ -165,7 +171,7 @@ impl Postgres {
                     .bind(old.generation)
                     .bind(old.value)
                     .bind(old.expires_at)
-                    .execute(&self.pool)
+                    .execute(&mut *conn)
                     .await?
             }
             Conditional::Delete { old } => {
@@ -174,7 +180,7 @@ impl Postgres {
                     .bind(old.generation)
                     .bind(old.value)
                     .bind(old.expires_at)
-                    .execute(&self.pool)
+                    .execute(&mut *conn)
                     .await?
             }
         };
@@ -182,13 +188,21 @@ impl Postgres {
     }
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-        self.read_rows(hashes).await.map_err(|e| db_error("read", e))
+        let read = async {
+            let mut conn = self.pool.acquire().await?;
+            self.read_rows(&mut conn, hashes).await
+        };
+        read.await.map_err(|e| db_error("read", e))
     }
 
     /// The rows of `hashes` in key order and the database's clock, in one statement.
-    async fn read_rows(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
+    async fn read_rows(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        hashes: &[KeyHash],
+    ) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let found = sqlx::query(&self.read).bind(keys).fetch_all(&self.pool).await?;
+        let found = sqlx::query(&self.read).bind(keys).fetch_all(&mut *conn).await?;
         Ok((match_rows(&found, hashes)?, latest_now(&found)?))
     }
 

@@ -5,7 +5,7 @@ use crate::error::Unavailable;
 use crate::rules::run_apply;
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
-use super::bound::DbBound;
+use super::bound::Admission;
 
 /// A row's name: HMAC-SHA-256 of the key.
 pub(super) type KeyHash = [u8; 32];
@@ -59,7 +59,7 @@ pub(super) fn decide(
     now: Millis,
     generation: i64,
     apply: &mut Apply<'_>,
-    bound: &DbBound,
+    admission: &mut Admission<'_>,
 ) -> Result<Vec<RowWrite>, StoreError> {
     let entries = rows
         .iter()
@@ -68,10 +68,10 @@ pub(super) fn decide(
         .collect::<Result<Vec<_>, _>>()?;
     let writes = run_apply(apply, &entries, now)?;
     let new = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none()).count();
-    if !bound.admit(new as u64) {
+    if !admission.hold(new as u64) {
         return Err(StoreError::unavailable(
             Unavailable::Full,
-            format!("the database store holds its bound of {} live entries", bound.max()),
+            format!("the database store holds its bound of {} live entries", admission.max()),
         ));
     }
     Ok(writes
