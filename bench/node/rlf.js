@@ -1,0 +1,119 @@
+// rate-limiter-flexible's Postgres and MySQL stores, counted the way
+// benches/database.rs counts limit-store: keys drawn uniformly from the same
+// 100,000 strings, C callers (promises) in flight, a fixed time per point.
+//
+//   node rlf.js --db postgres|mysql --url URL --callers 1,8,32 --secs 5 --warmup 2
+//   node rlf.js --db postgres|mysql --url URL --callers 32 --serve 1
+//     (as benches/database.rs runs it: one point per stdin line "C WARMUP SECS")
+//
+// Prints one JSON line per caller count: {"callers":C,"counts":N,"secs":S,"errors":E}.
+// Before the points it drops its table, lets rate-limiter-flexible create it,
+// and fills it with a live row for every key (bulk SQL, not timed), so every
+// measured count updates an existing row, as in the Rust contenders.
+'use strict';
+
+const crypto = require('crypto');
+const { RateLimiterPostgres, RateLimiterMySQL } = require('rate-limiter-flexible');
+
+function args() {
+  const out = { db: 'postgres', callers: '1,8,32', secs: '5', warmup: '2', keys: '100000', table: 'limit_store_bench_rlf' };
+  const argv = process.argv.slice(2);
+  for (let i = 0; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
+  return out;
+}
+
+// The same key strings as benches/database.rs: "user:" + the first 16 hex
+// digits of SHA-256 of the index.
+function keys(n) {
+  const out = new Array(n);
+  for (let i = 0; i < n; i++) {
+    out[i] = 'user:' + crypto.createHash('sha256').update(String(i)).digest('hex').slice(0, 16);
+  }
+  return out;
+}
+
+async function open(a, poolSize, ks) {
+  const opts = { points: 1e9, duration: 3600, tableName: a.table, keyPrefix: 'rlflx' };
+  if (a.db === 'postgres') {
+    const { Pool } = require('pg');
+    const pool = new Pool({ connectionString: a.url, max: poolSize });
+    await pool.query(`DROP TABLE IF EXISTS ${a.table}`);
+    const limiter = await new Promise((resolve, reject) => {
+      const l = new RateLimiterPostgres({ ...opts, storeClient: pool, storeType: 'pool' },
+        (err) => (err ? reject(err) : resolve(l)));
+    });
+    for (let i = 0; i < ks.length; i += 10000) {
+      await pool.query(`INSERT INTO ${a.table} (key, points, expire) SELECT k, 1, $2::int8 FROM unnest($1::text[]) AS k`,
+        [ks.slice(i, i + 10000).map((k) => limiter.getKey(k)), Date.now() + 3600000]);
+    }
+    await pool.query(`VACUUM ANALYZE ${a.table}`);
+    return { limiter, close: () => pool.end() };
+  }
+  const mysql = require('mysql2');
+  const u = new URL(a.url);
+  const dbName = u.pathname.replace(/^\//, '');
+  const pool = mysql.createPool({
+    host: u.hostname, port: Number(u.port || 3306), user: decodeURIComponent(u.username),
+    password: decodeURIComponent(u.password), database: dbName, connectionLimit: poolSize,
+  });
+  await pool.promise().query(`DROP TABLE IF EXISTS \`${a.table}\``);
+  const limiter = await new Promise((resolve, reject) => {
+    const l = new RateLimiterMySQL({ ...opts, storeClient: pool, storeType: 'pool', dbName },
+      (err) => (err ? reject(err) : resolve(l)));
+  });
+  for (let i = 0; i < ks.length; i += 2000) {
+    const rows = ks.slice(i, i + 2000).map((k) => [limiter.getKey(k), 1, Date.now() + 3600000]);
+    await pool.promise().query(`INSERT INTO \`${a.table}\` (\`key\`, points, expire) VALUES ?`, [rows]);
+  }
+  await pool.promise().query(`ANALYZE TABLE \`${a.table}\``);
+  return { limiter, close: () => new Promise((r) => pool.end(r)) };
+}
+
+// `callers` loops, each awaiting one consume at a time, until `ms` have passed.
+async function run(limiter, ks, callers, ms) {
+  let counts = 0;
+  let errors = 0;
+  const end = Date.now() + ms;
+  const loop = async () => {
+    while (Date.now() < end) {
+      try {
+        await limiter.consume(ks[Math.floor(Math.random() * ks.length)]);
+        counts++;
+      } catch (e) {
+        errors++;
+        if (errors === 1) console.error('rlf consume failed:', e && e.message ? e.message : e);
+      }
+    }
+  };
+  const began = process.hrtime.bigint();
+  await Promise.all(Array.from({ length: callers }, loop));
+  const secs = Number(process.hrtime.bigint() - began) / 1e9;
+  return { counts, errors, secs };
+}
+
+async function main() {
+  const a = args();
+  const ks = keys(Number(a.keys));
+  const callers = a.callers.split(',').map(Number);
+  const { limiter, close } = await open(a, Math.max(...callers), ks);
+  const point = async (c, warmup, secs) => {
+    await run(limiter, ks, c, warmup * 1000);
+    const r = await run(limiter, ks, c, secs * 1000);
+    console.log(JSON.stringify({ callers: c, counts: r.counts, secs: r.secs, errors: r.errors }));
+  };
+  if (a.serve === undefined) {
+    for (const c of callers) await point(c, Number(a.warmup), Number(a.secs));
+  } else {
+    // --serve 1: prints "ready", then one point per stdin line "C WARMUP SECS".
+    console.log('ready');
+    const rl = require('readline').createInterface({ input: process.stdin });
+    for await (const line of rl) {
+      const [c, warmup, secs] = line.trim().split(/\s+/).map(Number);
+      if (!c) break;
+      await point(c, warmup, secs);
+    }
+  }
+  await close();
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
