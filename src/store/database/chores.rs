@@ -75,6 +75,69 @@ macro_rules! chores {
 }
 pub(super) use chores;
 
+/// Generates `try_optimistic` inside a backend's `impl`: read the row and the
+/// clock in one autocommit statement, run `decide`, then write with one
+/// statement that only applies if the row is still as read, all on one
+/// connection. The backend has `pool`, `insert_new(hash, generation, value,
+/// expires_at)`, `replace_if(generation, value, expires_at, hash, old
+/// generation, old value, old expiry)`, `delete_if(hash, old generation, old
+/// value, old expiry)` and `read_rows(conn, hashes)`.
+macro_rules! optimistic {
+    () => {
+        /// One optimistic try on one key; false when the row changed in
+        /// between (nothing was written). A write that matches but changes
+        /// nothing may report 0 rows (MySQL): it falls back too, only slower.
+        async fn try_optimistic(
+            &self,
+            hash: &KeyHash,
+            generation: i64,
+            decide: &mut Decide<'_>,
+        ) -> Result<bool, Failure> {
+            // One connection for both statements: one acquire, not two.
+            let mut conn = self.pool.acquire().await?;
+            let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+            let writes = decide(&rows, now).map_err(Failure::Store)?;
+            let row = rows.into_iter().next().flatten();
+            let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+            let done = match Conditional::new(row, write) {
+                Conditional::Nothing => return Ok(true),
+                Conditional::Insert { value, expires_at } => {
+                    sqlx::query(&self.insert_new)
+                        .bind(&hash[..])
+                        .bind(generation)
+                        .bind(value)
+                        .bind(expires_at)
+                        .execute(&mut *conn)
+                        .await?
+                }
+                Conditional::Replace { old, value, expires_at } => {
+                    sqlx::query(&self.replace_if)
+                        .bind(generation)
+                        .bind(value)
+                        .bind(expires_at)
+                        .bind(&hash[..])
+                        .bind(old.generation)
+                        .bind(old.value)
+                        .bind(old.expires_at)
+                        .execute(&mut *conn)
+                        .await?
+                }
+                Conditional::Delete { old } => {
+                    sqlx::query(&self.delete_if)
+                        .bind(&hash[..])
+                        .bind(old.generation)
+                        .bind(old.value)
+                        .bind(old.expires_at)
+                        .execute(&mut *conn)
+                        .await?
+                }
+            };
+            Ok(done.rows_affected() == 1)
+        }
+    };
+}
+pub(super) use optimistic;
+
 /// Puts the rows found in key order; a key with no row (or a row of a LEFT
 /// JOIN that found none) gets `None`.
 pub(super) fn match_rows<R>(found: &[R], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error>

@@ -11,7 +11,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
 use super::attempt::Attempts;
-use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
+use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic};
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -109,52 +109,7 @@ impl Mysql {
         }
     }
 
-    /// Reads the row and the clock in one autocommit statement, runs `decide`,
-    /// and writes with one conditional statement; false when the row changed
-    /// in between (nothing was written). An `UPDATE` that matches but changes
-    /// nothing reports 0 rows in MySQL: it falls back too, which is only slower.
-    async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
-        // One connection for both statements: one acquire, not two.
-        let mut conn = self.pool.acquire().await?;
-        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
-        let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let row = rows.into_iter().next().flatten();
-        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
-        let done = match Conditional::new(row, write) {
-            Conditional::Nothing => return Ok(true),
-            Conditional::Insert { value, expires_at } => {
-                sqlx::query(&self.insert_new)
-                    .bind(&hash[..])
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-            Conditional::Replace { old, value, expires_at } => {
-                sqlx::query(&self.replace_if)
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .bind(&hash[..])
-                    .bind(old.generation)
-                    .bind(old.value)
-                    .bind(old.expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-            Conditional::Delete { old } => {
-                sqlx::query(&self.delete_if)
-                    .bind(&hash[..])
-                    .bind(old.generation)
-                    .bind(old.value)
-                    .bind(old.expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected() == 1)
-    }
+    optimistic!();
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let mut sorted: SmallVec<[&KeyHash; 4]> = hashes.iter().collect();

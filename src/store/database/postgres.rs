@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use super::attempt::Attempts;
-use super::chores::{chores, latest_now, match_rows};
+use super::chores::{chores, latest_now, match_rows, optimistic};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -84,8 +84,8 @@ impl Postgres {
                  ON CONFLICT (key_hash) DO NOTHING"
             ),
             replace_if: format!(
-                "UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
-                 WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7"
+                "UPDATE {t} SET generation = $1, value = $2, expires_at = $3 \
+                 WHERE key_hash = $4 AND generation = $5 AND value = $6 AND expires_at = $7"
             ),
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
@@ -141,51 +141,7 @@ impl Postgres {
         Ok(())
     }
 
-    /// Reads the row and the clock in one autocommit statement, runs `decide`,
-    /// and writes with one conditional statement; false when the row changed
-    /// in between (nothing was written).
-    async fn try_optimistic(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<bool, Failure> {
-        // One connection for both statements: one acquire, not two.
-        let mut conn = self.pool.acquire().await?;
-        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
-        let writes = decide(&rows, now).map_err(Failure::Store)?;
-        let row = rows.into_iter().next().flatten();
-        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
-        let done = match Conditional::new(row, write) {
-            Conditional::Nothing => return Ok(true),
-            Conditional::Insert { value, expires_at } => {
-                sqlx::query(&self.insert_new)
-                    .bind(&hash[..])
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-            Conditional::Replace { old, value, expires_at } => {
-                sqlx::query(&self.replace_if)
-                    .bind(&hash[..])
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .bind(old.generation)
-                    .bind(old.value)
-                    .bind(old.expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-            Conditional::Delete { old } => {
-                sqlx::query(&self.delete_if)
-                    .bind(&hash[..])
-                    .bind(old.generation)
-                    .bind(old.value)
-                    .bind(old.expires_at)
-                    .execute(&mut *conn)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected() == 1)
-    }
+    optimistic!();
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let read = async {
