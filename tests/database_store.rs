@@ -280,3 +280,81 @@ async fn a_full_database_store_makes_room_from_expired_rows_and_logs() {
     assert!(!logs.lines_of_kind("limit-store-filling").is_empty(), "a filling warning");
     assert!(!logs.lines_of_kind("limit-store-full").is_empty(), "a full error");
 }
+
+/// Adds one to the count under `key` (a bare number), or starts it at 1.
+async fn add_one(store: &DatabaseStore, key: &str) -> u64 {
+    limit_store::update_with(store, &[key], |current: &[Option<Entry>], now: Millis| {
+        let (n, expires_at) = match &current[0] {
+            Some(e) => (e.value.as_u64().unwrap(), e.expires_at),
+            None => (0, now + 60_000),
+        };
+        (vec![Write::Put(Entry { value: json!(n + 1), expires_at })], n + 1)
+    })
+    .await
+    .unwrap()
+}
+
+/// On PostgreSQL a count on a key this store wrote last is one statement; a
+/// row that another store changed, or removed, since makes the guess miss,
+/// and the count goes on from the row the same statement read: exact either
+/// way, also with both stores counting at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_rows_count_in_one_statement_and_stay_exact() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    sqlx::any::install_default_drivers();
+    let table = format!("ls_remember_{}", common::db::rand_suffix() % 1_000_000_000);
+    let (a, b) = (store(&url, &table, SECRET).await, store(&url, &table, SECRET).await);
+    let key = "api:user:42";
+    for n in 1..=5 {
+        assert_eq!(add_one(&a, key).await, n);
+    }
+    let paths = a.count_paths();
+    assert_eq!(paths.one_statement + paths.read_then_write + paths.locked, 5, "{paths:?}");
+    // The first count has no clock reading to guess from; most of the rest
+    // are one statement (a slow spell of over 50 ms may make one miss).
+    assert!(paths.one_statement >= 2, "{paths:?}");
+
+    // Another instance counts: `a`'s remembered row is stale now.
+    for n in 6..=8 {
+        assert_eq!(add_one(&b, key).await, n);
+    }
+    let before = a.count_paths();
+    assert_eq!(add_one(&a, key).await, 9, "a stale remembered row must not be counted from");
+    let after = a.count_paths();
+    assert_eq!(after.one_statement, before.one_statement, "the guess missed: {after:?}");
+    assert_eq!(after.read_then_write, before.read_then_write + 1, "{after:?}");
+
+    // Another instance removes the row: `a` starts afresh.
+    b.update(&[key], &mut |_: &[Option<Entry>], _| vec![Write::Delete]).await.unwrap();
+    assert_eq!(add_one(&a, key).await, 1);
+    // A count that writes nothing is confirmed in one statement too.
+    let before = a.count_paths();
+    let seen = limit_store::update_with(&a, &[key], |current: &[Option<Entry>], _| {
+        (vec![Write::Keep], current[0].as_ref().map(|e| e.value.clone()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, Some(json!(1)));
+    let after = a.count_paths();
+    assert!(after.one_statement + after.read_then_write == before.one_statement + before.read_then_write + 1);
+
+    // Both at once, many tasks each: every count lands exactly once.
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                add_one(&store, key).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = a.read(&[key]).await.unwrap();
+    assert_eq!(got[0].as_ref().unwrap().value, json!(201));
+    let (pa, pb) = (a.count_paths(), b.count_paths());
+    eprintln!("paths under contention: {pa:?} {pb:?}");
+    drop_table(&url, &table).await;
+}

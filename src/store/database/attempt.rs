@@ -2,24 +2,73 @@
 //! optimistic path (if it has one), then the locked transaction runs, retried
 //! on deadlocks. Backends only say how to do each attempt in their SQL.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::error::{db_error, is_retryable, settle, Failure};
 use super::row::{Decide, KeyHash};
+use super::CountPaths;
 use crate::StoreError;
+
+/// How a one-statement try went (PostgreSQL makes them; MySQL never does).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+#[derive(Debug)]
+pub(super) enum Guess {
+    /// It wrote (or confirmed) the count: done in one round trip.
+    Done,
+    /// The row or the clock was not as guessed; nothing was written, and this
+    /// is the row and the clock the same statement read.
+    Missed { row: Option<super::row::Stored>, now: crate::Millis },
+    /// Nothing to guess from (no clock reading yet, a backend without the path,
+    /// or `apply` refused the guessed row): read first.
+    NotTried,
+}
+
+/// The last row this instance saw or wrote for each of up to `capacity` keys.
+/// Holds key hashes (HMACs), never keys.
+/// How an optimistic try went.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tried {
+    /// Written (or confirmed) by one statement, from a remembered row.
+    OneStatement,
+    /// Written after reading the row.
+    ReadThenWrite,
+    /// The row changed under it: nothing written.
+    Changed,
+}
+
+/// Counts of the paths counts took, for [`CountPaths`].
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    one_statement: AtomicU64,
+    read_then_write: AtomicU64,
+    locked: AtomicU64,
+}
+
+impl Tally {
+    pub(super) fn paths(&self) -> CountPaths {
+        CountPaths {
+            one_statement: self.one_statement.load(Ordering::Relaxed),
+            read_then_write: self.read_then_write.load(Ordering::Relaxed),
+            locked: self.locked.load(Ordering::Relaxed),
+        }
+    }
+}
 
 /// One backend's attempts at a count.
 pub(super) trait Attempts {
     /// One locked transaction over the rows of `hashes`.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure>;
 
-    /// One optimistic try on a single key: `Some(Ok(true))` when it wrote,
-    /// `Some(Ok(false))` when the row changed under it (nothing written);
-    /// `None` for a backend without such a path.
+    /// One optimistic try on a single key; `None` for a backend without
+    /// such a path.
     async fn optimistic(
         &self,
         _hash: &KeyHash,
         _generation: i64,
         _decide: &mut Decide<'_>,
-    ) -> Option<Result<bool, Failure>> {
+    ) -> Option<Result<Tried, Failure>> {
         None
     }
 }
@@ -27,14 +76,22 @@ pub(super) trait Attempts {
 /// Runs one count on `backend`.
 pub(super) async fn count<B: Attempts>(
     backend: &B,
+    tally: &Tally,
     hashes: &[KeyHash],
     generation: i64,
     decide: &mut Decide<'_>,
 ) -> Result<(), StoreError> {
     if let [hash] = hashes {
         match backend.optimistic(hash, generation, decide).await {
-            Some(Ok(true)) => return Ok(()),
-            Some(Ok(false)) | None => {} // the row changed under us, or no such path: lock
+            Some(Ok(Tried::OneStatement)) => {
+                tally.one_statement.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Some(Ok(Tried::ReadThenWrite)) => {
+                tally.read_then_write.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Some(Ok(Tried::Changed)) | None => {} // the row changed under us, or no such path: lock
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
             Some(Err(Failure::Store(e))) => return Err(e),
             Some(Err(Failure::Db(e))) => return Err(db_error("count", e)),
@@ -43,6 +100,9 @@ pub(super) async fn count<B: Attempts>(
     let mut retries = 0;
     loop {
         if let Some(done) = settle(backend.locked(hashes, generation, decide).await, &mut retries) {
+            if done.is_ok() {
+                tally.locked.fetch_add(1, Ordering::Relaxed);
+            }
             return done;
         }
     }

@@ -75,32 +75,62 @@ macro_rules! chores {
 }
 pub(super) use chores;
 
-/// Generates `try_optimistic` inside a backend's `impl`: read the row and the
-/// clock in one autocommit statement, run `decide`, then write with one
-/// statement that only applies if the row is still as read, all on one
-/// connection. The backend has `pool`, `insert_new(hash, generation, value,
-/// expires_at)`, `replace_if(generation, value, expires_at, hash, old
+/// Generates `try_optimistic` and `write_if` inside a backend's `impl`: read
+/// the row and the clock in one autocommit statement, run `decide`, then write
+/// with one statement that only applies if the row is still as read, all on
+/// one connection. The backend has `pool`, `insert_new(hash, generation,
+/// value, expires_at)`, `replace_if(generation, value, expires_at, hash, old
 /// generation, old value, old expiry)`, `delete_if(hash, old generation, old
-/// value, old expiry)` and `read_rows(conn, hashes)`.
+/// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
+/// `guess(conn, hash, generation, decide)` (a one-statement try from what the
+/// backend remembers; see `seen.rs`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! optimistic {
-    () => {
-        /// One optimistic try on one key; false when the row changed in
-        /// between (nothing was written). A write that matches but changes
-        /// nothing may report 0 rows (MySQL): it falls back too, only slower.
+    ($conn:ty) => {
+        /// One optimistic try on one key: a guess from what the backend
+        /// remembers, else a read; then a conditional write. `Changed` when
+        /// the row changed in between (nothing was written). A write that
+        /// matches but changes nothing may report 0 rows (MySQL): it falls
+        /// back too, only slower.
         async fn try_optimistic(
             &self,
             hash: &KeyHash,
             generation: i64,
             decide: &mut Decide<'_>,
-        ) -> Result<bool, Failure> {
+        ) -> Result<Tried, Failure> {
             // One connection for both statements: one acquire, not two.
             let mut conn = self.pool.acquire().await?;
-            let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
-            let writes = decide(&rows, now).map_err(Failure::Store)?;
-            let row = rows.into_iter().next().flatten();
+            let (row, now) = match self.guess(&mut conn, hash, generation, decide).await? {
+                Guess::Done => return Ok(Tried::OneStatement),
+                Guess::Missed { row, now } => (row, now),
+                Guess::NotTried => {
+                    let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+                    (rows.into_iter().next().flatten(), now)
+                }
+            };
+            let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
+            Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
+        }
+
+        /// Runs `decide` on `row` as read at `now`, then writes only if the
+        /// row is still `row`; false when it was not (nothing was written).
+        async fn write_if(
+            &self,
+            conn: &mut $conn,
+            hash: &KeyHash,
+            generation: i64,
+            row: Option<Stored>,
+            now: Millis,
+            decide: &mut Decide<'_>,
+        ) -> Result<bool, Failure> {
+            let writes = decide(std::slice::from_ref(&row), now).map_err(Failure::Store)?;
             let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+            let after = row_after(&row, &write, generation);
             let done = match Conditional::new(row, write) {
-                Conditional::Nothing => return Ok(true),
+                Conditional::Nothing => {
+                    self.remember(hash, after);
+                    return Ok(true);
+                }
                 Conditional::Insert { value, expires_at } => {
                     sqlx::query(&self.insert_new)
                         .bind(&hash[..])
@@ -132,10 +162,13 @@ macro_rules! optimistic {
                         .await?
                 }
             };
-            Ok(done.rows_affected() == 1)
+            let done = done.rows_affected() == 1;
+            self.remember(hash, if done { after } else { None });
+            Ok(done)
         }
     };
 }
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) use optimistic;
 
 /// Puts the rows found in key order; a key with no row (or a row of a LEFT
@@ -180,11 +213,13 @@ where
 
 /// A statement for every number of keys a call may have (index = key count),
 /// built once when the store opens instead of on every count.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(super) fn by_key_count(statement: impl Fn(usize) -> String) -> Vec<String> {
     (0..=crate::MAX_KEYS).map(statement).collect()
 }
 
 /// `?, ?, …` for `n` values.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(super) fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }

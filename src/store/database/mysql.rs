@@ -10,11 +10,11 @@ use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
-use super::attempt::Attempts;
+use super::attempt::{Attempts, Guess, Tried};
 use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic};
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
-use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
 use crate::{Millis, StoreError};
 
@@ -109,7 +109,22 @@ impl Mysql {
         }
     }
 
-    optimistic!();
+    optimistic!(sqlx::MySqlConnection);
+
+    /// MySQL has no statement that writes and reads back in one round trip
+    /// (no `RETURNING` on `UPDATE`, no writing `WITH`): always read first.
+    async fn guess(
+        &self,
+        _conn: &mut sqlx::MySqlConnection,
+        _hash: &KeyHash,
+        _generation: i64,
+        _decide: &mut Decide<'_>,
+    ) -> Result<Guess, sqlx::Error> {
+        Ok(Guess::NotTried)
+    }
+
+    /// Nothing to remember without a guess to make.
+    fn remember(&self, _hash: &KeyHash, _row: Option<Stored>) {}
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let mut sorted: SmallVec<[&KeyHash; 4]> = hashes.iter().collect();
@@ -198,7 +213,7 @@ impl Attempts for Mysql {
         hash: &KeyHash,
         generation: i64,
         decide: &mut Decide<'_>,
-    ) -> Option<Result<bool, Failure>> {
+    ) -> Option<Result<Tried, Failure>> {
         Some(self.try_optimistic(hash, generation, decide).await)
     }
 }

@@ -2,16 +2,25 @@
 //! DO UPDATE … RETURNING` that creates a missing row locked, so a key's first
 //! update is serialized like any other; the same statement reads the rows and
 //! `clock_timestamp()`. The writes go in one statement, then `COMMIT`.
+//!
+//! A one-key count first tries one statement from the row this store
+//! remembers and its estimate of the database's clock (`seen.rs`): a writing
+//! `WITH` that writes only if both hold, and reads the row and the clock as
+//! they were before it. On a miss, that read is the first half of the
+//! optimistic path (a write only if the row is still as read); if the row
+//! changed again, the locked transaction settles it.
 
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Row;
 
-use super::attempt::Attempts;
+use super::attempt::{Attempts, Guess, Tried};
 use super::chores::{chores, latest_now, match_rows, optimistic};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
-use super::row::{Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::seen::{DbClock, Seen, MAX_LAG_MS, MAX_LEAD_MS};
 use super::sweep::BATCH;
 use crate::{Millis, StoreError};
 
@@ -29,10 +38,78 @@ pub(super) struct Postgres {
     insert_new: String,
     replace_if: String,
     delete_if: String,
+    guess: Guesses,
+    seen: Seen,
+    clock: DbClock,
+}
+
+/// The one-statement tries (see `seen.rs`). Each writes only if the row is
+/// as remembered and the clock within bounds of the estimate `apply` was
+/// given, and answers `done` with the row and the clock as they were before
+/// it, so a miss is also the read the count needs next.
+#[derive(Debug)]
+struct Guesses {
+    /// No row remembered: insert, unless a row is there.
+    insert: String,
+    /// Replace the remembered row.
+    replace: String,
+    /// Delete the remembered row.
+    delete: String,
+    /// Nothing to write: confirm the row is as remembered.
+    keep: String,
+    /// Nothing to write and no row remembered: confirm there is none.
+    keep_absent: String,
+}
+
+impl Guesses {
+    fn new(t: &str) -> Self {
+        // `$est` is the estimate `apply` was given.
+        let clock = |est: &str| format!("{NOW} BETWEEN {est} - {MAX_LEAD_MS} AND {est} + {MAX_LAG_MS}");
+        let then = |done: &str| {
+            format!(
+                "SELECT {done} AS done, {NOW} AS now, r.key_hash, r.generation, r.value, r.expires_at \
+                 FROM (SELECT 1) AS one LEFT JOIN {t} AS r ON r.key_hash = $1"
+            )
+        };
+        let counted = then("(SELECT count(*) FROM w)");
+        Guesses {
+            insert: format!(
+                "WITH w AS (INSERT INTO {t} (key_hash, generation, value, expires_at) \
+                 SELECT $1::bytea, $2::int8, $3::text, $4::int8 WHERE {} \
+                 ON CONFLICT (key_hash) DO NOTHING RETURNING 1) {counted}",
+                clock("$5::int8")
+            ),
+            replace: format!(
+                "WITH w AS (UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
+                 WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7 AND {} \
+                 RETURNING 1) {counted}",
+                clock("$8::int8")
+            ),
+            delete: format!(
+                "WITH w AS (DELETE FROM {t} \
+                 WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4 AND {} \
+                 RETURNING 1) {counted}",
+                clock("$5::int8")
+            ),
+            keep: then(&format!(
+                "(CASE WHEN r.generation = $2 AND r.value = $3 AND r.expires_at = $4 AND {} THEN 1 ELSE 0 END)::int8",
+                clock("$5::int8")
+            )),
+            keep_absent: then(&format!(
+                "(CASE WHEN r.key_hash IS NULL AND {} THEN 1 ELSE 0 END)::int8",
+                clock("$2::int8")
+            )),
+        }
+    }
 }
 
 impl Postgres {
-    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
+    pub(super) async fn open(
+        url: &str,
+        table: String,
+        max_connections: u32,
+        remember: usize,
+    ) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url
             .parse()
             .map_err(|e| StoreError::Setup { detail: format!("bad PostgreSQL URL: {e}"), source: Some(Box::new(e)) })?;
@@ -90,6 +167,9 @@ impl Postgres {
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
             ),
+            guess: Guesses::new(t),
+            seen: Seen::new(remember),
+            clock: DbClock::new(),
             table,
         })
     }
@@ -115,6 +195,7 @@ impl Postgres {
         let rows = match_rows(&locked, hashes)?;
         // Every row exists now (created if missing), locked by this transaction.
         let writes = decide(&rows, now).map_err(Failure::Store)?;
+        let after: Vec<_> = rows.iter().zip(&writes).map(|(row, write)| row_after(row, write, generation)).collect();
         let (mut put_keys, mut values, mut expiries, mut deletes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (key, write) in keys.iter().zip(writes) {
             match write {
@@ -138,10 +219,73 @@ impl Postgres {
                 .await?;
         }
         tx.commit().await?;
+        for (hash, row) in hashes.iter().zip(after) {
+            self.seen.set(hash, row);
+        }
         Ok(())
     }
 
-    optimistic!();
+    optimistic!(sqlx::PgConnection);
+
+    /// One statement from the remembered row and the estimated clock: see
+    /// `seen.rs`.
+    async fn guess(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        hash: &KeyHash,
+        generation: i64,
+        decide: &mut Decide<'_>,
+    ) -> Result<Guess, sqlx::Error> {
+        let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
+        let seen = self.seen.get(hash);
+        // A refusal here (full, corrupt, a bad answer) may be of the guess
+        // only: the count reads the row and decides again.
+        let Ok(writes) = decide(std::slice::from_ref(&seen), est) else { return Ok(Guess::NotTried) };
+        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+        let after = row_after(&seen, &write, generation);
+        let g = &self.guess;
+        let query = match (seen, write) {
+            (None, RowWrite::Put { value, expires_at }) => {
+                sqlx::query(&g.insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(est)
+            }
+            (Some(old), RowWrite::Put { value, expires_at }) => sqlx::query(&g.replace)
+                .bind(&hash[..])
+                .bind(generation)
+                .bind(value)
+                .bind(expires_at)
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at)
+                .bind(est),
+            (Some(old), RowWrite::Delete) => sqlx::query(&g.delete)
+                .bind(&hash[..])
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at)
+                .bind(est),
+            (Some(old), RowWrite::Keep) => {
+                sqlx::query(&g.keep).bind(&hash[..]).bind(old.generation).bind(old.value).bind(old.expires_at).bind(est)
+            }
+            (None, RowWrite::Keep | RowWrite::Delete) => sqlx::query(&g.keep_absent).bind(&hash[..]).bind(est),
+        };
+        let found = query.fetch_all(&mut *conn).await?;
+        let now = latest_now(&found)?;
+        self.clock.reading(now);
+        let done: i64 = match found.first() {
+            Some(row) => row.try_get("done")?,
+            None => 0,
+        };
+        if done == 1 {
+            self.seen.set(hash, after);
+            return Ok(Guess::Done);
+        }
+        let row = match_rows(&found, std::slice::from_ref(hash))?.into_iter().next().flatten();
+        Ok(Guess::Missed { row, now })
+    }
+
+    fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
+        self.seen.set(hash, row);
+    }
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let read = async {
@@ -159,7 +303,9 @@ impl Postgres {
     ) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
         let found = sqlx::query(&self.read).bind(keys).fetch_all(&mut *conn).await?;
-        Ok((match_rows(&found, hashes)?, latest_now(&found)?))
+        let (rows, now) = (match_rows(&found, hashes)?, latest_now(&found)?);
+        self.clock.reading(now);
+        Ok((rows, now))
     }
 
     fn sweep_sql(&self) -> String {
@@ -184,7 +330,7 @@ impl Attempts for Postgres {
         hash: &KeyHash,
         generation: i64,
         decide: &mut Decide<'_>,
-    ) -> Option<Result<bool, Failure>> {
+    ) -> Option<Result<Tried, Failure>> {
         Some(self.try_optimistic(hash, generation, decide).await)
     }
 }

@@ -95,6 +95,7 @@ pub(super) fn hex(hash: &KeyHash) -> String {
 /// The one conditional statement an optimistic single-key update needs: it
 /// writes only if the row is still as read, so a concurrent update makes it
 /// write nothing, and the caller falls back to the locked path.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 #[derive(Debug)]
 pub(super) enum Conditional {
     /// Nothing to write: the read alone was the update.
@@ -107,6 +108,7 @@ pub(super) enum Conditional {
     Delete { old: Stored },
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 impl Conditional {
     pub(super) fn new(row: Option<Stored>, write: RowWrite) -> Self {
         match (write, row) {
@@ -115,5 +117,17 @@ impl Conditional {
             (RowWrite::Put { value, expires_at }, Some(old)) => Conditional::Replace { old, value, expires_at },
             (RowWrite::Delete, Some(old)) => Conditional::Delete { old },
         }
+    }
+}
+
+/// The row of a key after `write` over `row` commits.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) fn row_after(row: &Option<Stored>, write: &RowWrite, generation: i64) -> Option<Stored> {
+    match write {
+        RowWrite::Keep => row.clone(),
+        RowWrite::Put { value, expires_at } => {
+            Some(Stored { generation, value: value.clone(), expires_at: *expires_at })
+        }
+        RowWrite::Delete => None,
     }
 }
