@@ -2,7 +2,7 @@
 //! optimistic path (if it has one), then the locked transaction runs, retried
 //! on deadlocks. Backends only say how to do each attempt in their SQL.
 
-use super::error::{db_error, is_retryable, settle, Failure};
+use super::error::{is_retryable, settle, Failure};
 use super::row::{Decide, KeyHash};
 use crate::StoreError;
 
@@ -36,8 +36,7 @@ pub(super) async fn count<B: Attempts>(
             Some(Ok(true)) => return Ok(()),
             Some(Ok(false)) | None => {} // the row changed under us, or no such path: lock
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
-            Some(Err(Failure::Store(e))) => return Err(e),
-            Some(Err(Failure::Db(e))) => return Err(db_error("count", e)),
+            Some(Err(failure)) => return Err(failure.settled("count")),
         }
     }
     let mut retries = 0;
