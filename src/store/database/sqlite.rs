@@ -20,7 +20,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, params_from_iter, Connection, TransactionBehavior};
+use rusqlite::{params, params_from_iter, Connection};
 use smallvec::SmallVec;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
@@ -155,18 +155,35 @@ impl Attempts for Sqlite {
 }
 
 /// One count, on the blocking thread: nothing is written unless `decide`
-/// answered while its caller was still waiting.
+/// answered while its caller was still waiting. `BEGIN` and `COMMIT` are
+/// cached statements too, not parsed again on every count.
 fn count(
-    conn: &mut Connection,
+    conn: &Connection,
     sql: &Statements,
     hashes: &[KeyHash],
     generation: i64,
     decide: &LentDecide,
 ) -> Result<(), Failure> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (rows, now) = select(&tx, sql, hashes)?;
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let done = read_decide_write(conn, sql, hashes, generation, decide)
+        .and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
+    if done.is_err() && !conn.is_autocommit() {
+        // If even this fails, the transaction stays open and the pool closes the connection.
+        let _ = conn.prepare_cached("ROLLBACK").and_then(|mut rollback| rollback.execute([]));
+    }
+    done
+}
+
+/// The inside of a count's transaction.
+fn read_decide_write(
+    conn: &Connection,
+    sql: &Statements,
+    hashes: &[KeyHash],
+    generation: i64,
+    decide: &LentDecide,
+) -> Result<(), Failure> {
+    let (rows, now) = select(conn, sql, hashes)?;
     let Some(writes) = decide.call(&rows, now) else {
-        // Dropping `tx` rolls back.
         return Err(Failure::Store(StoreError::unavailable(
             Unavailable::Timeout,
             "the caller stopped waiting before the count was decided; nothing was written",
@@ -175,15 +192,14 @@ fn count(
     for (hash, write) in hashes.iter().zip(writes.map_err(Failure::Store)?) {
         match write {
             RowWrite::Put { value, expires_at } => {
-                tx.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at])?;
+                conn.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at])?;
             }
             RowWrite::Delete => {
-                tx.prepare_cached(&sql.delete)?.execute([&hash[..]])?;
+                conn.prepare_cached(&sql.delete)?.execute([&hash[..]])?;
             }
             RowWrite::Keep => {}
         }
     }
-    tx.commit()?;
     Ok(())
 }
 
