@@ -243,3 +243,32 @@ fn file_of(url: &str, options: &SqliteConnectOptions) -> Result<PathBuf, StoreEr
     }
     Ok(options.get_filename().to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(url: &str) -> Result<PathBuf, StoreError> {
+        file_of(url, &SqliteConnectOptions::from_str(url).unwrap())
+    }
+
+    #[test]
+    fn urls_name_the_file_sqlx_opens() {
+        assert_eq!(file("sqlite://limit-store.db").unwrap(), PathBuf::from("limit-store.db"));
+        assert_eq!(file("sqlite:///var/lib/app/limits.db").unwrap(), PathBuf::from("/var/lib/app/limits.db"));
+        assert_eq!(file("sqlite:limits.db").unwrap(), PathBuf::from("limits.db"));
+        assert_eq!(file("sqlite:///tmp/a.db?mode=rwc").unwrap(), PathBuf::from("/tmp/a.db"));
+        assert_eq!(file("sqlite://a.db?mode=rw").unwrap(), PathBuf::from("a.db"));
+        assert_eq!(file("sqlite:///tmp/my%20limits.db").unwrap(), PathBuf::from("/tmp/my limits.db"));
+    }
+
+    #[test]
+    fn urls_the_store_cannot_share_are_refused() {
+        for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite://?mode=memory", "sqlite://a.db?mode=ro"] {
+            let err = file(url).unwrap_err();
+            assert!(err.is_setup() && err.to_string().contains("sqlite://PATH"), "{url}: {err}");
+        }
+        let err = file("sqlite://a.db?cache=shared").unwrap_err();
+        assert!(err.to_string().contains("`cache=shared` is not supported"), "{err}");
+    }
+}
