@@ -24,9 +24,10 @@ use smallvec::SmallVec;
 
 use futures_util::FutureExt;
 
+use crate::cell;
 use crate::error::Unavailable;
 use crate::log::{Throttle, KIND_UNAVAILABLE};
-use crate::{Apply, Entry, LimitStore, StoreError};
+use crate::{Apply, Entry, LimitStore, StoreError, Write};
 
 /// The default deadline of a store call.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
@@ -215,7 +216,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         let keys = OwnedKeys::new(keys);
         let call = async move {
             let _slot = slot;
-            inner.update(&keys.refs(), &mut |current, now| borrower.call(current, now)).await
+            let apply = &mut |current: &[Option<Entry>], now| {
+                borrower.call(current, now).unwrap_or_else(|| vec![Write::Keep; current.len()])
+            };
+            inner.update(&keys.refs(), apply).await
         };
         let result = self.run(call).await;
         // Closing before returning: a call still running answers Keep from now on.
@@ -242,116 +246,5 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             inner.sweep().await
         })
         .await
-    }
-}
-
-/// The one unsafe spot of the crate: lending the caller's borrowed `apply` to a
-/// spawned task that may outlive the borrow.
-///
-/// The [`Lender`] holds the caller's `&mut` borrow for as long as it lives, and
-/// its `Drop` clears the cell under the cell's lock, waiting for a call that is
-/// running. The [`Borrower`] calls `apply` only under that lock and only while
-/// the cell is full. So `apply` is called only while the borrow is alive, and
-/// never by two threads at once. `Apply` is `Send`, so calling it from the
-/// task's thread is sound.
-///
-/// Like every scoped-spawn design, this relies on the `update` future being
-/// dropped or finished, never leaked with `mem::forget` after it was polled:
-/// a leaked future would never close the cell.
-#[allow(unsafe_code)]
-mod cell {
-    use std::marker::PhantomData;
-    use std::sync::Arc;
-
-    use parking_lot::Mutex;
-
-    use crate::{Apply, Entry, Millis, Write};
-
-    struct Raw(*mut Apply<'static>);
-    // SAFETY: the pointee is `Send` (`Apply` requires it), and it is reached only
-    // under the cell's mutex while the lender's borrow is alive (see module docs).
-    unsafe impl Send for Raw {}
-
-    type Cell = Arc<Mutex<Option<Raw>>>;
-
-    /// Held by the caller; closes the cell when dropped.
-    pub(super) struct Lender<'a> {
-        cell: Cell,
-        _borrow: PhantomData<&'a mut ()>,
-    }
-
-    /// Held by the spawned call; `'static`.
-    pub(super) struct Borrower(Cell);
-
-    pub(super) fn lend<'a>(apply: &'a mut Apply<'_>) -> (Lender<'a>, Borrower) {
-        let ptr: *mut Apply<'_> = apply;
-        // SAFETY: only the trait object's lifetime bound changes (same layout);
-        // the pointer is used only while `Lender<'a>` is alive.
-        let ptr: *mut Apply<'static> = unsafe { std::mem::transmute(ptr) };
-        let cell: Cell = Arc::new(Mutex::new(Some(Raw(ptr))));
-        (Lender { cell: cell.clone(), _borrow: PhantomData }, Borrower(cell))
-    }
-
-    impl Drop for Lender<'_> {
-        fn drop(&mut self) {
-            *self.cell.lock() = None;
-        }
-    }
-
-    impl Borrower {
-        /// Calls the caller's `apply` while it is lent; `Keep` for every key after.
-        pub(super) fn call(&self, current: &[Option<Entry>], now: Millis) -> Vec<Write> {
-            let lent = self.0.lock();
-            match &*lent {
-                // SAFETY: the cell is full, so the lender (and the caller's borrow)
-                // is alive, and the lock keeps this the only use of the pointer.
-                Some(raw) => unsafe { (*raw.0)(current, now) },
-                None => vec![Write::Keep; current.len()],
-            }
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn a_closed_cell_answers_keep() {
-            let mut calls = 0;
-            let mut apply = |cur: &[Option<Entry>], _now: Millis| {
-                calls += 1;
-                vec![Write::Delete; cur.len()]
-            };
-            let (lender, borrower) = lend(&mut apply);
-            assert_eq!(borrower.call(&[None, None], 1), vec![Write::Delete, Write::Delete]);
-            drop(lender);
-            assert_eq!(borrower.call(&[None], 2), vec![Write::Keep]);
-            assert_eq!(calls, 1);
-        }
-
-        #[test]
-        fn closing_waits_for_a_running_call() {
-            use std::sync::atomic::{AtomicBool, Ordering};
-            use std::time::Duration;
-            let finished = Arc::new(AtomicBool::new(false));
-            let seen = finished.clone();
-            let mut apply = move |cur: &[Option<Entry>], _now: Millis| {
-                std::thread::sleep(Duration::from_millis(200));
-                seen.store(true, Ordering::SeqCst);
-                vec![Write::Keep; cur.len()]
-            };
-            let (lender, borrower) = lend(&mut apply);
-            let started = Arc::new(std::sync::Barrier::new(2));
-            let go = started.clone();
-            let t = std::thread::spawn(move || {
-                go.wait();
-                borrower.call(&[None], 0)
-            });
-            started.wait();
-            std::thread::sleep(Duration::from_millis(50));
-            drop(lender); // must wait for the running call
-            assert!(finished.load(Ordering::SeqCst), "the lender closed while apply was running");
-            t.join().unwrap();
-        }
     }
 }

@@ -31,6 +31,7 @@
 //! ```
 
 mod bound;
+mod cell;
 pub mod clock;
 pub mod config;
 pub mod error;

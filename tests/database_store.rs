@@ -223,6 +223,42 @@ async fn a_locked_database_is_answered_unavailable_within_the_deadline() {
     }
 }
 
+/// SQLite: a caller that stops waiting while its count waits for the write
+/// lock (a deadline above the store) counts nothing, even once the lock is
+/// gone, and its `apply` is never called after it stopped waiting. The count
+/// still runs on its blocking thread, and must roll back. (On the servers a
+/// count already decided may still land: its statement is on the server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_caller_that_stops_waiting_counts_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    sqlx::any::install_default_drivers();
+    let (url, table) = (sqlite_url("dropped"), format!("ls_dropped_{}", common::db::rand_suffix() % 1_000_000_000));
+    let db = store(&url, &table, SECRET).await;
+    put(&db, "k", 1, 60_000).await.unwrap();
+    let pool = raw(&url).await;
+    let mut locker = pool.begin().await.unwrap();
+    sqlx::query(&format!("UPDATE {table} SET value = value")).execute(&mut *locker).await.unwrap();
+    let gone = Arc::new(AtomicBool::new(false));
+    let late_calls = Arc::new(AtomicUsize::new(0));
+    let (seen_gone, late) = (gone.clone(), late_calls.clone());
+    let mut apply = move |_: &[Option<Entry>], now: Millis| {
+        if seen_gone.load(Ordering::SeqCst) {
+            late.fetch_add(1, Ordering::SeqCst);
+        }
+        vec![Write::Put(Entry { value: json!({ "n": 2 }), expires_at: now + 60_000 })]
+    };
+    let stopped = tokio::time::timeout(Duration::from_millis(300), db.update(&["k"], &mut apply)).await;
+    assert!(stopped.is_err(), "{url}: the count waits on the lock");
+    gone.store(true, Ordering::SeqCst);
+    locker.rollback().await.unwrap();
+    // Longer than the busy timeout: whatever still ran has finished.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(db.read(&["k"]).await.unwrap()[0].as_ref().unwrap().value, json!({ "n": 1 }), "{url}");
+    assert_eq!(late_calls.load(Ordering::SeqCst), 0, "{url}: apply was called after its caller left");
+    put(&db, "k", 3, 60_000).await.expect("counts again");
+    drop_table(&url, &table).await;
+}
+
 async fn rows(url: &str, table: &str) -> i64 {
     sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(&raw(url).await).await.unwrap()
 }

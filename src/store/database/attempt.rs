@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::error::{db_error, is_retryable, settle, Failure};
+use super::error::{is_retryable, settle, Failure};
 use super::row::{Decide, KeyHash};
 use super::CountPaths;
 use crate::StoreError;
@@ -24,8 +24,6 @@ pub(super) enum Guess {
     NotTried,
 }
 
-/// The last row this instance saw or wrote for each of up to `capacity` keys.
-/// Holds key hashes (HMACs), never keys.
 /// How an optimistic try went.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,8 +91,7 @@ pub(super) async fn count<B: Attempts>(
             }
             Some(Ok(Tried::Changed)) | None => {} // the row changed under us, or no such path: lock
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
-            Some(Err(Failure::Store(e))) => return Err(e),
-            Some(Err(Failure::Db(e))) => return Err(db_error("count", e)),
+            Some(Err(failure)) => return Err(failure.settled("count")),
         }
     }
     let mut retries = 0;

@@ -2,8 +2,10 @@
 //! migrating, sweeping in batches, counting live rows, and putting the rows a
 //! query found into key order.
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use super::row::{KeyHash, Stored};
 
 /// Generates `migrate`, `sweep`, `count_live` and `generations` inside a
@@ -172,7 +174,8 @@ macro_rules! optimistic {
 pub(super) use optimistic;
 
 /// Puts the rows found in key order; a key with no row (or a row of a LEFT
-/// JOIN that found none) gets `None`.
+/// JOIN that found none) gets `None`. (SQLite reads its rows with rusqlite.)
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn match_rows<R>(found: &[R], hashes: &[KeyHash]) -> Result<Vec<Option<Stored>>, sqlx::Error>
 where
     R: Row,
@@ -198,6 +201,7 @@ where
 
 /// The latest `now` column among the rows a query found (each row carries the
 /// database's clock; the latest is the one after every lock was taken).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn latest_now<R>(found: &[R]) -> Result<i64, sqlx::Error>
 where
     R: Row,

@@ -6,8 +6,8 @@ use crate::error::Unavailable;
 use crate::StoreError;
 
 /// Codes that mean the server gave up waiting: PostgreSQL lock_not_available
-/// and query_canceled, MySQL lock wait timeout, SQLite busy.
-const TIMEOUT_CODES: &[&str] = &["55P03", "57014", "1205", "HY000:1205", "5", "517"];
+/// and query_canceled, MySQL lock wait timeout, SQLite busy or locked.
+const TIMEOUT_CODES: &[&str] = &["55P03", "57014", "1205", "HY000:1205", "5", "517", "6"];
 /// Codes worth another attempt: PostgreSQL deadlock_detected,
 /// serialization_failure and unique_violation; MySQL deadlock.
 const RETRY_CODES: &[&str] = &["40P01", "40001", "23505", "1213", "40001:1213"];
@@ -39,16 +39,58 @@ pub(super) fn db_error(what: &str, e: sqlx::Error) -> StoreError {
     }
 }
 
+/// True for a SQLite error that only says the database was busy: the
+/// connection that met it is fine to use again.
+#[cfg(feature = "sqlite")]
+pub(super) fn is_busy(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+    matches!(e.sqlite_error_code(), Some(DatabaseBusy | DatabaseLocked))
+}
+
+/// `e`, met on one of the SQLite store's own connections while doing `what`,
+/// as a store error: busy is a timeout, like the servers' lock timeouts.
+#[cfg(feature = "sqlite")]
+pub(super) fn lite_error(what: &str, e: rusqlite::Error) -> StoreError {
+    let reason = if is_busy(&e) { Unavailable::Timeout } else { Unavailable::StoreFailed };
+    StoreError::Unavailable {
+        reason,
+        detail: format!("database error while trying to {what}: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
 /// Why one attempt failed: the database (maybe worth a retry) or the store's
 /// own answer (refused input, full, corrupt).
 pub(super) enum Failure {
     Db(sqlx::Error),
+    /// SQLite, on the store's own rusqlite connections: never retried.
+    #[cfg(feature = "sqlite")]
+    Lite(rusqlite::Error),
     Store(StoreError),
+}
+
+impl Failure {
+    /// The call's answer when this failure is not tried again.
+    pub(super) fn settled(self, what: &str) -> StoreError {
+        match self {
+            Failure::Db(e) => db_error(what, e),
+            #[cfg(feature = "sqlite")]
+            Failure::Lite(e) => lite_error(what, e),
+            Failure::Store(e) => e,
+        }
+    }
 }
 
 impl From<sqlx::Error> for Failure {
     fn from(e: sqlx::Error) -> Self {
         Failure::Db(e)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Self {
+        Failure::Lite(e)
     }
 }
 
@@ -61,7 +103,6 @@ pub(super) fn settle(result: Result<(), Failure>, retries: &mut u32) -> Option<R
             *retries += 1;
             None
         }
-        Err(Failure::Db(e)) => Some(Err(db_error("count", e))),
-        Err(Failure::Store(e)) => Some(Err(e)),
+        Err(failure) => Some(Err(failure.settled("count"))),
     }
 }

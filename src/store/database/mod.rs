@@ -1,5 +1,6 @@
 //! `DatabaseStore`: counts in the app's own SQL database, so every instance of
-//! a site shares one budget. SQLite, PostgreSQL and MySQL/MariaDB, on sqlx.
+//! a site shares one budget. SQLite, PostgreSQL and MySQL/MariaDB, on sqlx
+//! (SQLite's counts and reads on rusqlite: see `sqlite`).
 //!
 //! - Every update is one short transaction of its own with the rows of its keys
 //!   locked, a key's first update included (a missing row is created locked).

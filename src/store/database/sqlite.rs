@@ -3,28 +3,61 @@
 //! update is serialized like any other; WAL mode lets readers go on meanwhile.
 //! A long transaction elsewhere on the same file delays every count (the
 //! busy timeout, 1.5 s, keeps the answer within the guard's deadline).
+//!
+//! Counts and reads run on the store's own rusqlite connections ([`pool`]):
+//! the whole transaction — begin, the select of the rows and the clock,
+//! `decide`, the writes, commit — is one call on a blocking thread, with
+//! cached statements. `decide` borrows the caller's `apply`, so it is lent to
+//! that thread through [`crate::cell`]: a caller that stops waiting (a
+//! deadline) closes it, and a transaction that has not decided yet rolls back
+//! and writes nothing. The chores (migrations, sweeps, counts of live rows)
+//! stay on a small sqlx pool; both open the same file with the same settings.
 
+mod pool;
+
+use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
 
+use rusqlite::types::ValueRef;
+use rusqlite::{params, params_from_iter, Connection};
+use smallvec::SmallVec;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
+use self::pool::{Pool, WAIT};
 use super::attempt::Attempts;
-use super::chores::{by_key_count, chores, latest_now, marks, match_rows};
+use super::chores::{by_key_count, chores, marks};
 use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
+use crate::cell::{self, Borrower};
+use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
 /// SQLite's own clock, in ms since the epoch.
 const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
+/// Connections of the sqlx pool for the chores, which are few and short.
+const CHORE_CONNECTIONS: u32 = 2;
+
+/// `decide` as lent to the blocking thread.
+type LentDecide = Borrower<Option<Stored>, Result<Vec<RowWrite>, StoreError>>;
+
 #[derive(Debug)]
 pub(super) struct Sqlite {
+    /// For the chores.
     pool: SqlitePool,
+    /// For counts and reads.
+    conns: Arc<Pool>,
+    sql: Arc<Statements>,
     table: String,
     url_hint: String,
+}
+
+/// The statements of a count, built once.
+#[derive(Debug)]
+struct Statements {
     /// By key count: the clock and the rows of the keys, in one statement.
     select: Vec<String>,
     upsert: String,
@@ -34,21 +67,22 @@ pub(super) struct Sqlite {
 impl Sqlite {
     pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?
+            .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?;
+        let path = file_of(url, &options)?;
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_millis(1_500));
+            .busy_timeout(WAIT);
+        // Opening it creates the file and puts it in WAL mode.
         let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_millis(1_500))
+            .max_connections(max_connections.min(CHORE_CONNECTIONS))
+            .acquire_timeout(WAIT)
             .connect_with(options)
             .await
             .map_err(|e| db_error("open the SQLite database", e))?;
         let t = &table;
-        Ok(Sqlite {
-            pool,
-            url_hint: super::redact(url),
+        let sql = Statements {
             select: by_key_count(|n| {
                 format!(
                     "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
@@ -62,6 +96,12 @@ impl Sqlite {
                  value = excluded.value, expires_at = excluded.expires_at"
             ),
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
+        };
+        Ok(Sqlite {
+            pool,
+            conns: Pool::new(path, max_connections),
+            sql: Arc::new(sql),
+            url_hint: super::redact(url),
             table,
         })
     }
@@ -79,44 +119,10 @@ impl Sqlite {
         }
     }
 
-    async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut query = sqlx::query(&self.select[hashes.len()]);
-        for hash in hashes {
-            query = query.bind(&hash[..]);
-        }
-        let found = query.fetch_all(&mut *tx).await?;
-        let rows = match_rows(&found, hashes)?;
-        let writes = decide(&rows, latest_now(&found)?).map_err(Failure::Store)?;
-        for (hash, write) in hashes.iter().zip(writes) {
-            match write {
-                RowWrite::Put { value, expires_at } => {
-                    sqlx::query(&self.upsert)
-                        .bind(&hash[..])
-                        .bind(generation)
-                        .bind(value)
-                        .bind(expires_at)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                RowWrite::Delete => {
-                    sqlx::query(&self.delete).bind(&hash[..]).execute(&mut *tx).await?;
-                }
-                RowWrite::Keep => {}
-            }
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-        let mut query = sqlx::query(&self.select[hashes.len()]);
-        for hash in hashes {
-            query = query.bind(&hash[..]);
-        }
-        let found = query.fetch_all(&self.pool).await.map_err(|e| db_error("read", e))?;
-        let read = || Ok((match_rows(&found, hashes)?, latest_now(&found)?));
-        read().map_err(|e| db_error("read", e))
+        let sql = self.sql.clone();
+        let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
+        self.conns.run(move |conn| Ok(select(conn, &sql, &hashes)?)).await.map_err(|f| f.settled("read"))
     }
 
     fn sweep_sql(&self) -> String {
@@ -136,7 +142,133 @@ impl Sqlite {
 }
 
 impl Attempts for Sqlite {
+    /// The whole transaction in one blocking call.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        self.try_update(hashes, generation, decide).await
+        let (lender, borrower) = cell::lend(decide);
+        let sql = self.sql.clone();
+        let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
+        let done = self.conns.run(move |conn| count(conn, &sql, &hashes, generation, &borrower)).await;
+        // If the caller stops waiting sooner, dropping its future drops the lender then.
+        drop(lender);
+        done
+    }
+}
+
+/// One count, on the blocking thread: nothing is written unless `decide`
+/// answered while its caller was still waiting. `BEGIN` and `COMMIT` are
+/// cached statements too, not parsed again on every count.
+fn count(
+    conn: &Connection,
+    sql: &Statements,
+    hashes: &[KeyHash],
+    generation: i64,
+    decide: &LentDecide,
+) -> Result<(), Failure> {
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let done = read_decide_write(conn, sql, hashes, generation, decide)
+        .and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
+    if done.is_err() && !conn.is_autocommit() {
+        // If even this fails, the transaction stays open and the pool closes the connection.
+        let _ = conn.prepare_cached("ROLLBACK").and_then(|mut rollback| rollback.execute([]));
+    }
+    done
+}
+
+/// The inside of a count's transaction.
+fn read_decide_write(
+    conn: &Connection,
+    sql: &Statements,
+    hashes: &[KeyHash],
+    generation: i64,
+    decide: &LentDecide,
+) -> Result<(), Failure> {
+    let (rows, now) = select(conn, sql, hashes)?;
+    let Some(writes) = decide.call(&rows, now) else {
+        return Err(Failure::Store(StoreError::unavailable(
+            Unavailable::Timeout,
+            "the caller stopped waiting before the count was decided; nothing was written",
+        )));
+    };
+    for (hash, write) in hashes.iter().zip(writes.map_err(Failure::Store)?) {
+        match write {
+            RowWrite::Put { value, expires_at } => {
+                conn.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at])?;
+            }
+            RowWrite::Delete => {
+                conn.prepare_cached(&sql.delete)?.execute([&hash[..]])?;
+            }
+            RowWrite::Keep => {}
+        }
+    }
+    Ok(())
+}
+
+/// The rows of `hashes`, in key order (`None`: no row), and the clock.
+fn select(conn: &Connection, sql: &Statements, hashes: &[KeyHash]) -> rusqlite::Result<(Vec<Option<Stored>>, Millis)> {
+    let mut statement = conn.prepare_cached(&sql.select[hashes.len()])?;
+    let mut found = statement.query(params_from_iter(hashes.iter().map(|h| &h[..])))?;
+    let mut rows = vec![None; hashes.len()];
+    let mut now = Millis::MIN;
+    while let Some(row) = found.next()? {
+        now = now.max(row.get(0)?);
+        // NULL: the LEFT JOIN found no row at all.
+        let ValueRef::Blob(hash) = row.get_ref(1)? else { continue };
+        if let Some(i) = hashes.iter().position(|h| h[..] == *hash) {
+            rows[i] = Some(Stored { generation: row.get(2)?, value: row.get(3)?, expires_at: row.get(4)? });
+        }
+    }
+    Ok((rows, now))
+}
+
+/// The file a `sqlite:` URL names, as sqlx reads it. The store's connections
+/// share one file, so only a file database will do: `sqlite://PATH`
+/// (relative), `sqlite:///PATH` (absolute) or `sqlite:PATH`, with at most
+/// `?mode=rwc` or `?mode=rw` (the file is created if missing either way).
+fn file_of(url: &str, options: &SqliteConnectOptions) -> Result<PathBuf, StoreError> {
+    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let (database, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let refuse = |why: String| {
+        Err(StoreError::setup(format!(
+            "the SQLite store takes sqlite://PATH, optionally with ?mode=rwc: {why} (in {:?})",
+            super::redact(url)
+        )))
+    };
+    if database.is_empty() || database == ":memory:" {
+        return refuse("an in-memory database would not be shared between the store's connections".into());
+    }
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        if !matches!(param, "mode=rw" | "mode=rwc") {
+            return refuse(format!("`{param}` is not supported"));
+        }
+    }
+    Ok(options.get_filename().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(url: &str) -> Result<PathBuf, StoreError> {
+        file_of(url, &SqliteConnectOptions::from_str(url).unwrap())
+    }
+
+    #[test]
+    fn urls_name_the_file_sqlx_opens() {
+        assert_eq!(file("sqlite://limit-store.db").unwrap(), PathBuf::from("limit-store.db"));
+        assert_eq!(file("sqlite:///var/lib/app/limits.db").unwrap(), PathBuf::from("/var/lib/app/limits.db"));
+        assert_eq!(file("sqlite:limits.db").unwrap(), PathBuf::from("limits.db"));
+        assert_eq!(file("sqlite:///tmp/a.db?mode=rwc").unwrap(), PathBuf::from("/tmp/a.db"));
+        assert_eq!(file("sqlite://a.db?mode=rw").unwrap(), PathBuf::from("a.db"));
+        assert_eq!(file("sqlite:///tmp/my%20limits.db").unwrap(), PathBuf::from("/tmp/my limits.db"));
+    }
+
+    #[test]
+    fn urls_the_store_cannot_share_are_refused() {
+        for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite://?mode=memory", "sqlite://a.db?mode=ro"] {
+            let err = file(url).unwrap_err();
+            assert!(err.is_setup() && err.to_string().contains("sqlite://PATH"), "{url}: {err}");
+        }
+        let err = file("sqlite://a.db?cache=shared").unwrap_err();
+        assert!(err.to_string().contains("`cache=shared` is not supported"), "{err}");
     }
 }

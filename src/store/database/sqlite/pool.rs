@@ -1,0 +1,115 @@
+//! The SQLite store's own connections for counts and reads: a few rusqlite
+//! connections, each call run whole on a blocking thread, so that a count
+//! costs one hop from the async caller and back instead of one per statement.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::Semaphore;
+
+use super::super::error::{is_busy, Failure};
+use crate::error::Unavailable;
+use crate::StoreError;
+
+/// How long SQLite waits for the write lock, and a call for a connection:
+/// either keeps the answer within the guard's 2 s deadline.
+pub(super) const WAIT: Duration = Duration::from_millis(1_500);
+
+/// Prepared statements kept per connection: the common key counts, the
+/// upsert and the delete.
+const CACHED_STATEMENTS: usize = 48;
+
+/// At most `size` connections, opened when first needed. A connection whose
+/// call failed with anything but busy is closed rather than used again.
+#[derive(Debug)]
+pub(super) struct Pool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    /// One permit per connection in use; a call holds one until its blocking
+    /// work ends, even if its caller stopped waiting.
+    permits: Arc<Semaphore>,
+}
+
+impl Pool {
+    pub(super) fn new(path: PathBuf, size: u32) -> Arc<Self> {
+        let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, Semaphore::MAX_PERMITS);
+        Arc::new(Pool { path, idle: Mutex::new(Vec::with_capacity(size)), permits: Arc::new(Semaphore::new(size)) })
+    }
+
+    /// Runs `work` on one connection on a blocking thread. Waits at most
+    /// [`WAIT`] for a connection, then answers unavailable (timeout).
+    pub(super) async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
+    ) -> Result<T, Failure> {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => match tokio::time::timeout(WAIT, self.permits.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => permit,
+                // The semaphore is never closed.
+                Ok(Err(_)) | Err(_) => {
+                    return Err(Failure::Store(StoreError::unavailable(
+                        Unavailable::Timeout,
+                        format!("every SQLite connection of this store stayed in use for {WAIT:?}"),
+                    )))
+                }
+            },
+        };
+        let pool = self.clone();
+        // What `work` logs (the bound's lines) goes where the caller's lines go, in its span.
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+        let span = tracing::Span::current();
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            tracing::dispatcher::with_default(&dispatch, || span.in_scope(|| pool.call(work)))
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Failure::Store(StoreError::Unavailable {
+                reason: Unavailable::StoreFailed,
+                detail: "a SQLite call panicked".into(),
+                source: Some(Box::new(e)),
+            })),
+        }
+    }
+
+    /// `work` on an idle connection, or a new one; the connection goes back
+    /// to the idle ones unless `work` failed with more than busy.
+    fn call<T>(&self, work: impl FnOnce(&mut Connection) -> Result<T, Failure>) -> Result<T, Failure> {
+        let idle = self.idle.lock().pop();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.path)?,
+        };
+        let result = work(&mut conn);
+        let reusable = match &result {
+            Err(Failure::Lite(e)) => is_busy(e),
+            _ => true,
+        };
+        // A transaction left open (a rollback that failed) closes with the connection.
+        if reusable && conn.is_autocommit() {
+            self.idle.lock().push(conn);
+        }
+        result
+    }
+}
+
+/// Opens one connection the way the store's sqlx pool opens its own: WAL,
+/// `synchronous = NORMAL`, the busy timeout.
+fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(WAIT)?;
+    // This pragma answers the mode it set: a row to read, not to execute.
+    conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
+    conn.pragma_update(None, "synchronous", "normal")?;
+    conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
+    Ok(conn)
+}
