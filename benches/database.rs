@@ -323,12 +323,18 @@ fn count(current: &[Option<Entry>], now: Millis) -> (Vec<Write>, u64) {
 }
 
 async fn store(url: &str, table: &str, pool: u32, max_entries: u64) -> Result<DatabaseStore> {
+    store_in_place(url, table, pool, max_entries, false).await
+}
+
+/// [`store`], with SQLite's counts run on the caller's thread or not.
+async fn store_in_place(url: &str, table: &str, pool: u32, max_entries: u64, in_place: bool) -> Result<DatabaseStore> {
     Ok(DatabaseStore::builder(url)
         .table(table)
         .secret(SECRET)
         .max_connections(pool)
         .max_entries(max_entries)
         .sweep_every(None)
+        .sqlite_in_place(in_place)
         .connect()
         .await?)
 }
@@ -348,7 +354,7 @@ fn store_op(s: DatabaseStore, keys: Arc<Vec<String>>) -> Op {
 /// points. Before the first point it counts every key once, untimed, as an
 /// app that has run for a while has; before each point it says how its
 /// counts went so far.
-fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>) -> MakeOp {
+fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>, in_place: bool) -> MakeOp {
     let url = url.to_owned();
     let once = Arc::new(tokio::sync::OnceCell::new());
     Arc::new(move |_| {
@@ -356,7 +362,7 @@ fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>) -> Make
         Box::pin(async move {
             let s: &DatabaseStore = once
                 .get_or_try_init(|| async {
-                    let s = store(&url, table, 32, 2 * SIZE_BIG).await?;
+                    let s = store_in_place(&url, table, 32, 2 * SIZE_BIG, in_place).await?;
                     let next = Arc::new(AtomicUsize::new(0));
                     let tasks: Vec<_> = (0..32)
                         .map(|_| {
@@ -913,6 +919,8 @@ fn pgbench(url: &str, script: &Path, callers: usize, warmup: f64, secs: f64) -> 
 
 const STORE: &str = "limit-store `DatabaseStore`";
 /// A new store per point: it remembers only the rows of its own point.
+/// SQLite's counts on the caller's thread.
+const IN_PLACE: &str = "limit-store, `sqlite_in_place(true)`";
 const STORE_NEW: &str = "limit-store, a new store per point";
 /// The optimistic shape on one connection per count, without sqlx's ping on
 /// every acquire: what the store's optimistic path could cost.
@@ -950,7 +958,8 @@ async fn run_sqlite(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Res
         })
     });
     let mut contenders = vec![
-        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone())),
+        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false)),
+        op_contender("SQLite", IN_PLACE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), true)),
         op_contender("SQLite", "raw sqlx loop, same transaction", KEY_COUNT, raw),
         Contender {
             db: "SQLite",
@@ -1033,7 +1042,7 @@ async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> R
     fresh_table(url, T_RAW).await?;
     prefill(url, T_RAW, &raw_hashes(), 1).await?;
     let mut contenders = vec![
-        op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone())),
+        op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
         op_contender("PostgreSQL", STORE_NEW, KEY_COUNT, store_make(url, T_STORE, keys.clone())),
         op_contender("PostgreSQL", "raw sqlx loop, locked shape", KEY_COUNT, pg_raw(url, false, false)),
         op_contender("PostgreSQL", "raw sqlx loop, optimistic shape", KEY_COUNT, pg_raw(url, true, false)),
@@ -1074,7 +1083,7 @@ async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Resu
     fresh_table(url, T_RAW).await?;
     prefill(url, T_RAW, &raw_hashes(), 1).await?;
     let mut contenders = vec![
-        op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone())),
+        op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
         op_contender("MariaDB", "raw sqlx loop, locked shape", KEY_COUNT, my_raw(url, false, false)),
         op_contender("MariaDB", "raw sqlx loop, optimistic shape", KEY_COUNT, my_raw(url, true, false)),
         op_contender("MariaDB", LEAN, KEY_COUNT, my_raw(url, true, true)),

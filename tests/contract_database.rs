@@ -1,12 +1,13 @@
 //! The contract suite against the database store on SQLite, PostgreSQL and
 //! MySQL/MariaDB, each with two pools (two instances) on one database, bare
-//! and through the guard.
+//! and through the guard; and with the settings that change how a count runs
+//! (SQLite in place, PostgreSQL remembering no rows).
 
 mod common;
 
 use std::sync::Arc;
 
-use common::db::{pair, server, sqlite_url};
+use common::db::{pair, pair_with, server, sqlite_url};
 use limit_store::testing::StorePair;
 use limit_store::Guarded;
 
@@ -50,6 +51,23 @@ mod guarded_mysql {
     use super::*;
     async fn factory() -> Option<StorePair> {
         Some(guarded(pair(&server("LIMIT_STORE_TEST_MYSQL")?, "limit_store_contract_guarded").await))
+    }
+    limit_store::contract_tests!(factory);
+}
+
+mod guarded_sqlite_in_place {
+    use super::*;
+    async fn factory() -> StorePair {
+        guarded(pair_with(&sqlite_url("contract-in-place"), "limit_store", |b| b.sqlite_in_place(true)).await)
+    }
+    limit_store::contract_tests!(factory);
+}
+
+mod postgres_remembering_nothing {
+    use super::*;
+    async fn factory() -> Option<StorePair> {
+        let url = server("LIMIT_STORE_TEST_POSTGRES")?;
+        Some(pair_with(&url, "limit_store_contract_plain", |b| b.remember_rows(0)).await)
     }
     limit_store::contract_tests!(factory);
 }

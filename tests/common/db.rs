@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use limit_store::testing::StorePair;
-use limit_store::DatabaseStore;
+use limit_store::{DatabaseStore, DatabaseStoreBuilder};
 
 pub const SECRET: &str = "limit-store-tests-secret-0123456789abcdefghijklmnop";
 
@@ -36,18 +36,19 @@ pub fn rand_suffix() -> u64 {
 /// counts what its own sweep removes, and a sweeper racing it would take
 /// some first.
 pub async fn pair(url: &str, table: &str) -> StorePair {
+    pair_with(url, table, |b| b).await
+}
+
+/// [`pair`] with more settings for both stores.
+pub async fn pair_with(
+    url: &str,
+    table: &str,
+    settings: impl Fn(DatabaseStoreBuilder) -> DatabaseStoreBuilder,
+) -> StorePair {
     DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
     let open = || async {
-        Arc::new(
-            DatabaseStore::builder(url)
-                .table(table)
-                .secret(SECRET)
-                .max_connections(8)
-                .sweep_every(None)
-                .connect()
-                .await
-                .expect("connect"),
-        )
+        let builder = DatabaseStore::builder(url).table(table).secret(SECRET).max_connections(8).sweep_every(None);
+        Arc::new(settings(builder).connect().await.expect("connect"))
     };
     StorePair { first: open().await, second: open().await }
 }

@@ -65,7 +65,12 @@ struct Statements {
 }
 
 impl Sqlite {
-    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
+    pub(super) async fn open(
+        url: &str,
+        table: String,
+        max_connections: u32,
+        in_place: bool,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?;
         let path = file_of(url, &options)?;
@@ -99,7 +104,7 @@ impl Sqlite {
         };
         Ok(Sqlite {
             pool,
-            conns: Pool::new(path, max_connections),
+            conns: Pool::new(path, max_connections, in_place),
             sql: Arc::new(sql),
             url_hint: super::redact(url),
             table,

@@ -31,12 +31,16 @@ pub(super) struct Pool {
     /// One permit per connection in use; a call holds one until its blocking
     /// work ends, even if its caller stopped waiting.
     permits: Arc<Semaphore>,
+    /// Run calls on the caller's thread (`block_in_place`) where the runtime
+    /// allows it; see `DatabaseStoreBuilder::sqlite_in_place`.
+    in_place: bool,
 }
 
 impl Pool {
-    pub(super) fn new(path: PathBuf, size: u32) -> Arc<Self> {
+    pub(super) fn new(path: PathBuf, size: u32, in_place: bool) -> Arc<Self> {
         let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, Semaphore::MAX_PERMITS);
-        Arc::new(Pool { path, idle: Mutex::new(Vec::with_capacity(size)), permits: Arc::new(Semaphore::new(size)) })
+        let permits = Arc::new(Semaphore::new(size));
+        Arc::new(Pool { path, idle: Mutex::new(Vec::with_capacity(size)), permits, in_place })
     }
 
     /// Runs `work` on one connection on a blocking thread. Waits at most
@@ -58,6 +62,14 @@ impl Pool {
                 }
             },
         };
+        if self.in_place
+            && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            // No hop to another thread and back: this worker runs the call
+            // while the runtime moves its other tasks to another thread.
+            let _permit = permit;
+            return tokio::task::block_in_place(|| self.call(work));
+        }
         let pool = self.clone();
         // What `work` logs (the bound's lines) goes where the caller's lines go, in its span.
         let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
