@@ -127,7 +127,7 @@ impl Sqlite {
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let sql = self.sql.clone();
         let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
-        self.conns.run(move |conn| Ok(select(conn, &sql, &hashes)?)).await.map_err(|f| f.settled("read"))
+        self.conns.run(false, move |conn| Ok(select(conn, &sql, &hashes)?)).await.map_err(|f| f.settled("read"))
     }
 
     fn sweep_sql(&self) -> String {
@@ -152,7 +152,7 @@ impl Attempts for Sqlite {
         let (lender, borrower) = cell::lend(decide);
         let sql = self.sql.clone();
         let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
-        let done = self.conns.run(move |conn| count(conn, &sql, &hashes, generation, &borrower)).await;
+        let done = self.conns.run(true, move |conn| count(conn, &sql, &hashes, generation, &borrower)).await;
         // If the caller stops waiting sooner, dropping its future drops the lender then.
         drop(lender);
         done
