@@ -334,3 +334,53 @@ impl Attempts for Postgres {
         Some(self.try_optimistic(hash, generation, decide).await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One count of `n + 1` on `hash` by the optimistic path; the clock each
+    /// run of `decide` was given goes to `nows`.
+    async fn count(pg: &Postgres, hash: &KeyHash, nows: &mut Vec<Millis>) -> Tried {
+        let mut decide = |rows: &[Option<Stored>], now: Millis| {
+            nows.push(now);
+            let n: u64 = rows[0].as_ref().map_or(0, |r| r.value.parse().unwrap());
+            Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000 }])
+        };
+        match pg.try_optimistic(hash, 1, &mut decide).await {
+            Ok(tried) => tried,
+            Err(_) => panic!("the count failed"),
+        }
+    }
+
+    /// A guess made on a clock estimate outside [estimate - 2 ms, estimate +
+    /// 50 ms] of the database's clock writes nothing: the count reads the
+    /// row and the clock and goes on from those, so `apply` is never left
+    /// with a clock the database disagrees with.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_guess_on_a_wrong_clock_estimate_writes_nothing() {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_POSTGRES") else {
+            eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
+            return;
+        };
+        let table = format!("ls_guess_clock_{}", std::process::id());
+        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        let pg = Postgres::open(&url, table.clone(), 2, 100).await.unwrap();
+        let hash = [7u8; 32];
+        let mut nows = Vec::new();
+        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "no clock reading yet");
+        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::OneStatement, "a remembered row, a fresh estimate");
+        pg.clock.shift(-10_000);
+        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s behind");
+        pg.clock.shift(10_000);
+        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s ahead");
+        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::OneStatement, "the estimate follows the database");
+        let row: (String, i64) =
+            sqlx::query_as(&format!("SELECT value, {NOW} FROM {table}")).fetch_one(&pg.pool).await.unwrap();
+        assert_eq!(row.0, "5", "every count landed once");
+        assert!((row.1 - nows[nows.len() - 1]).abs() < 5_000, "apply's clock was the database's: {nows:?}");
+        for t in [table.clone(), format!("{table}_migrations")] {
+            sqlx::query(&format!("DROP TABLE {t}")).execute(&pg.pool).await.unwrap();
+        }
+    }
+}

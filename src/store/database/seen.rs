@@ -132,6 +132,12 @@ impl DbClock {
         }
     }
 
+    /// Moves the estimate by `ms`, as a wrong one would be.
+    #[cfg(test)]
+    pub(super) fn shift(&self, ms: i64) {
+        self.offset_us.fetch_add(ms * 1_000, Ordering::Relaxed);
+    }
+
     /// The database's clock now, in ms, as estimated; `None` before any reading.
     pub(super) fn estimate(&self) -> Option<Millis> {
         let offset = self.offset_us.load(Ordering::Relaxed);
