@@ -3,8 +3,13 @@
 //! (SQLite's counts and reads on rusqlite: see `sqlite`).
 //!
 //! - Every update is one short transaction of its own with the rows of its keys
-//!   locked, a key's first update included (a missing row is created locked).
-//! - `now` and expiry come from the database's clock.
+//!   locked, a key's first update included (a missing row is created locked),
+//!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
+//!   row and writes only if it is unchanged, and on PostgreSQL a row this
+//!   store remembers is counted by one such conditional statement
+//!   (`seen.rs`); whatever changed under them falls back to the lock.
+//! - `now` and expiry come from the database's clock (for a remembered row,
+//!   its estimate, which the database checks in the same statement).
 //! - Rows are named by HMAC-SHA-256 of the key under the site secret, and carry
 //!   the secret's generation.
 //! - A sweeper removes expired rows in small batches at start and every 5 minutes.

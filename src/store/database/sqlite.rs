@@ -12,6 +12,8 @@
 //! deadline) closes it, and a transaction that has not decided yet rolls back
 //! and writes nothing. The chores (migrations, sweeps, counts of live rows)
 //! stay on a small sqlx pool; both open the same file with the same settings.
+//! With `sqlite_in_place(true)` the call runs on the caller's runtime thread
+//! (`block_in_place`) instead, and writing calls take turns in the pool.
 
 mod pool;
 
