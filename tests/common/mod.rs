@@ -5,13 +5,13 @@
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
 
+use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 
-/// The formatted log lines written while the guard lives, on this thread.
+/// The formatted log lines written on this thread while it lives.
 pub struct Logs {
     buf: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
 }
 
 impl Logs {
@@ -23,12 +23,27 @@ impl Logs {
     }
 }
 
-#[derive(Clone)]
-struct Sink(Arc<Mutex<Vec<u8>>>);
+impl Drop for Logs {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| c.borrow_mut().take());
+    }
+}
 
-impl Write for Sink {
+thread_local! {
+    /// Where this thread's log lines go, while a test captures them.
+    static CAPTURE: RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { RefCell::new(None) };
+}
+
+/// Writes to the capturing buffer of the thread that logs, if it has one.
+struct ThreadSink;
+
+impl Write for ThreadSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        CAPTURE.with(|c| {
+            if let Some(sink) = c.borrow().as_ref() {
+                sink.lock().unwrap().extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -37,13 +52,26 @@ impl Write for Sink {
 }
 
 /// Captures log lines on this thread (use a current-thread runtime).
+///
+/// One global subscriber, set once, routes each line to the thread that wrote
+/// it. A subscriber per test (`set_default`) would be simpler, but tracing
+/// caches each call site's interest globally: a call site first reached by a
+/// test running beside this one, between two subscribers, can stay switched
+/// off, and this test would then see no line at all.
 pub fn capture_logs() -> Logs {
+    static GLOBAL: Once = Once::new();
+    GLOBAL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThreadSink)
+            .with_ansi(false)
+            .with_env_filter("warn,limit_store=trace")
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber in tests");
+    });
+    // A call site registered while the global subscriber was being set may
+    // have cached the old answer; ask every call site again.
+    tracing::callsite::rebuild_interest_cache();
     let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = Sink(buf.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
-    Logs { buf, _guard: tracing::subscriber::set_default(subscriber) }
+    CAPTURE.with(|c| *c.borrow_mut() = Some(buf.clone()));
+    Logs { buf }
 }
