@@ -387,8 +387,8 @@ fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>, in_plac
                 .await?;
             let p = s.count_paths();
             eprintln!(
-                "    (the store's counts so far: {} in one statement, {} read then written, {} locked)",
-                p.one_statement, p.read_then_write, p.locked
+                "    (the store's counts so far: {} in one statement, {} read then written, {} locked; {} batched)",
+                p.one_statement, p.read_then_write, p.locked, p.batched
             );
             Ok(store_op(s.clone(), keys))
         })
@@ -648,7 +648,8 @@ async fn my_optimistic(pool: &sqlx::MySqlPool, key: &[u8; 32], one_conn: bool) -
 }
 
 /// SQLite through sqlx, the transaction of `sqlite.rs`: BEGIN IMMEDIATE;
-/// SELECT the row with the clock; upsert; COMMIT.
+/// SELECT the row with the clock; the value alone when the expiry stays,
+/// else the upsert; COMMIT.
 async fn lite_sqlx(pool: &sqlx::SqlitePool, key: &[u8; 32]) -> Result<()> {
     let t = T_RAW;
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -660,21 +661,30 @@ async fn lite_sqlx(pool: &sqlx::SqlitePool, key: &[u8; 32]) -> Result<()> {
     .fetch_one(&mut *tx)
     .await?;
     let now: i64 = row.try_get("now")?;
+    let old_e: Option<i64> = row.try_get("expires_at")?;
     let (v, e) = match row.try_get::<Option<&str>, _>("value")? {
-        Some(v) => next_value(Some(v), row.try_get("expires_at")?, now),
+        Some(v) => next_value(Some(v), old_e.unwrap_or(0), now),
         None => next_value(None, 0, now),
     };
-    sqlx::query(&format!(
-        "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
-         ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
-         value = excluded.value, expires_at = excluded.expires_at"
-    ))
-    .bind(&key[..])
-    .bind(1_i64)
-    .bind(v)
-    .bind(e)
-    .execute(&mut *tx)
-    .await?;
+    if old_e == Some(e) {
+        sqlx::query(&format!("UPDATE {t} SET value = ? WHERE key_hash = ?"))
+            .bind(v)
+            .bind(&key[..])
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        sqlx::query(&format!(
+            "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
+             value = excluded.value, expires_at = excluded.expires_at"
+        ))
+        .bind(&key[..])
+        .bind(1_i64)
+        .bind(v)
+        .bind(e)
+        .execute(&mut *tx)
+        .await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -721,12 +731,17 @@ fn lite_rusqlite(
                             Some((v, e)) => next_value(Some(v), *e, now),
                             None => next_value(None, 0, now),
                         };
-                        tx.prepare_cached(&format!(
-                            "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
-                             ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
-                             value = excluded.value, expires_at = excluded.expires_at"
-                        ))?
-                        .execute(rusqlite::params![&key[..], 1_i64, v, e])?;
+                        if row.as_ref().is_some_and(|(_, old_e)| *old_e == e) {
+                            tx.prepare_cached(&format!("UPDATE {t} SET value = ? WHERE key_hash = ?"))?
+                                .execute(rusqlite::params![v, &key[..]])?;
+                        } else {
+                            tx.prepare_cached(&format!(
+                                "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
+                                 ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
+                                 value = excluded.value, expires_at = excluded.expires_at"
+                            ))?
+                            .execute(rusqlite::params![&key[..], 1_i64, v, e])?;
+                        }
                         tx.commit()
                     })();
                     match one {

@@ -50,6 +50,7 @@ impl Tally {
             one_statement: self.one_statement.load(Ordering::Relaxed),
             read_then_write: self.read_then_write.load(Ordering::Relaxed),
             locked: self.locked.load(Ordering::Relaxed),
+            batched: 0,
         }
     }
 }

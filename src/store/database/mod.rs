@@ -27,6 +27,8 @@ mod migrate;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod queue;
 mod row;
 #[cfg(feature = "postgres")]
 mod seen;
@@ -231,7 +233,8 @@ impl DatabaseStore {
     /// How this store's counts have gone since it connected: how many took
     /// one statement, a read then a write, or the locked transaction.
     pub fn count_paths(&self) -> CountPaths {
-        self.shared.tally.paths()
+        let batched = on_backend!(&self.shared.db, b => b.batched());
+        CountPaths { batched, ..self.shared.tally.paths() }
     }
 }
 
@@ -246,6 +249,10 @@ pub struct CountPaths {
     /// Counts that ran the locked transaction: several keys, SQLite, or a
     /// row that changed under the optimistic path.
     pub locked: u64,
+    /// Counts that went with others that waited at the same time: in one
+    /// transaction (SQLite) or one statement (PostgreSQL). Each is still
+    /// counted under one of the paths above.
+    pub batched: u64,
 }
 
 impl DatabaseStoreBuilder {

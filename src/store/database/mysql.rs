@@ -191,6 +191,11 @@ impl Mysql {
         Ok((match_rows(&found, hashes)?, latest_now(&found)?))
     }
 
+    /// MySQL sends every count on its own.
+    pub(super) fn batched(&self) -> u64 {
+        0
+    }
+
     fn sweep_sql(&self) -> String {
         format!("DELETE FROM {} WHERE expires_at <= {NOW} LIMIT {BATCH}", self.table)
     }

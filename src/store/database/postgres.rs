@@ -308,6 +308,11 @@ impl Postgres {
         Ok((rows, now))
     }
 
+    /// Counts sent with others in one statement (none yet).
+    pub(super) fn batched(&self) -> u64 {
+        0
+    }
+
     fn sweep_sql(&self) -> String {
         self.sweep.clone()
     }

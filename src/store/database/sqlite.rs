@@ -4,18 +4,21 @@
 //! A long transaction elsewhere on the same file delays every count (the
 //! busy timeout, 1.5 s, keeps the answer within the guard's deadline).
 //!
-//! Counts and reads run on the store's own rusqlite connections ([`pool`]):
-//! the whole transaction — begin, the select of the rows and the clock,
-//! `decide`, the writes, commit — is one call on a blocking thread, with
-//! cached statements. `decide` borrows the caller's `apply`, so it is lent to
-//! that thread through [`crate::cell`]: a caller that stops waiting (a
-//! deadline) closes it, and a transaction that has not decided yet rolls back
-//! and writes nothing. The chores (migrations, sweeps, counts of live rows)
-//! stay on a small sqlx pool; both open the same file with the same settings.
-//! With `sqlite_in_place(true)` the call runs on the caller's runtime thread
-//! (`block_in_place`) instead, and writing calls take turns in the pool.
+//! Counts run on rusqlite, through the store's [`writer`]: the whole
+//! transaction — begin, the select of the rows and the clock, `decide`, the
+//! writes, commit — runs on a blocking thread with cached statements, and
+//! counts that arrive meanwhile wait and go in the next transaction
+//! together, one after another. `decide` borrows the caller's `apply`, so it
+//! is lent to that thread through [`crate::cell`]: a caller that stops
+//! waiting (a deadline) closes it, and a count that has not decided yet
+//! writes nothing. Reads run on a few connections of their own ([`pool`]).
+//! The chores (migrations, sweeps, counts of live rows) stay on a small sqlx
+//! pool; all open the same file with the same settings. With
+//! `sqlite_in_place(true)` the caller's runtime thread runs the transaction
+//! (`block_in_place`) instead.
 
 mod pool;
+mod writer;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -27,6 +30,7 @@ use smallvec::SmallVec;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use self::pool::{Pool, WAIT};
+use self::writer::Writer;
 use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, marks};
 use super::error::{db_error, Failure};
@@ -50,8 +54,10 @@ type LentDecide = Borrower<Option<Stored>, Result<Vec<RowWrite>, StoreError>>;
 pub(super) struct Sqlite {
     /// For the chores.
     pool: SqlitePool,
-    /// For counts and reads.
+    /// For reads.
     conns: Arc<Pool>,
+    /// For counts.
+    writer: Arc<Writer>,
     sql: Arc<Statements>,
     table: String,
     url_hint: String,
@@ -63,6 +69,9 @@ struct Statements {
     /// By key count: the clock and the rows of the keys, in one statement.
     select: Vec<String>,
     upsert: String,
+    /// A row's new value when its generation and expiry stay: the indexes
+    /// (both on `expires_at`) are left as they are, a page written instead of three.
+    set_value: String,
     delete: String,
 }
 
@@ -102,12 +111,15 @@ impl Sqlite {
                  ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
                  value = excluded.value, expires_at = excluded.expires_at"
             ),
+            set_value: format!("UPDATE {t} SET value = ? WHERE key_hash = ?"),
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
         };
+        let sql = Arc::new(sql);
         Ok(Sqlite {
             pool,
-            conns: Pool::new(path, max_connections, in_place),
-            sql: Arc::new(sql),
+            conns: Pool::new(path.clone(), max_connections, in_place),
+            writer: Writer::new(path, sql.clone(), in_place),
+            sql,
             url_hint: super::redact(url),
             table,
         })
@@ -129,7 +141,11 @@ impl Sqlite {
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let sql = self.sql.clone();
         let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
-        self.conns.run(false, move |conn| Ok(select(conn, &sql, &hashes)?)).await.map_err(|f| f.settled("read"))
+        self.conns.run(move |conn| Ok(select(conn, &sql, &hashes)?)).await.map_err(|f| f.settled("read"))
+    }
+
+    pub(super) fn batched(&self) -> u64 {
+        self.writer.batched()
     }
 
     fn sweep_sql(&self) -> String {
@@ -149,12 +165,10 @@ impl Sqlite {
 }
 
 impl Attempts for Sqlite {
-    /// The whole transaction in one blocking call.
+    /// The whole transaction in the writer's next batch.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let (lender, borrower) = cell::lend(decide);
-        let sql = self.sql.clone();
-        let hashes: SmallVec<[KeyHash; 4]> = hashes.into();
-        let done = self.conns.run(true, move |conn| count(conn, &sql, &hashes, generation, &borrower)).await;
+        let done = self.writer.count(hashes, generation, borrower).await;
         // If the caller stops waiting sooner, dropping its future drops the lender then.
         drop(lender);
         done
@@ -196,8 +210,13 @@ fn read_decide_write(
             "the caller stopped waiting before the count was decided; nothing was written",
         )));
     };
-    for (hash, write) in hashes.iter().zip(writes.map_err(Failure::Store)?) {
+    for ((hash, write), row) in hashes.iter().zip(writes.map_err(Failure::Store)?).zip(&rows) {
         match write {
+            RowWrite::Put { value, expires_at }
+                if row.as_ref().is_some_and(|r| r.generation == generation && r.expires_at == expires_at) =>
+            {
+                conn.prepare_cached(&sql.set_value)?.execute(params![value, &hash[..]])?;
+            }
             RowWrite::Put { value, expires_at } => {
                 conn.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at])?;
             }

@@ -1,6 +1,7 @@
-//! The SQLite store's own connections for counts and reads: a few rusqlite
-//! connections, each call run whole on a blocking thread, so that a count
-//! costs one hop from the async caller and back instead of one per statement.
+//! The SQLite store's own connections for reads: a few rusqlite connections,
+//! each call run whole on a blocking thread, so that a read costs one hop
+//! from the async caller and back instead of one per statement. (Counts go
+//! through the writer, on a connection of its own.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,31 +35,19 @@ pub(super) struct Pool {
     /// Run calls on the caller's thread (`block_in_place`) where the runtime
     /// allows it; see `DatabaseStoreBuilder::sqlite_in_place`.
     in_place: bool,
-    /// In place, one writing call at a time: the others wait here, in turn,
-    /// instead of in SQLite's busy handler, whose sleeps grow to 100 ms and
-    /// favour no one (with many callers some waited past the 1.5 s limit).
-    writer: Semaphore,
 }
 
 impl Pool {
     pub(super) fn new(path: PathBuf, size: u32, in_place: bool) -> Arc<Self> {
         let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, Semaphore::MAX_PERMITS);
         let permits = Arc::new(Semaphore::new(size));
-        Arc::new(Pool {
-            path,
-            idle: Mutex::new(Vec::with_capacity(size)),
-            permits,
-            in_place,
-            writer: Semaphore::new(1),
-        })
+        Arc::new(Pool { path, idle: Mutex::new(Vec::with_capacity(size)), permits, in_place })
     }
 
-    /// Runs `work` on one connection on a blocking thread (`writes`: it
-    /// takes the write lock). Waits at most [`WAIT`] for a connection, then
-    /// answers unavailable (timeout).
+    /// Runs `work` on one connection on a blocking thread. Waits at most
+    /// [`WAIT`] for a connection, then answers unavailable (timeout).
     pub(super) async fn run<T: Send + 'static>(
         self: &Arc<Self>,
-        writes: bool,
         work: impl FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, Failure> {
         let timed_out = || {
@@ -69,19 +58,13 @@ impl Pool {
         };
         let in_place = self.in_place
             && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-        let waited = tokio::time::timeout(WAIT, async {
-            // The semaphores are never closed.
-            let turn = match in_place && writes {
-                true => Some(self.writer.acquire().await.ok()?),
-                false => None,
-            };
-            Some((turn, self.permits.clone().acquire_owned().await.ok()?))
-        });
-        let Ok(Some((turn, permit))) = waited.await else { return Err(timed_out()) };
+        // The semaphore is never closed.
+        let waited = tokio::time::timeout(WAIT, self.permits.clone().acquire_owned());
+        let Ok(Ok(permit)) = waited.await else { return Err(timed_out()) };
         if in_place {
             // No hop to another thread and back: this worker runs the call
             // while the runtime moves its other tasks to another thread.
-            let (_turn, _permit) = (turn, permit);
+            let _permit = permit;
             return tokio::task::block_in_place(|| self.call(work));
         }
         let pool = self.clone();
@@ -125,7 +108,7 @@ impl Pool {
 
 /// Opens one connection the way the store's sqlx pool opens its own: WAL,
 /// `synchronous = NORMAL`, the busy timeout.
-fn open(path: &Path) -> rusqlite::Result<Connection> {
+pub(super) fn open(path: &Path) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
