@@ -1,15 +1,17 @@
 //! Counts that wait for the store at the same time go together (one
-//! transaction on SQLite): each is still exact, and a count that is refused
-//! or whose caller left spoils none of the others in its batch.
+//! transaction on SQLite, one statement on PostgreSQL): each is still exact,
+//! and a count that is refused or whose caller left spoils none of the others
+//! in its batch.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::db::{sqlite_url, SECRET};
+use common::db::{server, sqlite_url, SECRET};
 use limit_store::{DatabaseStore, Entry, LimitStore, Millis, Write};
 use serde_json::json;
+use sqlx::{Connection, Executor};
 
 /// Adds one to `key`'s count.
 async fn add_one(db: &DatabaseStore, key: &str) {
@@ -105,4 +107,130 @@ async fn sqlite_batches_stay_exact_under_many_callers() {
     }
     assert_eq!(total, 3_200, "every count landed once");
     assert!(db.count_paths().batched > 0, "32 callers should have shared some commits: {:?}", db.count_paths());
+}
+
+/// A PostgreSQL store on a fresh table of its own.
+async fn postgres_store(url: &str, table: &str) -> DatabaseStore {
+    DatabaseStore::builder(url).table(table).migrate().await.unwrap();
+    DatabaseStore::builder(url)
+        .table(table)
+        .secret(SECRET)
+        .sweep_every(None)
+        .max_connections(32)
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn drop_postgres_table(url: &str, table: &str) {
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    for t in [table.to_owned(), format!("{table}_migrations")] {
+        c.execute(format!("DROP TABLE IF EXISTS {t}").as_str()).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_guesses_that_wait_go_in_one_statement() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = format!("ls_batches_{}", common::db::rand_suffix() % 1_000_000_000);
+    let db = Arc::new(postgres_store(&url, &table).await);
+    // Counted once, each row is remembered: the next count on it is a guess.
+    for i in 0..10 {
+        add_one(&db, &format!("k{i}")).await;
+    }
+    add_one(&db, "gone").await;
+
+    // Another session holds the table: the guesses in flight wait on it, and
+    // the ones after them wait in the store's queue.
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    other.execute(format!("LOCK TABLE {table} IN EXCLUSIVE MODE").as_str()).await.unwrap();
+    let counts: Vec<_> = (0..10)
+        .map(|i| {
+            let db = db.clone();
+            tokio::spawn(async move { add_one(&db, &format!("k{i}")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gone = tokio::spawn({
+        let db = db.clone();
+        async move { tokio::time::timeout(Duration::from_millis(50), add_one(&db, "gone")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.execute("COMMIT").await.unwrap();
+
+    for c in counts {
+        c.await.unwrap();
+    }
+    assert!(gone.await.unwrap().is_err(), "its caller left while it waited");
+    for i in 0..10 {
+        assert_eq!(value(&db, &format!("k{i}")).await, Some(2), "k{i}: counted once more, exactly");
+    }
+    assert_eq!(value(&db, "gone").await, Some(1), "a count whose caller left while it waited counts nothing");
+    let paths = db.count_paths();
+    assert!(paths.batched >= 8, "all but the guesses in flight went in one statement: {paths:?}");
+    drop_postgres_table(&url, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_batches_stay_exact_beside_another_instance() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = format!("ls_batches_exact_{}", common::db::rand_suffix() % 1_000_000_000);
+    let first = Arc::new(postgres_store(&url, &table).await);
+    let second = Arc::new(postgres_store(&url, &table).await);
+    let tasks: Vec<_> = (0..48)
+        .map(|t| {
+            // Two instances on the same keys: each one's remembered rows go
+            // stale under the other's writes, so batches carry misses too.
+            let db = if t % 3 == 0 { second.clone() } else { first.clone() };
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    add_one(&db, &format!("k{}", (t * 7 + i) % 64)).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut total = 0;
+    for i in 0..64 {
+        total += value(&first, &format!("k{i}")).await.unwrap_or(0);
+    }
+    assert_eq!(total, 48 * 40, "every count landed once");
+    let paths = first.count_paths();
+    assert!(paths.batched > 0 && paths.one_statement > 0, "32 callers on one store share statements: {paths:?}");
+    drop_postgres_table(&url, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_batched_guesses_write_when_rows_are_as_remembered() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = format!("ls_batches_hit_{}", common::db::rand_suffix() % 1_000_000_000);
+    let db = Arc::new(postgres_store(&url, &table).await);
+    for i in 0..64 {
+        add_one(&db, &format!("k{i}")).await;
+    }
+    let before = db.count_paths();
+    let counts: Vec<_> = (0..64)
+        .map(|i| {
+            let db = db.clone();
+            tokio::spawn(async move { add_one(&db, &format!("k{i}")).await })
+        })
+        .collect();
+    for c in counts {
+        c.await.unwrap();
+    }
+    let after = db.count_paths();
+    assert!(after.batched > before.batched, "64 counts at once share statements: {after:?}");
+    // Nobody else writes these rows, so the batched guesses write too (a
+    // guess can still miss if the machine is so slow that the clock moved
+    // past its estimate's bound before the statement ran).
+    let alone = 64 - (after.batched - before.batched);
+    let written = after.one_statement - before.one_statement;
+    assert!(written > alone, "batched guesses wrote: {before:?} -> {after:?}");
+    for i in 0..64 {
+        assert_eq!(value(&db, &format!("k{i}")).await, Some(2));
+    }
+    drop_postgres_table(&url, &table).await;
 }

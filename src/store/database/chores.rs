@@ -100,12 +100,17 @@ macro_rules! optimistic {
             generation: i64,
             decide: &mut Decide<'_>,
         ) -> Result<Tried, Failure> {
-            // One connection for both statements: one acquire, not two.
-            let mut conn = self.pool.acquire().await?;
-            let (row, now) = match self.guess(&mut conn, hash, generation, decide).await? {
+            // The guess takes a connection of its own only when it sends its
+            // statement alone: a guess that waits to go with others holds none.
+            let guessed = match self.guess(hash, generation, decide).await? {
                 Guess::Done => return Ok(Tried::OneStatement),
-                Guess::Missed { row, now } => (row, now),
-                Guess::NotTried => {
+                Guess::Missed { row, now } => Some((row, now)),
+                Guess::NotTried => None,
+            };
+            let mut conn = self.pool.acquire().await?;
+            let (row, now) = match guessed {
+                Some(read) => read,
+                None => {
                     let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
                     (rows.into_iter().next().flatten(), now)
                 }

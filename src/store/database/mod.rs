@@ -8,6 +8,9 @@
 //!   row and writes only if it is unchanged, and on PostgreSQL a row this
 //!   store remembers is counted by one such conditional statement
 //!   (`seen.rs`); whatever changed under them falls back to the lock.
+//! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
+//!   transaction, on PostgreSQL the remembered-row statements in one
+//!   statement, each count still exact on its own.
 //! - `now` and expiry come from the database's clock (for a remembered row,
 //!   its estimate, which the database checks in the same statement).
 //! - Rows are named by HMAC-SHA-256 of the key under the site secret, and carry

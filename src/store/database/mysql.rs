@@ -113,13 +113,7 @@ impl Mysql {
 
     /// MySQL has no statement that writes and reads back in one round trip
     /// (no `RETURNING` on `UPDATE`, no writing `WITH`): always read first.
-    async fn guess(
-        &self,
-        _conn: &mut sqlx::MySqlConnection,
-        _hash: &KeyHash,
-        _generation: i64,
-        _decide: &mut Decide<'_>,
-    ) -> Result<Guess, sqlx::Error> {
+    async fn guess(&self, _hash: &KeyHash, _generation: i64, _decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
         Ok(Guess::NotTried)
     }
 

@@ -8,8 +8,16 @@
 //! `WITH` that writes only if both hold, and reads the row and the clock as
 //! they were before it. On a miss, that read is the first half of the
 //! optimistic path (a write only if the row is still as read); if the row
-//! changed again, the locked transaction settles it.
+//! changed again, the locked transaction settles it. Under load, the
+//! guesses that replace a row go several to a statement ([`Replacer`]).
+//!
+//! The store's sessions plan their statements once (`plan_cache_mode =
+//! force_generic_plan`, PostgreSQL 12 or later): the batch statement's custom
+//! plans cost more to make than to run.
 
+mod replace;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -22,7 +30,10 @@ use super::migrate::{self, POSTGRES};
 use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::seen::{DbClock, Seen, MAX_LAG_MS, MAX_LEAD_MS};
 use super::sweep::BATCH;
+use crate::error::Unavailable;
 use crate::{Millis, StoreError};
+
+use self::replace::{Replace, Replaced, Replacer};
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 
@@ -39,6 +50,7 @@ pub(super) struct Postgres {
     replace_if: String,
     delete_if: String,
     guess: Guesses,
+    replacer: Arc<Replacer>,
     seen: Seen,
     clock: DbClock,
 }
@@ -51,8 +63,6 @@ pub(super) struct Postgres {
 struct Guesses {
     /// No row remembered: insert, unless a row is there.
     insert: String,
-    /// Replace the remembered row.
-    replace: String,
     /// Delete the remembered row.
     delete: String,
     /// Nothing to write: confirm the row is as remembered.
@@ -78,12 +88,6 @@ impl Guesses {
                  SELECT $1::bytea, $2::int8, $3::text, $4::int8 WHERE {} \
                  ON CONFLICT (key_hash) DO NOTHING RETURNING 1) {counted}",
                 clock("$5::int8")
-            ),
-            replace: format!(
-                "WITH w AS (UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
-                 WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7 AND {} \
-                 RETURNING 1) {counted}",
-                clock("$8::int8")
             ),
             delete: format!(
                 "WITH w AS (DELETE FROM {t} \
@@ -119,6 +123,7 @@ impl Postgres {
             ("lock_timeout", "1500"),
             ("statement_timeout", "1800"),
             ("idle_in_transaction_session_timeout", "10000"),
+            ("plan_cache_mode", "force_generic_plan"),
         ]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
@@ -132,7 +137,6 @@ impl Postgres {
             .map_err(|e| db_error("connect to PostgreSQL", e))?;
         let t = &table;
         Ok(Postgres {
-            pool,
             url_hint: super::redact(url),
             lock: format!(
                 "INSERT INTO {t} (key_hash, generation, value, expires_at) \
@@ -168,6 +172,8 @@ impl Postgres {
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
             ),
             guess: Guesses::new(t),
+            replacer: Replacer::new(pool.clone(), t),
+            pool,
             seen: Seen::new(remember),
             clock: DbClock::new(),
             table,
@@ -228,14 +234,9 @@ impl Postgres {
     optimistic!(sqlx::PgConnection);
 
     /// One statement from the remembered row and the estimated clock: see
-    /// `seen.rs`.
-    async fn guess(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        hash: &KeyHash,
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<Guess, sqlx::Error> {
+    /// `seen.rs`. A replaced row, the common case, goes through the
+    /// [`Replacer`], with the other guesses waiting at the same time.
+    async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, Failure> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
         let seen = self.seen.get(hash);
         // A refusal here (full, corrupt, a bad answer) may be of the guess
@@ -245,18 +246,13 @@ impl Postgres {
         let after = row_after(&seen, &write, generation);
         let g = &self.guess;
         let query = match (seen, write) {
+            (Some(old), RowWrite::Put { value, expires_at }) => {
+                let guess = Replace { hash: *hash, generation, value, expires_at, old, est };
+                return self.guess_with_others(guess, after).await;
+            }
             (None, RowWrite::Put { value, expires_at }) => {
                 sqlx::query(&g.insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(est)
             }
-            (Some(old), RowWrite::Put { value, expires_at }) => sqlx::query(&g.replace)
-                .bind(&hash[..])
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at)
-                .bind(est),
             (Some(old), RowWrite::Delete) => sqlx::query(&g.delete)
                 .bind(&hash[..])
                 .bind(old.generation)
@@ -268,7 +264,7 @@ impl Postgres {
             }
             (None, RowWrite::Keep | RowWrite::Delete) => sqlx::query(&g.keep_absent).bind(&hash[..]).bind(est),
         };
-        let found = query.fetch_all(&mut *conn).await?;
+        let found = query.fetch_all(&self.pool).await?;
         let now = latest_now(&found)?;
         self.clock.reading(now);
         let done: i64 = match found.first() {
@@ -280,6 +276,23 @@ impl Postgres {
             return Ok(Guess::Done);
         }
         let row = match_rows(&found, std::slice::from_ref(hash))?.into_iter().next().flatten();
+        Ok(Guess::Missed { row, now })
+    }
+
+    /// A replace guess sent in one statement with the others waiting.
+    async fn guess_with_others(&self, guess: Replace, after: Option<Stored>) -> Result<Guess, Failure> {
+        let hash = guess.hash;
+        let (row, now) = match self.replacer.replace(guess).await {
+            Ok(Replaced::Done { now }) => {
+                self.clock.reading(now);
+                self.seen.set(&hash, after);
+                return Ok(Guess::Done);
+            }
+            Ok(Replaced::Missed { row, now }) => (row, now),
+            Ok(Replaced::NotSent) => return Ok(Guess::NotTried),
+            Err(why) => return Err(Failure::Store(StoreError::unavailable(Unavailable::StoreFailed, why))),
+        };
+        self.clock.reading(now);
         Ok(Guess::Missed { row, now })
     }
 
@@ -308,9 +321,8 @@ impl Postgres {
         Ok((rows, now))
     }
 
-    /// Counts sent with others in one statement (none yet).
     pub(super) fn batched(&self) -> u64 {
-        0
+        self.replacer.batched()
     }
 
     fn sweep_sql(&self) -> String {
