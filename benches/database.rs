@@ -57,6 +57,9 @@ const T_STORE_NEW: &str = "limit_store_bench_new";
 const T_RAW: &str = "limit_store_bench_raw";
 const T_SIZE_S: &str = "limit_store_bench_size_10k";
 const T_SIZE_L: &str = "limit_store_bench_size_1m";
+/// The raw rusqlite loop's tables for the size control (SQLite).
+const T_SIZE_RAW_S: &str = "limit_store_bench_size_raw_10k";
+const T_SIZE_RAW_L: &str = "limit_store_bench_size_raw_1m";
 const T_RLF: &str = "limit_store_bench_rlf";
 const RUNLIMIT_SCHEMA: &str = "limit_store_bench_runlimit";
 
@@ -205,8 +208,8 @@ type MakeOp = Arc<dyn Fn(u32) -> BoxOp + Send + Sync>;
 enum Runner {
     /// In this process: `drive` over `keys` keys.
     Op { make: MakeOp, keys: usize },
-    /// rusqlite on blocking threads.
-    Rusqlite { path: PathBuf, hashes: Arc<Vec<[u8; 32]>> },
+    /// rusqlite on blocking threads, on `table`.
+    Rusqlite { path: PathBuf, table: &'static str, hashes: Arc<Vec<[u8; 32]>> },
     /// One `pgbench` run per point.
     Pgbench { url: String, script: PathBuf },
     /// `node bench/node/rlf.js --serve 1`, one stdin line per point.
@@ -226,9 +229,9 @@ impl Contender {
                 let op = make(u32::try_from(callers)?).await?;
                 Ok(drive(op, *keys, callers, warmup, secs).await)
             }
-            Runner::Rusqlite { path, hashes } => {
-                let (path, hashes) = (path.clone(), hashes.clone());
-                tokio::task::spawn_blocking(move || lite_rusqlite(&path, hashes, callers, warmup, secs)).await?
+            Runner::Rusqlite { path, table, hashes } => {
+                let (path, table, hashes) = (path.clone(), *table, hashes.clone());
+                tokio::task::spawn_blocking(move || lite_rusqlite(&path, table, hashes, callers, warmup, secs)).await?
             }
             Runner::Pgbench { url, script } => pgbench(url, script, callers, warmup, secs),
             Runner::Node { child, out } => {
@@ -694,6 +697,7 @@ async fn lite_sqlx(pool: &sqlx::SqlitePool, key: &[u8; 32]) -> Result<()> {
 /// opens SQLite): the database's own ceiling, no async driver in between.
 fn lite_rusqlite(
     path: &Path,
+    table: &'static str,
     hashes: Arc<Vec<[u8; 32]>>,
     callers: usize,
     warmup: f64,
@@ -711,7 +715,7 @@ fn lite_rusqlite(
                 conn.busy_timeout(Duration::from_millis(1_500))?;
                 conn.pragma_update(None, "journal_mode", "wal")?;
                 conn.pragma_update(None, "synchronous", "normal")?;
-                let t = T_RAW;
+                let t = table;
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
                 while !stop.load(Ordering::Relaxed) {
                     let key = &hashes[rng.next(hashes.len())];
@@ -982,7 +986,7 @@ async fn run_sqlite(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Res
         Contender {
             db: "SQLite",
             name: "raw rusqlite loop, same transaction".into(),
-            runner: Runner::Rusqlite { path, hashes },
+            runner: Runner::Rusqlite { path, table: T_RAW, hashes },
         },
     ];
     res.rounds(o, &mut contenders, &o.callers).await;
@@ -1172,6 +1176,8 @@ async fn fill_to(url: &str, table: &str, generation: i64, total: u64) -> Result<
 
 const SIZE_SMALL: &str = "size: table at 10,000 rows";
 const SIZE_LARGE: &str = "size: table at 1,000,000 rows";
+const SIZE_RAW_SMALL: &str = "size, raw rusqlite loop: table at 10,000 rows";
+const SIZE_RAW_LARGE: &str = "size, raw rusqlite loop: table at 1,000,000 rows";
 
 /// limit-store over the same 10,000 keys on two tables: one holding just
 /// those 10,000 rows, one holding 990,000 more (live, of the store's
@@ -1201,8 +1207,25 @@ async fn run_size(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Resul
             op_contender(db, SIZE_SMALL, SIZE_KEYS, store_make(&url, T_SIZE_S, small.clone())),
             op_contender(db, SIZE_LARGE, SIZE_KEYS, store_make(&url, T_SIZE_L, small.clone())),
         ];
+        if flag == "sqlite" {
+            // The control: SQLite's own cost of a larger table, the same
+            // transaction with no store around it, on tables of both sizes.
+            let hashes: Arc<Vec<[u8; 32]>> = Arc::new(raw_hashes()[..SIZE_KEYS].to_vec());
+            for table in [T_SIZE_RAW_S, T_SIZE_RAW_L] {
+                fresh_table(&url, table).await?;
+                prefill(&url, table, &hashes, 1).await?;
+            }
+            fill_to(&url, T_SIZE_RAW_L, 1, SIZE_BIG).await?;
+            let path = o.dir.join("bench.sqlite");
+            for (name, table) in [(SIZE_RAW_SMALL, T_SIZE_RAW_S), (SIZE_RAW_LARGE, T_SIZE_RAW_L)] {
+                let runner = Runner::Rusqlite { path: path.clone(), table, hashes: hashes.clone() };
+                contenders.push(Contender { db, name: name.into(), runner });
+            }
+        }
         res.rounds(o, &mut contenders, &[callers]).await;
-        fresh_table(&url, T_SIZE_L).await?; // leave the server small
+        for table in [T_SIZE_L, T_SIZE_RAW_L] {
+            fresh_table(&url, table).await?; // leave the server small
+        }
     }
     Ok(())
 }
@@ -1289,22 +1312,27 @@ fn print_tables(o: &Opts, res: &Results) {
             "Size: limit-store over the same 10,000 keys, the table at 10,000 rows or at 1,000,000 (alternating)."
         );
         println!();
-        println!("| database | callers | table at 10,000 rows | table at 1,000,000 rows | 1M ÷ 10k (per round, median; range) |");
-        println!("|---|---:|---:|---:|---:|");
+        println!(
+            "| database | contender | callers | table at 10,000 rows | table at 1,000,000 rows | 1M ÷ 10k (per round, median; range) |"
+        );
+        println!("|---|---|---:|---:|---:|---:|");
+        let pairs = [("limit-store", SIZE_SMALL, SIZE_LARGE), ("raw rusqlite loop", SIZE_RAW_SMALL, SIZE_RAW_LARGE)];
         for db in ["SQLite", "PostgreSQL", "MariaDB"] {
-            let small = size.iter().find(|p| p.db == db && p.contender == SIZE_SMALL);
-            let large = size.iter().find(|p| p.db == db && p.contender == SIZE_LARGE);
-            if let (Some(s), Some(l)) = (small, large) {
-                let r: Vec<f64> = l.rounds.iter().zip(&s.rounds).map(|(a, b)| a / b).collect();
-                let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = r.iter().copied().fold(0.0, f64::max);
-                println!(
-                    "| {db} | {} | {} | {} | {:.2} ({lo:.2}-{hi:.2}) |",
-                    s.callers,
-                    cell(s, false),
-                    cell(l, false),
-                    median(&r)
-                );
+            for (who, small, large) in pairs {
+                let small = size.iter().find(|p| p.db == db && p.contender == small);
+                let large = size.iter().find(|p| p.db == db && p.contender == large);
+                if let (Some(s), Some(l)) = (small, large) {
+                    let r: Vec<f64> = l.rounds.iter().zip(&s.rounds).map(|(a, b)| a / b).collect();
+                    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = r.iter().copied().fold(0.0, f64::max);
+                    println!(
+                        "| {db} | {who} | {} | {} | {} | {:.2} ({lo:.2}-{hi:.2}) |",
+                        s.callers,
+                        cell(s, false),
+                        cell(l, false),
+                        median(&r)
+                    );
+                }
             }
         }
     }
