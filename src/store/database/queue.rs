@@ -3,17 +3,15 @@
 //! That is group commit: under load, one commit (and one round trip) serves
 //! many counts, and each count is still atomic and exact on its own.
 //!
-//! The queue has a few places for runners (one on SQLite, which writes one
-//! transaction at a time). A count that finds a place free takes it and runs
-//! at once, alone; counts that come while every place is taken wait. A
-//! runner done with its batch takes the waiting counts as its next one, and
-//! gives its place back only when nothing waits. So no count waits for a
-//! batch that nobody will run, and a lone caller pays nothing for the queue
-//! but a lock.
+//! A count that finds the queue idle runs at once, alone, and makes the queue
+//! busy; counts that come meanwhile wait. Whoever holds the queue busy takes
+//! the waiting counts as its next batch when it is done, and the queue is
+//! idle again only when nothing waits. So no count waits for a batch that
+//! nobody will run, and a lone caller pays nothing for the queue but a lock.
 
 use parking_lot::Mutex;
 
-/// The counts waiting for the store, and whether one is running.
+/// The counts waiting for the store, and whether a batch is running.
 #[derive(Debug)]
 pub(super) struct Queue<T> {
     state: Mutex<State<T>>,
@@ -21,37 +19,35 @@ pub(super) struct Queue<T> {
 
 #[derive(Debug)]
 struct State<T> {
-    /// Places for runners, and how many are taken.
-    places: usize,
-    running: usize,
+    busy: bool,
     waiting: Vec<T>,
 }
 
 /// What [`Queue::join`] says.
 #[derive(Debug)]
 pub(super) enum Joined<T> {
-    /// A place was free: run this count now; the place is the caller's
-    /// until [`Queue::next`] answers `None`.
+    /// The queue was idle: run this count now; the queue is busy until
+    /// [`Queue::next`] answers `None`.
     Run(T),
-    /// The count waits, behind this many others; a runner will take it.
+    /// The count waits, behind this many others; whoever holds the queue
+    /// busy will run it.
     Waiting(usize),
 }
 
 impl<T> Queue<T> {
-    /// A queue with `places` runners at most (at least one).
-    pub(super) fn new(places: usize) -> Self {
-        Queue { state: Mutex::new(State { places: places.max(1), running: 0, waiting: Vec::new() }) }
+    pub(super) fn new() -> Self {
+        Queue { state: Mutex::new(State { busy: false, waiting: Vec::new() }) }
     }
 
-    /// Runs `item` now if a place is free, else queues it.
+    /// Runs `item` now if the queue is idle, else queues it.
     pub(super) fn join(&self, item: T) -> Joined<T> {
         let mut state = self.state.lock();
-        if state.running < state.places {
-            state.running += 1;
-            Joined::Run(item)
-        } else {
+        if state.busy {
             state.waiting.push(item);
             Joined::Waiting(state.waiting.len() - 1)
+        } else {
+            state.busy = true;
+            Joined::Run(item)
         }
     }
 
@@ -60,14 +56,14 @@ impl<T> Queue<T> {
         !self.state.lock().waiting.is_empty()
     }
 
-    /// For a runner done with its batch: the next one, oldest first, at most
-    /// `max` counts, leaving out a count for which `clashes(batch so far,
-    /// count)` (it waits for a later batch); `None` when nothing waits, and
-    /// the runner's place is free again.
+    /// For the holder of the busy queue, done with its batch: the next one,
+    /// oldest first, at most `max` counts, leaving out a count for which
+    /// `clashes(batch so far, count)` (it waits for a later batch); `None`
+    /// when nothing waits, and the queue is idle again.
     pub(super) fn next(&self, max: usize, clashes: impl Fn(&[T], &T) -> bool) -> Option<Vec<T>> {
         let mut state = self.state.lock();
         if state.waiting.is_empty() {
-            state.running -= 1;
+            state.busy = false;
             return None;
         }
         let mut batch = Vec::with_capacity(state.waiting.len().min(max));
@@ -94,10 +90,10 @@ mod tests {
 
     #[test]
     fn a_lone_count_runs_at_once_and_later_ones_wait_for_it() {
-        let q = Queue::new(1);
+        let q = Queue::new();
         assert!(matches!(q.join(1), Joined::Run(1)));
-        assert!(matches!(q.join(2), Joined::Waiting(_)));
-        assert!(matches!(q.join(3), Joined::Waiting(_)));
+        assert!(matches!(q.join(2), Joined::Waiting(0)));
+        assert!(matches!(q.join(3), Joined::Waiting(1)));
         assert_eq!(q.next(10, never), Some(vec![2, 3]));
         assert_eq!(q.next(10, never), None, "nothing waits: idle again");
         assert!(matches!(q.join(4), Joined::Run(4)));
@@ -105,7 +101,7 @@ mod tests {
 
     #[test]
     fn batches_keep_their_size_and_leave_clashing_counts_for_later() {
-        let q = Queue::new(1);
+        let q = Queue::new();
         assert!(matches!(q.join(0), Joined::Run(0)));
         for i in [1, 2, 1, 3, 4] {
             assert!(matches!(q.join(i), Joined::Waiting(_)));
@@ -114,17 +110,5 @@ mod tests {
         assert_eq!(q.next(3, same), Some(vec![1, 2, 3]));
         assert_eq!(q.next(3, same), Some(vec![1, 4]));
         assert_eq!(q.next(3, same), None);
-    }
-
-    #[test]
-    fn counts_wait_only_when_every_place_is_taken() {
-        let q = Queue::new(2);
-        assert!(matches!(q.join(1), Joined::Run(1)));
-        assert!(matches!(q.join(2), Joined::Run(2)));
-        assert!(matches!(q.join(3), Joined::Waiting(0)));
-        assert_eq!(q.next(10, never), Some(vec![3]), "the first runner done takes it");
-        assert_eq!(q.next(10, never), None, "one place free");
-        assert!(matches!(q.join(4), Joined::Run(4)));
-        assert!(matches!(q.join(5), Joined::Waiting(0)));
     }
 }

@@ -9,9 +9,9 @@
 //! alone, and only if no other transaction holds it (`SKIP LOCKED`): a batch
 //! never waits for a lock, so a busy row holds up no other count (a guess
 //! alone may wait for its row; the next guesses then go in batches), and two
-//! instances' batches can't deadlock. A row that was not
-//! written answers with the row and the clock as the statement found them,
-//! and its count goes on from there on its own, as a missed guess does.
+//! instances' batches can't deadlock. A row that was not written answers
+//! with the row and the clock as the statement found them, and its count
+//! goes on from there on its own, as a missed guess does.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -78,7 +78,7 @@ pub(super) struct Replacer {
     pool: PgPool,
     /// The batch statement.
     sql: String,
-    /// One place: one batch statement out at a time.
+    /// One batch statement out at a time.
     queue: Queue<(Replace, Reply)>,
     /// Guesses out alone now.
     alone: AtomicUsize,
@@ -114,7 +114,7 @@ impl Replacer {
                     r.generation, r.value, r.expires_at \
              FROM w LEFT JOIN up ON up.i = w.i LEFT JOIN {t} AS r ON r.key_hash = w.k"
         );
-        Arc::new(Replacer { pool, sql, queue: Queue::new(1), alone: AtomicUsize::new(0), batched: AtomicU64::new(0) })
+        Arc::new(Replacer { pool, sql, queue: Queue::new(), alone: AtomicUsize::new(0), batched: AtomicU64::new(0) })
     }
 
     /// Guesses sent in a statement with others so far.

@@ -82,7 +82,7 @@ impl Writer {
         Arc::new(Writer {
             path,
             sql,
-            queue: Queue::new(1),
+            queue: Queue::new(),
             conn: Mutex::new(None),
             in_place,
             batched: AtomicU64::new(0),
