@@ -79,12 +79,13 @@ pub(super) use chores;
 
 /// Generates `try_optimistic` and `write_if` inside a backend's `impl`: read
 /// the row and the clock in one autocommit statement, run `decide`, then write
-/// with one statement that only applies if the row is still as read, all on
-/// one connection. The backend has `pool`, `insert_new(hash, generation,
+/// with one statement that only applies if the row is still as read, both on
+/// one connection (a guess before them takes its own, or none while it waits
+/// to go with others). The backend has `pool`, `insert_new(hash, generation,
 /// value, expires_at)`, `replace_if(generation, value, expires_at, hash, old
 /// generation, old value, old expiry)`, `delete_if(hash, old generation, old
 /// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
-/// `guess(conn, hash, generation, decide)` (a one-statement try from what the
+/// `guess(hash, generation, decide)` (a one-statement try from what the
 /// backend remembers; see `seen.rs`).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! optimistic {

@@ -290,34 +290,43 @@ impl Postgres {
         let found = query.fetch_all(&self.pool).await?;
         drop(alone);
         let now = latest_now(&found)?;
-        self.clock.reading(now);
         let done: i64 = match found.first() {
             Some(row) => row.try_get("done")?,
             None => 0,
         };
-        if done == 1 {
-            self.seen.set(hash, after);
-            return Ok(Guess::Done);
-        }
-        let row = match_rows(&found, std::slice::from_ref(hash))?.into_iter().next().flatten();
-        Ok(Guess::Missed { row, now })
+        let replaced = if done == 1 {
+            Replaced::Done { now }
+        } else {
+            let row = match_rows(&found, std::slice::from_ref(hash))?.into_iter().next().flatten();
+            Replaced::Missed { row, now }
+        };
+        Ok(self.answered(hash, after, replaced))
     }
 
     /// A replace guess sent in one statement with the others waiting.
     async fn guess_with_others(&self, guess: Replace, after: Option<Stored>) -> Result<Guess, Failure> {
         let hash = guess.hash;
-        let (row, now) = match self.replacer.replace(guess).await {
-            Ok(Replaced::Done { now }) => {
+        match self.replacer.replace(guess).await {
+            Ok(replaced) => Ok(self.answered(&hash, after, replaced)),
+            Err(why) => Err(Failure::Store(StoreError::unavailable(Unavailable::StoreFailed, why))),
+        }
+    }
+
+    /// What a guess's statement answered, alone or with others: its clock
+    /// reading is taken, and a written row (`after`) is remembered.
+    fn answered(&self, hash: &KeyHash, after: Option<Stored>, replaced: Replaced) -> Guess {
+        match replaced {
+            Replaced::Done { now } => {
                 self.clock.reading(now);
-                self.seen.set(&hash, after);
-                return Ok(Guess::Done);
+                self.seen.set(hash, after);
+                Guess::Done
             }
-            Ok(Replaced::Missed { row, now }) => (row, now),
-            Ok(Replaced::NotSent) => return Ok(Guess::NotTried),
-            Err(why) => return Err(Failure::Store(StoreError::unavailable(Unavailable::StoreFailed, why))),
-        };
-        self.clock.reading(now);
-        Ok(Guess::Missed { row, now })
+            Replaced::Missed { row, now } => {
+                self.clock.reading(now);
+                Guess::Missed { row, now }
+            }
+            Replaced::NotSent => Guess::NotTried,
+        }
     }
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
@@ -376,6 +385,16 @@ impl Attempts for Postgres {
     }
 }
 
+/// The test server's URL, or `None` after saying the test is skipped.
+#[cfg(test)]
+fn test_server() -> Option<String> {
+    let url = std::env::var("LIMIT_STORE_TEST_POSTGRES").ok();
+    if url.is_none() {
+        eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
+    }
+    url
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,10 +419,7 @@ mod tests {
     /// with a clock the database disagrees with.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_guess_on_a_wrong_clock_estimate_writes_nothing() {
-        let Ok(url) = std::env::var("LIMIT_STORE_TEST_POSTGRES") else {
-            eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
-            return;
-        };
+        let Some(url) = test_server() else { return };
         let table = format!("ls_guess_clock_{}", std::process::id());
         crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
         let pg = Postgres::open(&url, table.clone(), 2, 100).await.unwrap();

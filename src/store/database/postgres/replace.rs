@@ -264,10 +264,7 @@ mod tests {
     /// statement found them, without waiting for the held row.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_writes_exactly_the_rows_still_as_remembered() {
-        let Ok(url) = std::env::var("LIMIT_STORE_TEST_POSTGRES") else {
-            eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
-            return;
-        };
+        let Some(url) = super::super::test_server() else { return };
         let table = format!("ls_replace_{}", std::process::id());
         crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
         let pool = PgPool::connect(&url).await.unwrap();
