@@ -8,8 +8,21 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use super::row::{KeyHash, Stored};
 
+/// A connection given back after a call that ended cleanly: at once for the
+/// store's own pool (`conns.rs`); sqlx's pool (SQLite's chores) tests it on
+/// the way back whatever this says.
+pub(super) trait Release {
+    /// Gives the connection back.
+    fn release(self);
+}
+
+#[cfg(feature = "sqlite")]
+impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
+    fn release(self) {}
+}
+
 /// Generates `migrate`, `sweep`, `count_live` and `generations` inside a
-/// backend's `impl`. The backend has `pool` and `table` fields, a `NOW`
+/// backend's `impl`. The backend has `pool` (`conns::Conns`) and `table` fields, a `NOW`
 /// constant (its clock in ms) and a `sweep_sql()` method in scope.
 macro_rules! chores {
     (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
@@ -37,6 +50,7 @@ macro_rules! chores {
                     .await
                     .map_err(failed)?;
             }
+            conn.release();
             Ok(())
         }
 
@@ -44,7 +58,13 @@ macro_rules! chores {
             let sweep = self.sweep_sql();
             let mut removed = 0;
             loop {
-                let done = sqlx::query(&sweep).execute(&self.pool).await.map_err(|e| db_error("sweep", e))?;
+                let batch = async {
+                    let mut conn = self.pool.acquire().await?;
+                    let done = sqlx::query(&sweep).execute(&mut *conn).await?;
+                    conn.release();
+                    Ok(done)
+                };
+                let done = batch.await.map_err(|e| db_error("sweep", e))?;
                 removed += done.rows_affected();
                 if done.rows_affected() < BATCH.unsigned_abs() {
                     return Ok(removed);
@@ -55,22 +75,27 @@ macro_rules! chores {
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
             let t = &self.table;
             let sql = format!("SELECT count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW}", $p);
-            let n: i64 = sqlx::query_scalar(&sql)
-                .bind(generation)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| db_error("count live entries", e))?;
+            let count = async {
+                let mut conn = self.pool.acquire().await?;
+                let n: i64 = sqlx::query_scalar(&sql).bind(generation).fetch_one(&mut *conn).await?;
+                conn.release();
+                Ok(n)
+            };
+            let n = count.await.map_err(|e| db_error("count live entries", e))?;
             Ok(n.unsigned_abs())
         }
 
         pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
             let t = &self.table;
-            let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
-                "SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation"
-            ))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error("count generations", e))?;
+            let sql =
+                format!("SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation");
+            let count = async {
+                let mut conn = self.pool.acquire().await?;
+                let rows: Vec<(i64, i64)> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
+                conn.release();
+                Ok(rows)
+            };
+            let rows = count.await.map_err(|e| db_error("count generations", e))?;
             Ok(rows.into_iter().map(|(g, n)| (g, n.unsigned_abs())).collect())
         }
     };
@@ -117,6 +142,7 @@ macro_rules! optimistic {
                 }
             };
             let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
+            conn.release();
             Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
         }
 

@@ -24,6 +24,8 @@
 mod attempt;
 mod bound;
 mod chores;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod conns;
 mod error;
 mod migrate;
 #[cfg(feature = "mysql")]

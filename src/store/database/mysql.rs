@@ -4,14 +4,17 @@
 //! and locks an existing one. Sessions run at READ COMMITTED, which keeps
 //! InnoDB's gap locks out of the way; a deadlock that still happens is retried.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use smallvec::SmallVec;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::Executor;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{Connection, Executor};
 
 use super::attempt::{Attempts, Guess, Tried};
 use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic};
+use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -23,7 +26,7 @@ const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
 #[derive(Debug)]
 pub(super) struct Mysql {
-    pool: MySqlPool,
+    pool: Conns<MySqlConnection>,
     table: String,
     url_hint: String,
     /// By key count: create-or-lock the rows, in key-hash order.
@@ -38,28 +41,24 @@ pub(super) struct Mysql {
     delete_if: String,
 }
 
+/// Every session's settings.
+fn session(conn: &mut MySqlConnection) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
+    Box::pin(async move {
+        // A count waits at most 1 s for a row lock (the smallest InnoDB
+        // allows), well within the guard's deadline.
+        conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
+        conn.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
+        Ok(())
+    })
+}
+
 impl Mysql {
     pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
         let options: MySqlConnectOptions = url
             .parse()
             .map_err(|e| StoreError::Setup { detail: format!("bad MySQL URL: {e}"), source: Some(Box::new(e)) })?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_millis(1_500))
-            // No ping before every acquire: it doubled a count's round trips. A
-            // connection that died is found by the call that uses it, which is
-            // answered unavailable, and sqlx drops the connection.
-            .test_before_acquire(false)
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    // A count waits at most 1 s for a row lock (the smallest InnoDB
-                    // allows), well within the guard's deadline.
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-                    conn.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
-                    Ok(())
-                })
-            })
-            .connect_with(options)
+        // Not tested before use: see `conns.rs`.
+        let pool = Conns::open(options, session, max_connections, Duration::from_millis(1_500))
             .await
             .map_err(|e| db_error("connect to MySQL", e))?;
         let t = &table;
@@ -95,13 +94,18 @@ impl Mysql {
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
-        )
-        .bind(&self.table)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| db_error("look for the table", e))?;
+        let look = async {
+            let mut conn = self.pool.acquire().await?;
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+            )
+            .bind(&self.table)
+            .fetch_one(&mut *conn)
+            .await?;
+            conn.release();
+            Ok(n)
+        };
+        let n = look.await.map_err(|e| db_error("look for the table", e))?;
         if n > 0 {
             Ok(())
         } else {
@@ -123,7 +127,8 @@ impl Mysql {
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let mut sorted: SmallVec<[&KeyHash; 4]> = hashes.iter().collect();
         sorted.sort_unstable();
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = conn.begin().await?;
         let mut query = sqlx::query(&self.lock[hashes.len()]);
         for hash in &sorted {
             query = query.bind(&hash[..]);
@@ -160,13 +165,16 @@ impl Mysql {
             query.execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        conn.release();
         Ok(())
     }
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let read = async {
             let mut conn = self.pool.acquire().await?;
-            self.read_rows(&mut conn, hashes).await
+            let read = self.read_rows(&mut conn, hashes).await?;
+            conn.release();
+            Ok(read)
         };
         read.await.map_err(|e| db_error("read", e))
     }

@@ -20,11 +20,12 @@ mod replace;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{Connection, Row};
 
 use super::attempt::{Attempts, Guess, Tried};
 use super::chores::{chores, latest_now, match_rows, optimistic};
+use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
@@ -39,7 +40,7 @@ const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 
 #[derive(Debug)]
 pub(super) struct Postgres {
-    pool: PgPool,
+    pool: Conns<PgConnection>,
     table: String,
     url_hint: String,
     lock: String,
@@ -133,14 +134,8 @@ impl Postgres {
             ("idle_in_transaction_session_timeout", "10000"),
             ("plan_cache_mode", "force_generic_plan"),
         ]);
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_millis(1_500))
-            // No ping before every acquire: it doubled a count's round trips. A
-            // connection that died is found by the call that uses it, which is
-            // answered unavailable, and sqlx drops the connection.
-            .test_before_acquire(false)
-            .connect_with(options)
+        // Not tested before use: see `conns.rs`.
+        let pool = Conns::open(options, no_init, max_connections, Duration::from_millis(1_500))
             .await
             .map_err(|e| db_error("connect to PostgreSQL", e))?;
         let t = &table;
@@ -189,11 +184,16 @@ impl Postgres {
     }
 
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-            .bind(&self.table)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error("look for the table", e))?;
+        let look = async {
+            let mut conn = self.pool.acquire().await?;
+            let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+                .bind(&self.table)
+                .fetch_one(&mut *conn)
+                .await?;
+            conn.release();
+            Ok(exists)
+        };
+        let exists = look.await.map_err(|e| db_error("look for the table", e))?;
         if exists {
             Ok(())
         } else {
@@ -203,7 +203,8 @@ impl Postgres {
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = conn.begin().await?;
         let locked = sqlx::query(&self.lock).bind(&keys).fetch_all(&mut *tx).await?;
         let now = latest_now(&locked)?;
         let rows = match_rows(&locked, hashes)?;
@@ -233,6 +234,7 @@ impl Postgres {
                 .await?;
         }
         tx.commit().await?;
+        conn.release();
         for (hash, row) in hashes.iter().zip(after) {
             self.seen.set(hash, row);
         }
@@ -287,7 +289,9 @@ impl Postgres {
             }
             (None, RowWrite::Keep | RowWrite::Delete) => sqlx::query(&g.keep_absent).bind(&hash[..]).bind(est),
         };
-        let found = query.fetch_all(&self.pool).await?;
+        let mut conn = self.pool.acquire().await?;
+        let found = query.fetch_all(&mut *conn).await?;
+        conn.release();
         drop(alone);
         let now = latest_now(&found)?;
         let done: i64 = match found.first() {
@@ -336,7 +340,9 @@ impl Postgres {
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
         let read = async {
             let mut conn = self.pool.acquire().await?;
-            self.read_rows(&mut conn, hashes).await
+            let read = self.read_rows(&mut conn, hashes).await?;
+            conn.release();
+            Ok(read)
         };
         read.await.map_err(|e| db_error("read", e))
     }
@@ -432,12 +438,14 @@ mod tests {
         pg.clock.shift(10_000);
         assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s ahead");
         assert_eq!(count(&pg, &hash, &mut nows).await, Tried::OneStatement, "the estimate follows the database");
-        let row: (String, i64) =
-            sqlx::query_as(&format!("SELECT value, {NOW} FROM {table}")).fetch_one(&pg.pool).await.unwrap();
+        let row: (String, i64) = sqlx::query_as(&format!("SELECT value, {NOW} FROM {table}"))
+            .fetch_one(&mut *pg.pool.acquire().await.unwrap())
+            .await
+            .unwrap();
         assert_eq!(row.0, "5", "every count landed once");
         assert!((row.1 - nows[nows.len() - 1]).abs() < 5_000, "apply's clock was the database's: {nows:?}");
         for t in [table.clone(), format!("{table}_migrations")] {
-            sqlx::query(&format!("DROP TABLE {t}")).execute(&pg.pool).await.unwrap();
+            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
         }
     }
 }

@@ -32,7 +32,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use self::pool::{Pool, WAIT};
 use self::writer::Writer;
 use super::attempt::Attempts;
-use super::chores::{by_key_count, chores, marks};
+use super::chores::{by_key_count, chores, marks, Release};
 use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};

@@ -16,10 +16,11 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sqlx::postgres::PgPool;
+use sqlx::postgres::PgConnection;
 use sqlx::Row;
 use tokio::sync::oneshot;
 
+use super::super::conns::Conns;
 use super::super::queue::{Joined, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::super::seen::{MAX_LAG_MS, MAX_LEAD_MS};
@@ -75,7 +76,7 @@ type Reply = oneshot::Sender<Result<Replaced, Failed>>;
 /// The guesses waiting to be sent, and the statement that sends them.
 #[derive(Debug)]
 pub(super) struct Replacer {
-    pool: PgPool,
+    pool: Conns<PgConnection>,
     /// The batch statement.
     sql: String,
     /// One batch statement out at a time.
@@ -97,7 +98,7 @@ impl Drop for Alone<'_> {
 }
 
 impl Replacer {
-    pub(super) fn new(pool: PgPool, table: &str) -> Arc<Self> {
+    pub(super) fn new(pool: Conns<PgConnection>, table: &str) -> Arc<Self> {
         let t = table;
         let sql = format!(
             "WITH w AS (SELECT * FROM unnest($1::int4[], $2::bytea[], $3::int8[], $4::text[], $5::int8[], \
@@ -175,8 +176,9 @@ impl Replacer {
         }
         match tokio::time::timeout(CALL_LIMIT, self.run(&guesses)).await {
             Ok(Ok(answers)) => {
-                if n > 1 {
-                    self.batched.fetch_add(n as u64, Ordering::Relaxed);
+                let sent = answers.iter().filter(|a| !matches!(a, Replaced::NotSent)).count();
+                if sent > 1 {
+                    self.batched.fetch_add(sent as u64, Ordering::Relaxed);
                 }
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));
@@ -204,6 +206,11 @@ impl Replacer {
     /// Runs the statement; one answer per guess, in order.
     async fn run(&self, guesses: &[Replace]) -> Result<Vec<Replaced>, sqlx::Error> {
         let n = guesses.len();
+        let mut conn = match self.pool.acquire().await {
+            Ok(conn) => conn,
+            // Not sent: the guesses go on alone, and meet the error there.
+            Err(_) => return Ok((0..n).map(|_| Replaced::NotSent).collect()),
+        };
         let index: Vec<i32> = (0..i32::try_from(n).unwrap_or(i32::MAX)).collect();
         let column = |f: &dyn Fn(&Replace) -> i64| guesses.iter().map(f).collect::<Vec<i64>>();
         let text = |f: &dyn Fn(&Replace) -> &str| guesses.iter().map(|g| f(g).to_owned()).collect::<Vec<String>>();
@@ -217,8 +224,9 @@ impl Replacer {
             .bind(text(&|g| &g.old.value))
             .bind(column(&|g| g.old.expires_at))
             .bind(column(&|g| g.est))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
+        conn.release();
         let mut answers: Vec<Replaced> = (0..n).map(|_| Replaced::NotSent).collect();
         for row in found {
             let i: i32 = row.try_get("i")?;
@@ -245,8 +253,10 @@ impl Replacer {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::postgres::PgPool;
     use sqlx::{Connection, Executor};
 
+    use super::super::super::conns::no_init;
     use super::*;
 
     fn stored(n: i64) -> Stored {
@@ -284,7 +294,8 @@ mod tests {
             .unwrap();
 
         let est: Millis = sqlx::query_scalar(&format!("SELECT {NOW}")).fetch_one(&pool).await.unwrap();
-        let replacer = Replacer::new(pool.clone(), &table);
+        let conns = Conns::open(url.parse().unwrap(), no_init, 2, std::time::Duration::from_secs(1)).await.unwrap();
+        let replacer = Replacer::new(conns, &table);
         let guesses = [
             guess(1, stored(10), est),          // as remembered
             guess(2, stored(9), est),           // changed since
