@@ -1,8 +1,10 @@
 //! PostgreSQL's one-statement counts on remembered rows (see `seen.rs`), sent
 //! together under load: while [`ALONE`] guesses are out in statements of
-//! their own, the next ones wait and go together, one row each in one
-//! statement, so one round trip and one commit serve many counts. A lone
-//! caller's guess goes at once, alone, as it would without the queue.
+//! their own, or others already wait, the next ones wait and go together,
+//! one row each in one statement, so one round trip and one commit serve
+//! many counts. A few callers' guesses go at once, alone, as they would
+//! without the queue: until the server is busy, statements side by side
+//! count faster than a batch a caller must wait for.
 //!
 //! Each row is written only if it is still as remembered and the database's
 //! clock is near the estimate its `apply` saw, exactly as for one guess
@@ -32,8 +34,10 @@ use crate::Millis;
 const MAX_BATCH: usize = 64;
 
 /// Guesses out at once in statements of their own before the next ones wait
-/// to go together.
-const ALONE: usize = 2;
+/// to go together. Up to 8 callers, each count goes alone, as pgbench's
+/// clients do (a server that is not yet busy answers 8 statements side by
+/// side faster than fewer, larger ones); beyond, the rest go in batches.
+const ALONE: usize = 8;
 
 /// One guess: replace `old` with the new value, if the row is still `old`.
 #[derive(Debug)]
@@ -123,8 +127,12 @@ impl Replacer {
         self.batched.load(Ordering::Relaxed)
     }
 
-    /// A place to send a guess alone, if fewer than [`ALONE`] are out.
+    /// A place to send a guess alone, if fewer than [`ALONE`] are out and no
+    /// guess waits to go with others (a guess does not pass those).
     pub(super) fn alone(&self) -> Option<Alone<'_>> {
+        if self.queue.has_waiting() {
+            return None;
+        }
         let mut n = self.alone.load(Ordering::Acquire);
         while n < ALONE {
             match self.alone.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
