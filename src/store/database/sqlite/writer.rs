@@ -78,8 +78,8 @@ const LINGER: Duration = Duration::from_micros(150);
 /// How long the only caller waiting for the writer keeps its runtime thread
 /// (no yield) for its answer, before it waits as the others do. Each yield
 /// to the runtime wakes an idle runtime thread, which looks for work and
-/// parks again: at 1 caller that churn cost a sixth to a quarter of the
-/// counts. 40 µs covers most lone counts, and is short next to what tokio
+/// parks again: at 1 caller that churn cost a tenth to a quarter of the
+/// counts (BENCHMARKS.md). 40 µs covers most lone counts, and is short next to what tokio
 /// asks of a task between yields.
 const SPIN_ALONE: Duration = Duration::from_micros(40);
 
