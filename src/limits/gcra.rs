@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{Entry, Millis};
 
-use super::algorithm::Outcome;
+use super::outcome::Outcome;
 
 /// Milliseconds between two refilled attempts (0 when the window is too short
 /// for the budget; such an algorithm is refused when the limit is built).

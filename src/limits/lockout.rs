@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{Entry, Millis};
 
-use super::algorithm::Outcome;
+use super::outcome::Outcome;
 
 /// One attempt on a lockout of `budget` attempts per `window`, locking for `lock`.
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, lock: Millis) -> Outcome {

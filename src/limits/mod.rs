@@ -28,6 +28,7 @@ mod key;
 pub mod legacy;
 mod limit;
 pub mod lockout;
+pub mod outcome;
 pub mod presets;
 pub mod window;
 

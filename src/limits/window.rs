@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::{Entry, Millis};
 
-use super::algorithm::Outcome;
+use super::outcome::Outcome;
 
 /// One attempt on a fixed window of `budget` per `window` opened by the first
 /// attempt, with at least `cooldown` ms between allowed attempts.

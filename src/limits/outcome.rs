@@ -1,0 +1,77 @@
+//! What one attempt answers: each part's [`Outcome`], and the [`Verdict`]
+//! that [`join`] makes of them. The algorithms produce outcomes; nothing here
+//! depends on which algorithm did.
+
+use crate::{Entry, Millis, Write};
+
+/// One part's answer to one attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The part has budget left for this attempt.
+    pub allowed: bool,
+    /// Attempts left after this one (when allowed) or now (when refused).
+    pub remaining: u64,
+    /// When the part next has more budget: the window's end, or when the
+    /// oldest recorded attempt leaves a sliding window.
+    pub reset_at: Millis,
+    /// For a refused attempt: how long until one would be allowed, in ms.
+    pub retry_after: Option<Millis>,
+    /// What to write when the attempt is counted; `Keep` when refused.
+    pub write: Write,
+}
+
+impl Outcome {
+    pub(crate) fn refused(remaining: u64, reset_at: Millis, allowed_at: Millis, now: Millis) -> Self {
+        Outcome {
+            allowed: false,
+            remaining,
+            reset_at,
+            retry_after: Some((allowed_at - now).max(1)),
+            write: Write::Keep,
+        }
+    }
+
+    pub(crate) fn counted(remaining: u64, reset_at: Millis, entry: Entry) -> Self {
+        Outcome { allowed: true, remaining, reset_at, retry_after: None, write: Write::Put(entry) }
+    }
+}
+
+/// The joined answer of every part of one attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// Every part had budget left; the attempt was counted on each.
+    pub allowed: bool,
+    /// The fewest attempts left on any part.
+    pub remaining: u64,
+    /// `reset_at` of the part that answered (see [`Verdict::part`]).
+    pub reset_at: Millis,
+    /// For a refused attempt: the longest wait any refusing part asks for, in ms.
+    pub retry_after: Option<Millis>,
+    /// Index of the part that answered: the refusing part with the longest
+    /// wait, or the part with the fewest attempts left.
+    pub part: usize,
+}
+
+/// Joins the parts' outcomes of one attempt into the writes (every part's
+/// write when all allow, else `Keep` everywhere) and one verdict.
+pub fn join(outcomes: Vec<Outcome>, now: Millis) -> (Vec<Write>, Verdict) {
+    let allowed = outcomes.iter().all(|o| o.allowed);
+    let part = if allowed {
+        // The tightest part speaks for the attempt.
+        (0..outcomes.len())
+            .min_by_key(|&i| (outcomes[i].remaining, std::cmp::Reverse(outcomes[i].reset_at)))
+            .unwrap_or(0)
+    } else {
+        (0..outcomes.len()).filter(|&i| !outcomes[i].allowed).max_by_key(|&i| outcomes[i].retry_after).unwrap_or(0)
+    };
+    let verdict = Verdict {
+        allowed,
+        remaining: outcomes.iter().map(|o| o.remaining).min().unwrap_or(0),
+        reset_at: outcomes.get(part).map_or(now, |o| o.reset_at),
+        retry_after: outcomes.get(part).and_then(|o| o.retry_after),
+        part,
+    };
+    let writes =
+        if allowed { outcomes.into_iter().map(|o| o.write).collect() } else { vec![Write::Keep; outcomes.len()] };
+    (writes, verdict)
+}
