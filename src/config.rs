@@ -66,6 +66,12 @@ pub struct Config {
     /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
     /// store's key hashes. Prefer the environment to the file.
     pub secret: Option<String>,
+    /// `rate_limit.deadline`: how long a store call may take before it is
+    /// answered unavailable; 2 s when `None`.
+    pub deadline: Option<Duration>,
+    /// `rate_limit.max_in_flight`: how many store calls may run at once; 64
+    /// when `None`.
+    pub max_in_flight: Option<u64>,
     /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
     pub limits: Vec<LimitSettings>,
 }
@@ -78,6 +84,8 @@ impl Default for Config {
             single_instance: false,
             max_entries: None,
             secret: None,
+            deadline: None,
+            max_in_flight: None,
             limits: Vec::new(),
         }
     }
@@ -91,6 +99,8 @@ impl std::fmt::Debug for Config {
             .field("single_instance", &self.single_instance)
             .field("max_entries", &self.max_entries)
             .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("deadline", &self.deadline)
+            .field("max_in_flight", &self.max_in_flight)
             .field("limits", &self.limits)
             .finish()
     }
@@ -137,7 +147,8 @@ pub struct ConfigError {
     pub message: String,
 }
 
-const RATE_LIMIT_KEYS: &str = "store, database_url, single_instance, max_entries, secret, limits";
+const RATE_LIMIT_KEYS: &str =
+    "store, database_url, single_instance, max_entries, secret, deadline, max_in_flight, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -173,9 +184,16 @@ impl Config {
         }
     }
 
-    /// Puts the limit settings (and `single_instance`) on `builder`.
+    /// Puts the limit settings (and `single_instance`, the deadline and the
+    /// in-flight cap) on `builder`.
     pub fn apply(&self, mut builder: LimitsBuilder) -> LimitsBuilder {
         builder = builder.single_instance(self.single_instance);
+        if let Some(deadline) = self.deadline {
+            builder = builder.deadline(deadline);
+        }
+        if let Some(n) = self.max_in_flight {
+            builder = builder.max_in_flight(usize::try_from(n).unwrap_or(usize::MAX));
+        }
         for limit in &self.limits {
             if let Some(policy) = limit.policy {
                 builder = builder.policy(&limit.name, policy);
@@ -291,15 +309,20 @@ impl Parser<'_> {
             .ok_or_else(|| self.error(key.span().start, path, "expected a whole number of at least 1".into()))
     }
 
-    fn window(&self, item: Item<'_, '_>, path: &str) -> Result<Duration, ConfigError> {
+    /// A duration such as `"15m"`; `what` names it in the error.
+    fn duration(&self, item: Item<'_, '_>, path: &str, what: &str) -> Result<Duration, ConfigError> {
         let text = self.string(item, path)?;
         parse_duration(text).ok_or_else(|| {
             self.error(
                 item.0.span().start,
                 path,
-                format!("`{text}` is not a window: write a whole number and a unit, as \"500ms\", \"30s\", \"15m\", \"1h\" or \"1d\""),
+                format!("`{text}` is not {what}: write a whole number and a unit, as \"500ms\", \"30s\", \"15m\", \"1h\" or \"1d\""),
             )
         })
+    }
+
+    fn window(&self, item: Item<'_, '_>, path: &str) -> Result<Duration, ConfigError> {
+        self.duration(item, path, "a window")
     }
 
     fn config(&self) -> Result<Config, ConfigError> {
@@ -341,6 +364,8 @@ impl Parser<'_> {
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
                 "secret" => config.secret = Some(self.string(item, &path)?.to_owned()),
+                "deadline" => config.deadline = Some(self.duration(item, &path, "a deadline")?),
+                "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),
                 "limits" => {
                     for limit in in_order(self.table(item, &path)?) {
                         let settings = self.limit(limit)?;

@@ -52,5 +52,5 @@ pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
-pub use store::{update_with, Apply, Entry, LimitStore, Millis, Write};
+pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, Write};
 pub use transaction::in_transaction;

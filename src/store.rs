@@ -38,6 +38,10 @@ pub enum Write {
 /// it may run more than once when a store retries.
 pub type Apply<'a> = dyn FnMut(&[Option<Entry>], Millis) -> Vec<Write> + Send + 'a;
 
+/// An [`Apply`] that owns what it uses, so a store may take it along: see
+/// [`LimitStore::update_owned`].
+pub type OwnedApply = dyn FnMut(&[Option<Entry>], Millis) -> Vec<Write> + Send + 'static;
+
 /// Where limits keep their counts. Implement it for your own backend and run
 /// [`testing::contract`](crate::testing) against two handles on it.
 #[async_trait::async_trait]
@@ -52,6 +56,28 @@ pub trait LimitStore: Send + Sync {
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError>;
     /// Remove expired entries; answer how many went.
     async fn sweep(&self) -> Result<u64, StoreError>;
+
+    /// [`update`](Self::update) with an `apply` that the store may keep: a
+    /// store that runs its call elsewhere (a [`Guarded`](crate::Guarded) whose
+    /// call outlives its caller) takes it along, instead of asking the caller
+    /// for each answer. Stores need not implement it.
+    async fn update_owned(&self, keys: &[&str], mut apply: Box<OwnedApply>) -> Result<(), StoreError> {
+        self.update(keys, &mut *apply).await
+    }
+
+    /// True when every call finishes on its first poll, never waiting on I/O
+    /// or a lock (the memory store). A [`Guarded`](crate::Guarded) then runs
+    /// the call in the caller's task with the caller's own `apply`, and spawns
+    /// nothing. Leave it `false` when in doubt: that is always correct.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
+    /// True for a store that already puts the deadline and the in-flight cap
+    /// on its calls ([`Guarded`](crate::Guarded)), so that it is not guarded twice.
+    fn is_guarded(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `apply` through [`LimitStore::update`] and hands back what its last run
@@ -73,9 +99,14 @@ where
             writes
         })
         .await?;
-    last.ok_or_else(|| StoreError::Unavailable {
+    last.ok_or_else(no_apply_run)
+}
+
+/// A store that answered an update without running its `apply`.
+pub(crate) fn no_apply_run() -> StoreError {
+    StoreError::Unavailable {
         reason: crate::error::Unavailable::StoreFailed,
         detail: "the store finished the update without calling apply".into(),
         source: None,
-    })
+    }
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::millis;
@@ -28,6 +29,8 @@ pub struct LimitsBuilder {
     limits: Vec<Limit>,
     changes: Vec<(String, Change)>,
     single_instance: bool,
+    deadline: Duration,
+    max_in_flight: usize,
 }
 
 impl std::fmt::Debug for LimitsBuilder {
@@ -36,19 +39,46 @@ impl std::fmt::Debug for LimitsBuilder {
             .field("limits", &self.limits.iter().map(Limit::name).collect::<Vec<_>>())
             .field("changes", &self.changes)
             .field("single_instance", &self.single_instance)
+            .field("deadline", &self.deadline)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
 
 impl LimitsBuilder {
     pub(crate) fn new() -> Self {
-        LimitsBuilder { store: None, legacy: None, limits: presets::all(), changes: Vec::new(), single_instance: false }
+        LimitsBuilder {
+            store: None,
+            legacy: None,
+            limits: presets::all(),
+            changes: Vec::new(),
+            single_instance: false,
+            deadline: DEFAULT_DEADLINE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+        }
     }
 
     /// Counts in `store` (the memory store when not set). The limits put it
-    /// behind a [`Guarded`] of their own: a 2 s deadline, 64 calls in flight.
+    /// behind a [`Guarded`] of their own, with [`deadline`](Self::deadline)
+    /// and [`max_in_flight`](Self::max_in_flight); a store that is already a
+    /// `Guarded` is used as it is, with its own deadline and cap.
     pub fn store(mut self, store: Arc<dyn LimitStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// How long a store call may take before it is answered unavailable and
+    /// the limit's policy answers (2 s by default). For the earlier-contract
+    /// store too.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How many store calls may run at once (64 by default); past that a call
+    /// is answered unavailable at once. For the earlier-contract store too.
+    pub fn max_in_flight(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight;
         self
     }
 
@@ -131,14 +161,18 @@ impl LimitsBuilder {
         }
 
         let inner = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let store: Arc<dyn LimitStore> = Arc::new(Guarded::new(inner));
+        let store: Arc<dyn LimitStore> = if inner.is_guarded() {
+            inner
+        } else {
+            Arc::new(Guarded::with_limits(inner, self.deadline, self.max_in_flight))
+        };
         if !store.shared() && !self.single_instance {
             tracing::warn!(
                 kind = KIND_NOT_SHARED,
                 "limit counts are kept in this process only: on several instances every budget is multiplied by their number; use the database store, or set rate_limit.single_instance = true if the site runs as one instance"
             );
         }
-        let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l)));
+        let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l, self.deadline, self.max_in_flight)));
         let counted: HashMap<String, Counted> = limits
             .into_iter()
             .map(|limit| {

@@ -8,8 +8,9 @@
 //! count stays within its part's budget, in fixed windows of the part's
 //! window. Lockout and GCRA don't apply there.
 //!
-//! Its calls get the same guard as every store: answered within 2 s, at most
-//! 64 running at once, a slow call keeping its place until it really ends.
+//! Its calls get the same guard as every store: answered within the deadline
+//! (2 s), at most 64 running at once (both settings of the builder), a slow
+//! call keeping its place until it really ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,6 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::error::{BoxError, Unavailable};
-use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::log::{Throttle, KIND_UNAVAILABLE};
 use crate::{Millis, StoreError};
 
@@ -40,15 +40,17 @@ pub(crate) struct GuardedLegacy {
     store: Arc<dyn RateLimitStore>,
     slots: Arc<Semaphore>,
     deadline: Duration,
+    max_in_flight: usize,
     log: Throttle,
 }
 
 impl GuardedLegacy {
-    pub(crate) fn new(store: Arc<dyn RateLimitStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn RateLimitStore>, deadline: Duration, max_in_flight: usize) -> Self {
         GuardedLegacy {
             store,
-            slots: Arc::new(Semaphore::new(DEFAULT_MAX_IN_FLIGHT)),
-            deadline: DEFAULT_DEADLINE,
+            slots: Arc::new(Semaphore::new(max_in_flight.clamp(1, Semaphore::MAX_PERMITS))),
+            deadline,
+            max_in_flight,
             log: Throttle::new(),
         }
     }
@@ -72,7 +74,7 @@ impl GuardedLegacy {
         let result = match self.slots.clone().try_acquire_owned() {
             Err(_) => Err(StoreError::unavailable(
                 Unavailable::Overloaded,
-                format!("{DEFAULT_MAX_IN_FLIGHT} calls to the RateLimitStore are still running"),
+                format!("{} calls to the RateLimitStore are still running", self.max_in_flight),
             )),
             Ok(slot) => {
                 let task = tokio::spawn(async move {

@@ -79,9 +79,10 @@ pub struct Decision {
     /// For a limited attempt (or one shadow mode let through): the part that
     /// ran out.
     pub limited_by: Option<String>,
-    /// The store was unavailable, so nothing was counted and the limit's
-    /// policy answered. Not the same as limited: answer it as a fault of your
-    /// own (HTTP 503), not as the client's (HTTP 429).
+    /// The store was unavailable, and the limit's policy answered. Usually
+    /// nothing was counted; but a call that timed out after its `apply` ran
+    /// may still commit in the store. Not the same as limited: answer it as a
+    /// fault of your own (HTTP 503), not as the client's (HTTP 429).
     pub degraded: Option<Unavailable>,
     /// Shadow mode let through an attempt it would have refused.
     pub shadow_refused: bool,
@@ -171,6 +172,9 @@ enum Backend {
 /// One limit ready to count, with its counters and log throttles.
 struct Counted {
     limit: Limit,
+    /// The parts' algorithms, shared with the `apply` of calls that may
+    /// outlive their caller.
+    algorithms: Arc<[Algorithm]>,
     backend: Backend,
     allowed: AtomicU64,
     limited: AtomicU64,
@@ -215,13 +219,29 @@ impl Limits {
         let keys = counted.keys(parts, Need::All)?;
         let refs: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
         let answered = match &counted.backend {
-            Backend::Store(store) => {
-                let algorithms = &counted.limit.parts;
+            Backend::Store(store) if store.answers_at_once() => {
+                let algorithms = &counted.algorithms;
                 update_with(&**store, &refs, |current, now| {
-                    let (writes, verdict) = algorithm::decide(algorithms.iter().map(|p| &p.algorithm), current, now);
+                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
                     (writes, (verdict, now))
                 })
                 .await
+            }
+            // A store that may wait takes an apply of its own along, so a call
+            // that outlives its deadline needs nothing from this caller.
+            Backend::Store(store) => {
+                let algorithms = counted.algorithms.clone();
+                let answer = Arc::new(parking_lot::Mutex::new(None));
+                let last = answer.clone();
+                let apply = move |current: &[Option<crate::Entry>], now: Millis| {
+                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
+                    *last.lock() = Some((verdict, now));
+                    writes
+                };
+                match store.update_owned(&refs, Box::new(apply)).await {
+                    Ok(()) => answer.lock().take().ok_or_else(crate::store::no_apply_run),
+                    Err(e) => Err(e),
+                }
             }
             Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
         };
@@ -252,7 +272,12 @@ impl Limits {
         match &counted.backend {
             Backend::Store(store) => {
                 let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                store.update(&refs, &mut |current, _| vec![Write::Delete; current.len()]).await?;
+                store
+                    .update_owned(
+                        &refs,
+                        Box::new(|current: &[Option<crate::Entry>], _| vec![Write::Delete; current.len()]),
+                    )
+                    .await?;
             }
             Backend::Legacy(legacy) => {
                 for key in keys {
@@ -298,6 +323,7 @@ impl Limits {
 impl Counted {
     fn new(limit: Limit, backend: Backend) -> Self {
         Counted {
+            algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             limit,
             backend,
             allowed: AtomicU64::new(0),
@@ -418,7 +444,7 @@ impl Counted {
                 policy = policy.as_str(),
                 degraded = total,
                 error = %error,
-                "limit store unavailable: the limit's policy answered, nothing was counted"
+                "limit store unavailable: the limit's policy answered"
             );
         }
         let refuse = policy == Policy::Deny;

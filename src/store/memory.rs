@@ -368,6 +368,11 @@ impl LimitStore for MemoryStore {
         false
     }
 
+    /// Every call takes only short locks, and never awaits.
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         self.inner.update(keys, apply)
     }

@@ -1,0 +1,364 @@
+//! `Guarded`: the deadline and the in-flight cap that every store call goes through.
+//!
+//! Every call is answered within the deadline (2 s by default): one that takes
+//! longer, or fails, is answered unavailable. A call past its deadline may still
+//! be running in the store — a database waiting on a lock, say — so it keeps its
+//! in-flight slot until the store really finishes it; past the cap (64 by
+//! default) a call is answered unavailable at once, without reaching the store.
+//!
+//! There are three ways a call runs, and none lends the caller's borrowed
+//! `apply` to work that may outlive it (the crate has no `unsafe`):
+//! - a store that [answers at once](LimitStore::answers_at_once) (the memory
+//!   store) runs in the caller's task with the caller's own `apply`, and
+//!   nothing is spawned;
+//! - an [owned `apply`](LimitStore::update_owned) goes with the call into a
+//!   task of its own, which outlives the caller if it must; from the moment the
+//!   caller stops waiting (or the deadline passes) it answers `Keep` for every
+//!   key, so a late call writes nothing;
+//! - a borrowed `apply` on a store that may wait is reached only by message
+//!   ([`ask`]): the work sends the entries, the caller answers the writes.
+//!
+//! A call whose `apply` ran just before the deadline may still commit after the
+//! caller was answered unavailable: the store finishes what it started.
+
+mod ask;
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use smallvec::SmallVec;
+
+use crate::error::Unavailable;
+use crate::log::{Throttle, KIND_UNAVAILABLE};
+use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
+
+/// The default deadline of a store call.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+/// The default number of store calls that may run at once.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
+/// Wraps any store with the deadline and the in-flight cap. Implements
+/// [`LimitStore`]; needs a tokio runtime for a store that may wait.
+pub struct Guarded<S: LimitStore + ?Sized + 'static = dyn LimitStore> {
+    inner: Arc<S>,
+    deadline: Duration,
+    max_in_flight: usize,
+    in_flight: Arc<AtomicUsize>,
+    logs: [Throttle; 4],
+}
+
+impl<S: LimitStore + ?Sized + 'static> std::fmt::Debug for Guarded<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded")
+            .field("deadline", &self.deadline)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
+    /// Guards `inner` with a 2 s deadline and at most 64 calls in flight.
+    pub fn new(inner: Arc<S>) -> Self {
+        Self::with_limits(inner, DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT)
+    }
+
+    /// Guards `inner` with a `deadline` per call and at most `max_in_flight`
+    /// calls running in it at once (a cap of 0 is taken as 1).
+    pub fn with_limits(inner: Arc<S>, deadline: Duration, max_in_flight: usize) -> Self {
+        Guarded {
+            inner,
+            deadline,
+            max_in_flight: max_in_flight.max(1),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            logs: [Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()],
+        }
+    }
+
+    /// The guarded store.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
+    }
+
+    /// The deadline of each call.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// The most calls that run in the store at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Store calls running now, including those whose callers stopped waiting.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Takes an in-flight place, or answers overloaded past the cap.
+    fn reserve(&self) -> Result<(), StoreError> {
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if before >= self.max_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(self.unavailable(
+                Unavailable::Overloaded,
+                format!("{} store calls are still running", self.max_in_flight),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A place that work outliving the caller can own.
+    fn slot(&self) -> Result<Slot, StoreError> {
+        self.reserve()?;
+        Ok(Slot(self.in_flight.clone()))
+    }
+
+    /// Builds an unavailable answer and logs it, once a minute per reason.
+    fn unavailable(&self, reason: Unavailable, detail: String, source: Option<crate::error::BoxError>) -> StoreError {
+        let err = StoreError::Unavailable { reason, detail, source };
+        self.log(&err);
+        err
+    }
+
+    fn timed_out(&self) -> StoreError {
+        self.unavailable(Unavailable::Timeout, format!("no answer within {:?}", self.deadline), None)
+    }
+
+    fn no_runtime(&self) -> StoreError {
+        self.unavailable(Unavailable::StoreFailed, "Guarded needs a tokio runtime to run store calls".into(), None)
+    }
+
+    fn log(&self, err: &StoreError) {
+        if let Some(reason) = err.unavailable_reason() {
+            let throttle = match reason {
+                Unavailable::Timeout => &self.logs[0],
+                Unavailable::Overloaded => &self.logs[1],
+                Unavailable::Full => &self.logs[2],
+                _ => &self.logs[3],
+            };
+            if throttle.ready() {
+                tracing::warn!(kind = KIND_UNAVAILABLE, reason = reason.as_str(), error = %err, "limit store call answered unavailable");
+            }
+        }
+    }
+
+    /// The answer of a call that ended: its own, or unavailable for a panic.
+    fn settle<T>(&self, outcome: Result<Result<T, StoreError>, Box<dyn Any + Send>>) -> Result<T, StoreError> {
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => {
+                self.log(&err);
+                Err(err)
+            }
+            Err(_panic) => Err(self.unavailable(Unavailable::StoreFailed, "the store call panicked".into(), None)),
+        }
+    }
+
+    /// Runs a call of a store that answers at once in the caller's task, under
+    /// the deadline in case it waits after all. Its place is held by the
+    /// caller's future.
+    async fn at_once<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.reserve()?;
+        let _slot = SlotHere(&self.in_flight);
+        let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
+        // Polled once without a timer: the usual case, and no runtime needed.
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let outcome = match first {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => match tokio::time::timeout(self.deadline, call).await {
+                Ok(outcome) => outcome,
+                Err(_) => return Err(self.timed_out()),
+            },
+        };
+        self.settle(outcome)
+    }
+
+    /// Runs one call that owns all it uses. It owns its in-flight slot, so the
+    /// slot is freed when the call really ends, not when we stop waiting.
+    async fn spawned<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let mut call = Box::pin(AssertUnwindSafe(call).catch_unwind());
+        // The first poll is where a store sends its request: done here, in the
+        // caller's task, and a call that is ready then needs no task.
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let outcome = match first {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return Err(self.no_runtime());
+                };
+                let task = runtime.spawn(call);
+                match tokio::time::timeout(self.deadline, task).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(join)) => Err(Box::new(join) as Box<dyn Any + Send>),
+                    Err(_) => return Err(self.timed_out()),
+                }
+            }
+        };
+        self.settle(outcome)
+    }
+}
+
+/// A call's keys, owned by the call so that it can outlive the caller: one
+/// allocation for all of them.
+struct OwnedKeys {
+    text: String,
+    ends: SmallVec<[usize; 4]>,
+}
+
+impl OwnedKeys {
+    fn new(keys: &[&str]) -> Self {
+        let mut text = String::with_capacity(keys.iter().map(|k| k.len()).sum());
+        let mut ends = SmallVec::with_capacity(keys.len());
+        for key in keys {
+            text.push_str(key);
+            ends.push(text.len());
+        }
+        OwnedKeys { text, ends }
+    }
+
+    fn refs(&self) -> SmallVec<[&str; 4]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let key = &self.text[start..end];
+                start = end;
+                key
+            })
+            .collect()
+    }
+}
+
+/// One in-flight place, owned by work that may outlive its caller; given back
+/// when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One in-flight place held by the caller's own future.
+struct SlotHere<'a>(&'a AtomicUsize);
+
+impl Drop for SlotHere<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether the caller of an owned call still waits: false from the moment its
+/// future ends, is dropped, or its deadline passes (a future leaked with
+/// `mem::forget` ends nothing, so the deadline is checked too).
+#[derive(Clone)]
+struct Waiting {
+    gone: Arc<AtomicBool>,
+    until: tokio::time::Instant,
+}
+
+impl Waiting {
+    fn still(&self) -> bool {
+        !self.gone.load(Ordering::Acquire) && tokio::time::Instant::now() < self.until
+    }
+}
+
+/// Held by the caller's future: marks the caller gone when dropped.
+struct Caller(Arc<AtomicBool>);
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
+    fn answers_at_once(&self) -> bool {
+        self.inner.answers_at_once()
+    }
+
+    fn is_guarded(&self) -> bool {
+        true
+    }
+
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        if self.inner.answers_at_once() {
+            return self.at_once(self.inner.update(keys, apply)).await;
+        }
+        let slot = self.slot()?;
+        ask::update(self, slot, keys, apply).await
+    }
+
+    async fn update_owned(&self, keys: &[&str], mut apply: Box<OwnedApply>) -> Result<(), StoreError> {
+        if self.inner.answers_at_once() {
+            return self.at_once(self.inner.update(keys, &mut *apply)).await;
+        }
+        let slot = self.slot()?;
+        let caller = Caller(Arc::new(AtomicBool::new(false)));
+        let waiting = Waiting { gone: caller.0.clone(), until: tokio::time::Instant::now() + self.deadline };
+        let gated: Box<OwnedApply> =
+            Box::new(
+                move |current: &[Option<Entry>], now: Millis| {
+                    if waiting.still() {
+                        apply(current, now)
+                    } else {
+                        vec![Write::Keep; current.len()]
+                    }
+                },
+            );
+        let inner = self.inner.clone();
+        let keys = OwnedKeys::new(keys);
+        let result = self
+            .spawned(async move {
+                let _slot = slot;
+                inner.update_owned(&keys.refs(), gated).await
+            })
+            .await;
+        drop(caller);
+        result
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        if self.inner.answers_at_once() {
+            return self.at_once(self.inner.read(keys)).await;
+        }
+        let slot = self.slot()?;
+        let inner = self.inner.clone();
+        let keys = OwnedKeys::new(keys);
+        self.spawned(async move {
+            let _slot = slot;
+            inner.read(&keys.refs()).await
+        })
+        .await
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        if self.inner.answers_at_once() {
+            return self.at_once(self.inner.sweep()).await;
+        }
+        let slot = self.slot()?;
+        let inner = self.inner.clone();
+        self.spawned(async move {
+            let _slot = slot;
+            inner.sweep().await
+        })
+        .await
+    }
+}
