@@ -30,8 +30,9 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod bound;
-mod cell;
 pub mod clock;
 pub mod config;
 pub mod error;

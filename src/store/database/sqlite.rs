@@ -8,15 +8,16 @@
 //! transaction — begin, the select of the rows and the clock, `decide`, the
 //! writes, commit — runs on a blocking thread with cached statements, and
 //! counts that arrive meanwhile wait and go in the next transaction
-//! together, one after another. `decide` borrows the caller's `apply`, so it
-//! is lent to that thread through [`crate::cell`]: a caller that stops
-//! waiting (a deadline) closes it, and a count that has not decided yet
-//! writes nothing. Reads run on a few connections of their own ([`pool`]).
+//! together. `decide` borrows the caller's `apply`, so the writer never
+//! holds it: it sends the rows to the caller, whose own task decides and
+//! answers ([`ask`]); a caller that stopped waiting answers nothing, and its
+//! count writes nothing. Reads run on a few connections of their own ([`pool`]).
 //! The chores (migrations, sweeps, counts of live rows) stay on a small sqlx
 //! pool; all open the same file with the same settings. With
 //! `sqlite_in_place(true)` the caller's runtime thread runs the transaction
 //! (`block_in_place`) instead.
 
+mod ask;
 mod pool;
 mod writer;
 
@@ -29,16 +30,15 @@ use rusqlite::{params, params_from_iter, Connection};
 use smallvec::SmallVec;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
+use self::ask::Own;
 use self::pool::{Pool, WAIT};
-use self::writer::Writer;
+use self::writer::{Queued, Writer};
 use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, marks, Release};
 use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
-use crate::cell::{self, Borrower};
-use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
 /// SQLite's own clock, in ms since the epoch.
@@ -46,9 +46,6 @@ const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 /// Connections of the sqlx pool for the chores, which are few and short.
 const CHORE_CONNECTIONS: u32 = 2;
-
-/// `decide` as lent to the blocking thread.
-type LentDecide = Borrower<Option<Stored>, Result<Vec<RowWrite>, StoreError>>;
 
 #[derive(Debug)]
 pub(super) struct Sqlite {
@@ -167,27 +164,17 @@ impl Sqlite {
 impl Attempts for Sqlite {
     /// The whole transaction in the writer's next batch.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        let (lender, borrower) = cell::lend(decide);
-        let done = self.writer.count(hashes, generation, borrower).await;
-        // If the caller stops waiting sooner, dropping its future drops the lender then.
-        drop(lender);
-        done
+        self.writer.count(hashes, generation, decide).await
     }
 }
 
-/// One count, on the blocking thread: nothing is written unless `decide`
-/// answered while its caller was still waiting. `BEGIN` and `COMMIT` are
-/// cached statements too, not parsed again on every count.
-fn count(
-    conn: &Connection,
-    sql: &Statements,
-    hashes: &[KeyHash],
-    generation: i64,
-    decide: &LentDecide,
-) -> Result<(), Failure> {
+/// One count, on the writer's thread: nothing is written unless its caller
+/// answered the question in time. `BEGIN` and `COMMIT` are cached statements
+/// too, not parsed again on every count.
+fn count(conn: &Connection, sql: &Statements, q: &Queued, own: &mut Option<Own<'_, '_>>) -> Result<(), Failure> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let done = read_decide_write(conn, sql, hashes, generation, decide)
-        .and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
+    let done =
+        read_decide_write(conn, sql, q, own).and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
     if done.is_err() && !conn.is_autocommit() {
         // If even this fails, the transaction stays open and the pool closes the connection.
         let _ = conn.prepare_cached("ROLLBACK").and_then(|mut rollback| rollback.execute([]));
@@ -195,22 +182,32 @@ fn count(
     done
 }
 
-/// The inside of a count's transaction.
+/// The inside of a count's transaction: read, ask the caller, write.
 fn read_decide_write(
+    conn: &Connection,
+    sql: &Statements,
+    q: &Queued,
+    own: &mut Option<Own<'_, '_>>,
+) -> Result<(), Failure> {
+    let (rows, now) = select(conn, sql, &q.hashes)?;
+    let pending = ask::ask(&q.asks, &rows, now).ok_or_else(ask::gone)?;
+    if let Some(own) = own {
+        own.serve();
+    }
+    let writes = pending.wait(q.until).ok_or_else(ask::gone)?.map_err(Failure::Store)?;
+    write(conn, sql, &q.hashes, q.generation, &rows, writes)
+}
+
+/// Writes what `decide` answered for the rows it saw.
+fn write(
     conn: &Connection,
     sql: &Statements,
     hashes: &[KeyHash],
     generation: i64,
-    decide: &LentDecide,
+    rows: &[Option<Stored>],
+    writes: Vec<RowWrite>,
 ) -> Result<(), Failure> {
-    let (rows, now) = select(conn, sql, hashes)?;
-    let Some(writes) = decide.call(&rows, now) else {
-        return Err(Failure::Store(StoreError::unavailable(
-            Unavailable::Timeout,
-            "the caller stopped waiting before the count was decided; nothing was written",
-        )));
-    };
-    for ((hash, write), row) in hashes.iter().zip(writes.map_err(Failure::Store)?).zip(&rows) {
+    for ((hash, write), row) in hashes.iter().zip(writes).zip(rows) {
         match write {
             RowWrite::Put { value, expires_at }
                 if row.as_ref().is_some_and(|r| r.generation == generation && r.expires_at == expires_at) =>

@@ -5,11 +5,15 @@
 //! turns without a trip through SQLite's busy handler each, and one commit
 //! serves a whole batch.
 //!
-//! Inside a batch every count is its own read, `decide`, write, in turn, so
-//! each sees the ones before it: the batch is what running them one at a
-//! time would give. A count whose `decide` refuses, or whose caller stopped
-//! waiting, writes nothing and the others go on; a database error part-way
-//! rolls the batch back and runs its counts again one transaction each.
+//! A batch runs in rounds. A round takes the waiting counts that share no key
+//! with each other, reads their rows, asks each count's caller to decide
+//! ([`ask`]: by message, never through the caller's borrowed closure), and
+//! writes the answers; the next round reads after those writes. So every
+//! count sees the ones before it, and the batch is what running them one at
+//! a time would give, while the callers decide side by side. A count whose
+//! `decide` refuses, or whose caller stopped waiting, writes nothing and the
+//! others go on; a database error part-way rolls the batch back and runs its
+//! counts again one transaction each.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -24,8 +28,9 @@ use tokio::sync::oneshot;
 
 use super::super::error::{is_busy, Failure};
 use super::super::queue::{Joined, Queue};
-use super::super::row::KeyHash;
-use super::{count, pool, read_decide_write, LentDecide, Statements};
+use super::super::row::{Decide, KeyHash};
+use super::ask::{self, Asked, Asks, Next, Own};
+use super::{count, pool, select, write, Statements};
 use crate::error::Unavailable;
 use crate::StoreError;
 
@@ -33,15 +38,19 @@ use crate::StoreError;
 /// busy instance in one commit, few enough to keep the write lock short.
 const MAX_BATCH: usize = 64;
 
+/// How long the writer waits for a caller's answer, from when the count was
+/// queued: the store's own bound on a count, as the busy timeout is.
+const ANSWER_WITHIN: Duration = pool::WAIT;
+
 /// One count waiting for the writer.
 pub(super) struct Queued {
-    hashes: SmallVec<[KeyHash; 4]>,
-    generation: i64,
-    decide: LentDecide,
+    pub(super) hashes: SmallVec<[KeyHash; 4]>,
+    pub(super) generation: i64,
+    /// Where its caller takes the writer's questions.
+    pub(super) asks: Asks,
+    /// When the writer stops waiting for its caller's answer.
+    pub(super) until: Instant,
     reply: oneshot::Sender<Result<(), Failure>>,
-    /// Where the caller's log lines go (the bound's lines come from `decide`).
-    dispatch: tracing::Dispatch,
-    span: tracing::Span,
 }
 
 impl std::fmt::Debug for Queued {
@@ -105,80 +114,52 @@ impl Writer {
         self.batched.load(Ordering::Relaxed)
     }
 
-    /// Runs one count in the writer's next batch and answers how it went.
+    /// Runs one count in the writer's next batch and answers how it went;
+    /// meanwhile answers the writer's questions with `decide`.
     pub(super) async fn count(
         self: &Arc<Self>,
         hashes: &[KeyHash],
         generation: i64,
-        decide: LentDecide,
+        decide: &mut Decide<'_>,
     ) -> Result<(), Failure> {
-        let (reply, answer) = oneshot::channel();
-        let queued = Queued {
-            hashes: hashes.into(),
-            generation,
-            decide,
-            reply,
-            dispatch: tracing::dispatcher::get_default(tracing::Dispatch::clone),
-            span: tracing::Span::current(),
-        };
+        let (reply, mut done) = oneshot::channel();
+        let (asks, mut asked) = ask::channel();
+        let queued = Queued { hashes: hashes.into(), generation, asks, until: Instant::now() + ANSWER_WITHIN, reply };
         let joined = self.queue.join(queued);
-        // Alone, or next in line: the answer comes soon.
-        let soon = matches!(joined, Joined::Run(_) | Joined::Waiting(0));
+        // Alone, or next in line: the question comes soon.
+        let mut soon = matches!(joined, Joined::Run(_) | Joined::Waiting(0));
         if let Joined::Run(first) = joined {
             let in_place = self.in_place
                 && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
             if in_place {
                 // No hop to another thread and back: this worker runs the
-                // batch while the runtime moves its other tasks elsewhere.
-                tokio::task::block_in_place(|| self.drain(vec![first], Some(IN_PLACE_BATCHES)));
+                // batch while the runtime moves its other tasks elsewhere,
+                // and answers its own count's question itself.
+                let own = Own { asked: &mut asked, decide: &mut *decide };
+                tokio::task::block_in_place(|| self.drain(vec![first], Some(IN_PLACE_BATCHES), Some(own)));
             } else {
                 let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(vec![first], None));
+                tokio::task::spawn_blocking(move || writer.drain(vec![first], None, None));
             }
         }
-        let mut answer = answer;
         let callers = Callers::enter(&self.callers);
-        if soon && callers.alone() {
-            // The only count waiting: nothing of this store needs the
-            // runtime thread meanwhile, and a yield would wake an idle one.
-            let start = Instant::now();
-            while start.elapsed() < SPIN_ALONE {
-                match answer.try_recv() {
-                    Ok(done) => return done,
-                    Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
-                    Err(oneshot::error::TryRecvError::Closed) => break,
+        loop {
+            match wait(&mut asked, &mut done, soon, callers.alone()).await {
+                Next::Ask(question) => {
+                    ask::answer(question, decide);
+                    soon = true; // the writer writes and commits next
                 }
+                Next::Done(result) => return result,
             }
-        }
-        if soon {
-            // Stay runnable for a moment instead of letting this worker
-            // park: waking a parked thread costs more than the count. Other
-            // tasks on the worker still run in between.
-            let start = Instant::now();
-            while start.elapsed() < LINGER {
-                match answer.try_recv() {
-                    Ok(done) => return done,
-                    Err(oneshot::error::TryRecvError::Empty) => tokio::task::yield_now().await,
-                    Err(oneshot::error::TryRecvError::Closed) => break,
-                }
-            }
-        }
-        match answer.await {
-            Ok(done) => done,
-            Err(_) => Err(Failure::Store(StoreError::unavailable(
-                Unavailable::StoreFailed,
-                "the SQLite writer stopped before it answered this count (a panic in it, or the runtime shutting \
-                 down); it may not have been written",
-            ))),
         }
     }
 
     /// Runs `batch` and the batches that wait after it until the queue is
     /// empty; after `limit` batches, hands the rest to a blocking thread.
-    fn drain(self: &Arc<Self>, mut batch: Vec<Queued>, limit: Option<usize>) {
+    fn drain(self: &Arc<Self>, mut batch: Vec<Queued>, limit: Option<usize>, mut own: Option<Own<'_, '_>>) {
         let mut ran = 0;
         loop {
-            if catch_unwind(AssertUnwindSafe(|| self.run(batch))).is_err() {
+            if catch_unwind(AssertUnwindSafe(|| self.run(batch, &mut own))).is_err() {
                 // The batch's replies were dropped, so its callers are answered;
                 // the connection may be mid-transaction: open a new one.
                 *self.conn.lock() = None;
@@ -187,7 +168,7 @@ impl Writer {
             let Some(next) = self.next_batch() else { return };
             if limit.is_some_and(|limit| ran >= limit) {
                 let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(next, None));
+                tokio::task::spawn_blocking(move || writer.drain(next, None, None));
                 return;
             }
             batch = next;
@@ -205,7 +186,7 @@ impl Writer {
     }
 
     /// One batch in one transaction, on the writer's connection.
-    fn run(&self, batch: Vec<Queued>) {
+    fn run(&self, batch: Vec<Queued>, own: &mut Option<Own<'_, '_>>) {
         let mut slot = self.conn.lock();
         let conn = match slot.take() {
             Some(conn) => conn,
@@ -214,18 +195,18 @@ impl Writer {
                 Err(e) => return answer_all(batch, &e),
             },
         };
-        let reusable = self.run_on(&conn, batch);
+        let reusable = self.run_on(&conn, batch, own);
         if reusable && conn.is_autocommit() {
             *slot = Some(conn);
         }
     }
 
     /// Runs `batch` on `conn`; false if the connection should not be used again.
-    fn run_on(&self, conn: &Connection, batch: Vec<Queued>) -> bool {
+    fn run_on(&self, conn: &Connection, batch: Vec<Queued>, own: &mut Option<Own<'_, '_>>) -> bool {
         if let [_] = &batch[..] {
             // Alone: the plain transaction, no batch bookkeeping.
             let q = batch.into_iter().next().expect("one count");
-            let done = q.in_scope(|| count(conn, &self.sql, &q.hashes, q.generation, &q.decide));
+            let done = count(conn, &self.sql, &q, own);
             let reusable = keeps_connection(&done);
             let _ = q.reply.send(done);
             return reusable;
@@ -236,20 +217,18 @@ impl Writer {
             return reusable;
         }
         let mut written = Vec::with_capacity(batch.len());
-        let mut rest = batch.into_iter();
-        while let Some(q) = rest.next() {
-            match q.in_scope(|| read_decide_write(conn, &self.sql, &q.hashes, q.generation, &q.decide)) {
-                Ok(()) => written.push(q),
-                // Refused, or its caller is gone: it wrote nothing; the others go on.
-                Err(Failure::Store(e)) => {
-                    let _ = q.reply.send(Err(Failure::Store(e)));
-                }
-                Err(_) => {
-                    // A database error, maybe after some of this count's
-                    // writes: undo the batch and run each count on its own.
-                    let again = written.into_iter().chain([q]).chain(rest);
+        let mut waiting = batch;
+        while !waiting.is_empty() {
+            let (round, later) = one_round(waiting);
+            waiting = later;
+            match self.run_round(conn, round, own, &mut written) {
+                Ok(()) => {}
+                Err(again) => {
+                    // A database error, maybe after some writes: undo the
+                    // batch and run each count on its own.
+                    let again = written.into_iter().chain(again).chain(waiting);
                     return match rollback(conn) {
-                        Ok(()) => self.one_by_one(conn, again),
+                        Ok(()) => self.one_by_one(conn, again, own),
                         Err(e) => {
                             answer_all(again.collect(), &e);
                             false
@@ -274,16 +253,114 @@ impl Writer {
         }
     }
 
+    /// One round: reads the rows of every count, asks all their callers, then
+    /// writes each answer. The counts written join `written`; on a database
+    /// error the counts not yet settled come back to be run again.
+    fn run_round(
+        &self,
+        conn: &Connection,
+        round: Vec<Queued>,
+        own: &mut Option<Own<'_, '_>>,
+        written: &mut Vec<Queued>,
+    ) -> Result<(), Vec<Queued>> {
+        let mut asked = Vec::with_capacity(round.len());
+        let mut round = round.into_iter();
+        while let Some(q) = round.next() {
+            let (rows, now) = match select(conn, &self.sql, &q.hashes) {
+                Ok(read) => read,
+                Err(_) => return Err(asked.into_iter().map(|(q, _, _)| q).chain([q]).chain(round).collect()),
+            };
+            match ask::ask(&q.asks, &rows, now) {
+                Some(pending) => asked.push((q, rows, pending)),
+                None => drop(q.reply.send(Err(ask::gone()))),
+            }
+        }
+        if let Some(own) = own {
+            own.serve();
+        }
+        let mut asked = asked.into_iter();
+        while let Some((q, rows, pending)) = asked.next() {
+            let writes = match pending.wait(q.until) {
+                None => {
+                    let _ = q.reply.send(Err(ask::gone()));
+                    continue;
+                }
+                Some(Err(refused)) => {
+                    let _ = q.reply.send(Err(Failure::Store(refused)));
+                    continue;
+                }
+                Some(Ok(writes)) => writes,
+            };
+            match write(conn, &self.sql, &q.hashes, q.generation, &rows, writes) {
+                Ok(()) => written.push(q),
+                Err(Failure::Store(refused)) => drop(q.reply.send(Err(Failure::Store(refused)))),
+                Err(_) => return Err([q].into_iter().chain(asked.map(|(q, _, _)| q)).collect()),
+            }
+        }
+        Ok(())
+    }
+
     /// Each count in a transaction of its own.
-    fn one_by_one(&self, conn: &Connection, batch: impl Iterator<Item = Queued>) -> bool {
+    fn one_by_one(
+        &self,
+        conn: &Connection,
+        batch: impl Iterator<Item = Queued>,
+        own: &mut Option<Own<'_, '_>>,
+    ) -> bool {
         let mut reusable = true;
         for q in batch {
-            let done = q.in_scope(|| count(conn, &self.sql, &q.hashes, q.generation, &q.decide));
+            let done = count(conn, &self.sql, &q, own);
             reusable &= keeps_connection(&done);
             let _ = q.reply.send(done);
         }
         reusable
     }
+}
+
+/// The counts of `waiting` that share no key with an earlier one, in order,
+/// and the others, for a later round.
+fn one_round(waiting: Vec<Queued>) -> (Vec<Queued>, Vec<Queued>) {
+    let mut keys: SmallVec<[KeyHash; 16]> = SmallVec::new();
+    let (mut round, mut later) = (Vec::with_capacity(waiting.len()), Vec::new());
+    for q in waiting {
+        if q.hashes.iter().any(|h| keys.contains(h)) {
+            later.push(q);
+        } else {
+            keys.extend(q.hashes.iter().copied());
+            round.push(q);
+        }
+    }
+    (round, later)
+}
+
+/// A caller's wait for its writer's question or its count's result: spinning
+/// while it is the only count waiting and the answer comes soon, then
+/// yielding for a moment, then asleep.
+async fn wait(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>, soon: bool, alone: bool) -> Next {
+    if soon && alone {
+        // The only count waiting: nothing of this store needs the runtime
+        // thread meanwhile, and a yield would wake an idle one.
+        let start = Instant::now();
+        while start.elapsed() < SPIN_ALONE {
+            match ask::try_next(asked, done) {
+                Some(next) => return next,
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
+    if soon {
+        // Stay runnable for a moment instead of letting this worker park:
+        // waking a parked thread costs more than the count. Other tasks on
+        // the worker still run in between.
+        let start = Instant::now();
+        while start.elapsed() < LINGER {
+            match ask::try_next(asked, done) {
+                Some(next) => return next,
+                None => tokio::task::yield_now().await,
+            }
+        }
+    }
+    ask::next(asked, done).await
 }
 
 /// One of the counts waiting for their answer, until dropped.
@@ -304,13 +381,6 @@ impl<'a> Callers<'a> {
 impl Drop for Callers<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Queued {
-    /// Runs `f` where the caller's log lines go.
-    fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        tracing::dispatcher::with_default(&self.dispatch, || self.span.in_scope(f))
     }
 }
 

@@ -1,0 +1,140 @@
+//! How the writer reaches a count's `decide`: only by message.
+//!
+//! `decide` borrows the caller's `apply`, and the writer runs on another
+//! thread, which may go on after the caller left (a deadline, a dropped
+//! future, one leaked with `mem::forget`). So the writer never holds it: inside
+//! the transaction it sends the rows it read and the clock to the count's
+//! caller, whose future runs its own `decide` in its own task and sends the
+//! writes back. A caller that is gone answers nothing (its channel is closed,
+//! or it is silent until the count's deadline) and its count writes nothing.
+//!
+//! The caller of a batch run in place (`sqlite_in_place`) is on the writer's
+//! thread itself: it answers its own question there ([`Own`]).
+
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::error::Failure;
+use super::super::row::{Decide, RowWrite, Stored};
+use crate::error::Unavailable;
+use crate::{Millis, StoreError};
+
+/// `decide`'s answer.
+pub(super) type Decided = Result<Vec<RowWrite>, StoreError>;
+
+/// The writer asks a count's caller to decide on the rows it read.
+pub(super) struct Ask {
+    rows: Vec<Option<Stored>>,
+    now: Millis,
+    answer: SyncSender<Decided>,
+}
+
+/// Where the writer sends a count's questions.
+pub(super) type Asks = mpsc::Sender<Ask>;
+/// Where a count's caller receives them.
+pub(super) type Asked = mpsc::Receiver<Ask>;
+
+/// A channel for one count's questions.
+pub(super) fn channel() -> (Asks, Asked) {
+    mpsc::channel(1)
+}
+
+/// How long the writer spins for an answer before it lets its thread sleep:
+/// a caller that waits answers within a few µs.
+const SPIN: Duration = Duration::from_micros(30);
+
+/// A question sent, whose answer the writer waits for.
+pub(super) struct Pending(Receiver<Decided>);
+
+/// Sends `rows` and `now` to the caller; `None` when the caller is gone.
+pub(super) fn ask(asks: &Asks, rows: &[Option<Stored>], now: Millis) -> Option<Pending> {
+    let (answer, answered) = sync_channel(1);
+    asks.try_send(Ask { rows: rows.to_vec(), now, answer }).ok()?;
+    Some(Pending(answered))
+}
+
+impl Pending {
+    /// The caller's answer, or `None` when it is gone or silent until `until`.
+    pub(super) fn wait(self, until: Instant) -> Option<Decided> {
+        let start = Instant::now();
+        loop {
+            match self.0.try_recv() {
+                Ok(decided) => return Some(decided),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        match self.0.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(decided) => Some(decided),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+        }
+    }
+}
+
+/// The answer of a count whose caller answered nothing: it wrote nothing.
+pub(super) fn gone() -> Failure {
+    Failure::Store(StoreError::unavailable(
+        Unavailable::Timeout,
+        "the caller stopped waiting before the count was decided; nothing was written",
+    ))
+}
+
+/// The caller's side: answers `ask` with its own `decide`.
+pub(super) fn answer(ask: Ask, decide: &mut Decide<'_>) {
+    let decided = decide(&ask.rows, ask.now);
+    let _ = ask.answer.send(decided);
+}
+
+/// The holder of a batch run in place: its own count's questions reach the
+/// thread that runs the batch, which is its own, so it answers them there.
+pub(super) struct Own<'a, 'd> {
+    pub(super) asked: &'a mut Asked,
+    pub(super) decide: &'a mut Decide<'d>,
+}
+
+impl Own<'_, '_> {
+    /// Answers the questions sent to the holder so far.
+    pub(super) fn serve(&mut self) {
+        while let Ok(ask) = self.asked.try_recv() {
+            answer(ask, self.decide);
+        }
+    }
+}
+
+/// What the caller's future sees next: a question, or its count's result.
+pub(super) enum Next {
+    Ask(Ask),
+    Done(Result<(), Failure>),
+}
+
+/// Without waiting: a question if one came, else the result if it came.
+pub(super) fn try_next(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Option<Next> {
+    if let Ok(ask) = asked.try_recv() {
+        return Some(Next::Ask(ask));
+    }
+    match done.try_recv() {
+        Ok(result) => Some(Next::Done(result)),
+        Err(oneshot::error::TryRecvError::Empty) => None,
+        Err(oneshot::error::TryRecvError::Closed) => Some(Next::Done(Err(lost()))),
+    }
+}
+
+/// Waits for a question or the result.
+pub(super) async fn next(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Next {
+    tokio::select! {
+        biased;
+        Some(ask) = asked.recv() => Next::Ask(ask),
+        result = done => Next::Done(result.unwrap_or_else(|_| Err(lost()))),
+    }
+}
+
+fn lost() -> Failure {
+    Failure::Store(StoreError::unavailable(
+        Unavailable::StoreFailed,
+        "the SQLite writer stopped before it answered this count (a panic in it, or the runtime shutting down); it \
+         may not have been written",
+    ))
+}
