@@ -11,7 +11,7 @@
 //! The caller of a batch run in place (`sqlite_in_place`) is on the writer's
 //! thread itself: it answers its own question there ([`Own`]).
 
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -67,10 +67,7 @@ impl Pending {
                 Err(TryRecvError::Empty) => break,
             }
         }
-        match self.0.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok(decided) => Some(decided),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.0.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
     }
 }
 
