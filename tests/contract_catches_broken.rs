@@ -37,6 +37,12 @@ enum Defect {
     SweepRemovesLive,
     /// `sweep` always answers 0.
     SweepCountsNothing,
+    /// `sweep` answers how many entries expired, and removes none.
+    SweepDeletesNothing,
+    /// Optimistic: reads, runs `apply` unlocked, then writes if the value is
+    /// still "equal" under a collation that folds case and accents (as
+    /// MariaDB's default one did).
+    ComparesFolded,
     /// Each handle has its own entries, though it says it is shared.
     HandlesDontShare,
     /// `read` answers keys in reverse.
@@ -147,6 +153,11 @@ impl Naive {
     }
 }
 
+/// An entry as a case- and accent-insensitive collation sees it.
+fn folded(entry: &Option<Entry>) -> Option<String> {
+    entry.as_ref().map(|e| e.value.to_string().to_lowercase().replace('é', "e"))
+}
+
 fn lossy(value: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match value {
@@ -167,7 +178,7 @@ impl LimitStore for Naive {
         self.check(keys)?;
         let now = self.now();
         let racy = match self.defect {
-            Defect::LostUpdate | Defect::TornMultiKey => true,
+            Defect::LostUpdate | Defect::TornMultiKey | Defect::ComparesFolded => true,
             Defect::RacyFirstUpdate => keys.iter().any(|k| !self.lock().contains_key(*k)),
             _ => false,
         };
@@ -186,7 +197,23 @@ impl LimitStore for Naive {
         }
         let current = self.current(&self.lock(), keys, now);
         tokio::task::yield_now().await;
-        let writes = self.apply(apply, &current, now)?;
+        let mut writes = self.apply(apply, &current, now)?;
+        if self.defect == Defect::ComparesFolded {
+            // Compare-and-set, folding case and accents; run apply again on a miss.
+            let mut map = self.lock();
+            let mut seen = current;
+            loop {
+                let now_there = self.current(&map, keys, now);
+                if now_there.iter().map(folded).eq(seen.iter().map(folded)) {
+                    for (key, write) in keys.iter().zip(writes) {
+                        self.write(&mut map, key, write);
+                    }
+                    return Ok(());
+                }
+                seen = now_there;
+                writes = self.apply(apply, &seen, now)?;
+            }
+        }
         for (key, write) in keys.iter().zip(writes) {
             self.write(&mut self.lock(), key, write);
             if self.defect == Defect::TornMultiKey {
@@ -211,10 +238,15 @@ impl LimitStore for Naive {
         let before = map.len();
         if self.defect == Defect::SweepRemovesLive {
             map.clear();
+        } else if self.defect == Defect::SweepDeletesNothing {
         } else {
             map.retain(|_, e| is_live(e, now));
         }
         let removed = (before - map.len()) as u64;
+        if self.defect == Defect::SweepDeletesNothing {
+            let expired = map.values().filter(|e| !is_live(e, now)).count() as u64;
+            return Ok(expired);
+        }
         Ok(if self.defect == Defect::SweepCountsNothing { 0 } else { removed })
     }
 }
@@ -274,6 +306,8 @@ caught! {
     partial_write_on_bad_answer: PartialWriteOnBadAnswer by wrong_number_of_writes_is_refused;
     sweep_removing_live_entries: SweepRemovesLive by sweep_removes_expired_and_keeps_live;
     sweep_counting_nothing: SweepCountsNothing by sweep_removes_expired_and_keeps_live;
+    sweep_deleting_nothing: SweepDeletesNothing by sweep_removes_expired_and_keeps_live;
+    values_compared_folded: ComparesFolded by values_differing_only_by_case_or_accent_are_not_confused;
     handles_not_sharing: HandlesDontShare by written_entry_is_seen_by_both_handles;
     handles_not_sharing_counts: HandlesDontShare by each_update_sees_the_last_write_of_either_handle;
     reads_out_of_order: ReadsOutOfOrder by read_answers_in_key_order;

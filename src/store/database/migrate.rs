@@ -22,8 +22,10 @@ pub(super) const SQLITE: Migrations =
 pub(super) const POSTGRES: Migrations =
     &[Migration { version: 1, sql: include_str!("../../../migrations/postgres/0001_limit_store.sql") }];
 #[cfg(feature = "mysql")]
-pub(super) const MYSQL: Migrations =
-    &[Migration { version: 1, sql: include_str!("../../../migrations/mysql/0001_limit_store.sql") }];
+pub(super) const MYSQL: Migrations = &[
+    Migration { version: 1, sql: include_str!("../../../migrations/mysql/0001_limit_store.sql") },
+    Migration { version: 2, sql: include_str!("../../../migrations/mysql/0002_value_bytes.sql") },
+];
 
 /// Refuses a table name that is not a plain identifier, so that it can be
 /// put into SQL as is.

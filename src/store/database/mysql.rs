@@ -45,9 +45,12 @@ pub(super) struct Mysql {
 fn session(conn: &mut MySqlConnection) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
     Box::pin(async move {
         // A count waits at most 1 s for a row lock (the smallest InnoDB
-        // allows), well within the guard's deadline.
+        // allows), well within the guard's deadline. The clock is
+        // `UNIX_TIMESTAMP(NOW(3))`: in a zone with daylight saving it is
+        // ambiguous for an hour a year and would jump back, so the session is
+        // on UTC whatever the URL or the server says.
         conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-        conn.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
+        conn.execute("SET SESSION innodb_lock_wait_timeout = 1, time_zone = '+00:00'").await?;
         Ok(())
     })
 }
@@ -72,9 +75,11 @@ impl Mysql {
                     vec!["(?, 0, 'null', 0)"; n].join(", ")
                 )
             }),
+            // `value` compares as bytes (utf8mb4_bin), which sqlx would
+            // decode as a blob: read it back as text.
             select: by_key_count(|n| {
                 format!(
-                    "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+                    "SELECT {NOW} AS now, t.key_hash, t.generation, CAST(t.value AS CHAR) AS value, t.expires_at \
                      FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS t ON t.key_hash IN ({})",
                     marks(n)
                 )

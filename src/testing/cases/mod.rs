@@ -4,11 +4,13 @@
 
 mod concurrent;
 mod entries;
+mod exact_values;
 mod expiry;
 mod refused;
 
 pub use concurrent::*;
 pub use entries::*;
+pub use exact_values::*;
 pub use expiry::*;
 pub use refused::*;
 
@@ -22,6 +24,7 @@ macro_rules! __contract_cases {
             absent_key_is_none
             read_answers_in_key_order
             values_round_trip_exactly
+            values_differing_only_by_case_or_accent_are_not_confused
             keep_leaves_the_entry_as_it_was
             delete_removes_the_entry
             each_update_sees_the_last_write_of_either_handle
