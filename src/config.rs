@@ -28,6 +28,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use crate::limits::{presets, LimitError, Limits, LimitsBuilder, Policy};
+use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
 /// The file the settings are read from by default.
@@ -56,7 +57,7 @@ pub struct Config {
     /// `rate_limit.store`.
     pub store: StoreKind,
     /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
-    pub database_url: String,
+    pub database_url: SecretUrl,
     /// `rate_limit.single_instance`: the site runs as one instance, so the
     /// memory store loses nothing (no startup warning).
     pub single_instance: bool,
@@ -65,7 +66,7 @@ pub struct Config {
     pub max_entries: Option<u64>,
     /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
     /// store's key hashes. Prefer the environment to the file.
-    pub secret: Option<String>,
+    pub secret: Option<SecretString>,
     /// `rate_limit.deadline`: how long a store call may take before it is
     /// answered unavailable; 2 s when `None`.
     pub deadline: Option<Duration>,
@@ -80,7 +81,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             store: StoreKind::Memory,
-            database_url: DEFAULT_DATABASE_URL.to_owned(),
+            database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
             single_instance: false,
             max_entries: None,
             secret: None,
@@ -98,7 +99,7 @@ impl std::fmt::Debug for Config {
             .field("database_url", &self.database_url)
             .field("single_instance", &self.single_instance)
             .field("max_entries", &self.max_entries)
-            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("secret", &self.secret)
             .field("deadline", &self.deadline)
             .field("max_in_flight", &self.max_in_flight)
             .field("limits", &self.limits)
@@ -177,10 +178,10 @@ impl Config {
     /// `LIMIT_STORE_SECRET`); [`Config::load`] reads them from the process.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
         if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
-            self.database_url = url;
+            self.database_url = SecretUrl::new(url);
         }
         if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
-            self.secret = Some(secret);
+            self.secret = Some(SecretString::new(secret));
         }
     }
 
@@ -228,9 +229,9 @@ impl Config {
 
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
-        let mut builder = crate::DatabaseStore::builder(&self.database_url);
+        let mut builder = crate::DatabaseStore::builder(self.database_url.expose());
         if let Some(secret) = &self.secret {
-            builder = builder.secret(secret);
+            builder = builder.secret(secret.expose());
         }
         if let Some(n) = self.max_entries {
             builder = builder.max_entries(n);
@@ -360,10 +361,10 @@ impl Parser<'_> {
                         }
                     }
                 }
-                "database_url" => config.database_url = self.string(item, &path)?.to_owned(),
+                "database_url" => config.database_url = SecretUrl::new(self.string(item, &path)?),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
-                "secret" => config.secret = Some(self.string(item, &path)?.to_owned()),
+                "secret" => config.secret = Some(SecretString::new(self.string(item, &path)?)),
                 "deadline" => config.deadline = Some(self.duration(item, &path, "a deadline")?),
                 "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),
                 "limits" => {

@@ -41,6 +41,7 @@ pub mod keys;
 pub mod limits;
 pub mod log;
 pub mod rules;
+pub mod secret;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -50,6 +51,7 @@ pub use error::StoreError;
 pub use guard::Guarded;
 pub use limits::{Decision, Limit, LimitError, Limits, Policy};
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;

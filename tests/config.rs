@@ -39,10 +39,10 @@ fn err(text: &str) -> ConfigError {
 fn a_good_file() {
     let c = Config::parse(GOOD).unwrap();
     assert_eq!(c.store, StoreKind::Database);
-    assert_eq!(c.database_url, "postgres://limits@db/site");
+    assert_eq!(c.database_url.expose(), "postgres://limits@db/site");
     assert!(c.single_instance);
     assert_eq!(c.max_entries, Some(250_000));
-    assert_eq!(c.secret.as_deref(), Some("from-the-file-0123456789abcdef0123456789"));
+    assert_eq!(c.secret.as_ref().map(|s| s.expose()), Some("from-the-file-0123456789abcdef0123456789"));
     assert!(!format!("{c:?}").contains("from-the-file"), "Debug hides the secret");
     let sign_in = &c.limits[0];
     assert_eq!(sign_in.name, "sign-in");
@@ -61,7 +61,7 @@ fn an_empty_file_is_the_defaults() {
     let c = Config::parse("").unwrap();
     assert_eq!(c, Config::default());
     assert_eq!(c.store, StoreKind::Memory);
-    assert_eq!(c.database_url, "sqlite://limit-store.db");
+    assert_eq!(c.database_url.expose(), "sqlite://limit-store.db");
     assert!(!c.single_instance);
 }
 
@@ -123,13 +123,13 @@ fn the_environment_overrides_the_url_and_the_secret() {
         "LIMIT_STORE_SECRET" => Some("from-the-environment-0123456789abcdef".into()),
         _ => None,
     });
-    assert_eq!(c.database_url, "mysql://other/site");
-    assert_eq!(c.secret.as_deref(), Some("from-the-environment-0123456789abcdef"));
+    assert_eq!(c.database_url.expose(), "mysql://other/site");
+    assert_eq!(c.secret.as_ref().map(|s| s.expose()), Some("from-the-environment-0123456789abcdef"));
     // Unset or empty variables leave the file's values.
     let mut c = Config::parse(GOOD).unwrap();
     c.apply_env(|var| (var == "LIMIT_STORE_SECRET").then(String::new));
-    assert_eq!(c.database_url, "postgres://limits@db/site");
-    assert!(c.secret.as_deref().unwrap().starts_with("from-the-file"));
+    assert_eq!(c.database_url.expose(), "postgres://limits@db/site");
+    assert!(c.secret.as_ref().map(|s| s.expose()).unwrap().starts_with("from-the-file"));
 }
 
 #[test]

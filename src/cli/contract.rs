@@ -5,31 +5,32 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use limit_store::testing::{contract, StorePair};
-use limit_store::{DatabaseStore, MemoryStore};
+use limit_store::{DatabaseStore, MemoryStore, SecretString, SecretUrl};
 
 /// Options of `contract`.
 #[derive(Debug, clap::Args)]
 pub struct ContractArgs {
     /// `memory`, or a database URL: sqlite://PATH, postgres://… or mysql://…
-    store_url: String,
+    store_url: SecretUrl,
     /// The table to run against (created if missing); cases use random keys,
     /// so a table holding other data is fine.
     #[arg(long, default_value = "limit_store")]
     table: String,
     /// The secret for the two handles (any 32 bytes; a run's own by default).
     #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
-    secret: Option<String>,
+    secret: Option<SecretString>,
 }
 
 async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
-    if args.store_url == "memory" {
+    let url = args.store_url.expose();
+    if url == "memory" {
         let store = MemoryStore::new();
         return Ok(StorePair { first: Arc::new(store.clone()), second: Arc::new(store) });
     }
     let secret = args.secret.clone().unwrap_or_else(|| "limit-store contract run: not a site secret".into());
-    DatabaseStore::builder(&args.store_url).table(&args.table).migrate().await?;
+    DatabaseStore::builder(url).table(&args.table).migrate().await?;
     let open = || async {
-        DatabaseStore::builder(&args.store_url).table(&args.table).secret(&secret).sweep_every(None).connect().await
+        DatabaseStore::builder(url).table(&args.table).secret(secret.expose()).sweep_every(None).connect().await
     };
     Ok(StorePair { first: Arc::new(open().await?), second: Arc::new(open().await?) })
 }

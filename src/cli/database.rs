@@ -1,14 +1,14 @@
 //! `migrate`, `sweep` and `stats`: the database store's chores.
 
 use anyhow::Context;
-use limit_store::{DatabaseStore, LimitStore};
+use limit_store::{DatabaseStore, LimitStore, SecretString, SecretUrl};
 
 /// Options of `migrate`.
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
     /// The database: sqlite://PATH, postgres://… or mysql://…
     #[arg(long, env = "LIMIT_STORE_DATABASE_URL")]
-    database_url: String,
+    database_url: SecretUrl,
     /// The table's name.
     #[arg(long, default_value = "limit_store")]
     table: String,
@@ -19,13 +19,13 @@ pub struct MigrateArgs {
 pub struct StoreArgs {
     /// The database: sqlite://PATH, postgres://… or mysql://…
     #[arg(long, env = "LIMIT_STORE_DATABASE_URL")]
-    database_url: String,
+    database_url: SecretUrl,
     /// The table's name.
     #[arg(long, default_value = "limit_store")]
     table: String,
     /// The site secret keys are hashed under (at least 32 bytes).
     #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
-    secret: String,
+    secret: SecretString,
     /// The bound on live entries, for the fill level.
     #[arg(long, default_value_t = limit_store::store::database::DEFAULT_MAX_ENTRIES)]
     max_entries: u64,
@@ -33,9 +33,9 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
-        Ok(DatabaseStore::builder(&self.database_url)
+        Ok(DatabaseStore::builder(self.database_url.expose())
             .table(&self.table)
-            .secret(&self.secret)
+            .secret(self.secret.expose())
             .max_entries(self.max_entries)
             .sweep_every(None)
             .connect()
@@ -45,7 +45,7 @@ impl StoreArgs {
 
 /// `limit-store migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    DatabaseStore::builder(&args.database_url).table(&args.table).migrate().await.context("migrate")?;
+    DatabaseStore::builder(args.database_url.expose()).table(&args.table).migrate().await.context("migrate")?;
     println!("the table {} is up to date", args.table);
     Ok(())
 }

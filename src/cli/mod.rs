@@ -41,3 +41,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Contract(a) => runtime.block_on(contract::run(a)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[test]
+    fn arguments_never_show_a_password_or_the_secret() {
+        let (password, secret) = ("pa55-hunter2-word", "the-site-secret-0123456789abcdef-0123456789");
+        let url = format!("postgres://app:{password}@db/app?sslpassword={password}");
+        for line in [
+            vec!["limit-store", "migrate", "--database-url", &url],
+            vec!["limit-store", "stats", "--database-url", &url, "--secret", secret],
+            vec!["limit-store", "sweep", "--database-url", &url, "--secret", secret],
+            vec!["limit-store", "contract", &url, "--secret", secret],
+        ] {
+            let args = Args::try_parse_from(&line).unwrap();
+            for text in [format!("{args:?}"), format!("{args:#?}")] {
+                assert!(!text.contains(password) && !text.contains(secret), "{text}");
+            }
+        }
+    }
+}

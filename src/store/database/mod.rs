@@ -139,7 +139,7 @@ fn kind_of(url: &str) -> Result<Kind, StoreError> {
         _ => {
             return Err(StoreError::setup(format!(
                 "unsupported database URL {:?}: use sqlite://PATH, postgres://… or mysql://…",
-                redact(url)
+                crate::secret::redact(url)
             )))
         }
     };
@@ -161,25 +161,11 @@ fn kind_of(url: &str) -> Result<Kind, StoreError> {
     Ok(kind)
 }
 
-/// A URL with its password blanked, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}://{user}:***{}", &url[..scheme], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// Settings of a [`DatabaseStore`]; from [`DatabaseStore::builder`].
 #[derive(Clone)]
 pub struct DatabaseStoreBuilder {
     url: String,
-    secret: Option<String>,
+    secret: Option<crate::SecretString>,
     max_entries: u64,
     table: String,
     max_connections: u32,
@@ -191,7 +177,7 @@ pub struct DatabaseStoreBuilder {
 impl std::fmt::Debug for DatabaseStoreBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseStoreBuilder")
-            .field("url", &redact(&self.url))
+            .field("url", &crate::secret::redact(&self.url))
             .field("max_entries", &self.max_entries)
             .field("table", &self.table)
             .finish_non_exhaustive()
@@ -264,7 +250,7 @@ impl DatabaseStoreBuilder {
     /// The site secret keys are hashed under (at least 32 bytes). Required by
     /// `connect`; `migrate` needs none.
     pub fn secret(mut self, secret: &str) -> Self {
-        self.secret = Some(secret.to_owned());
+        self.secret = Some(secret.into());
         self
     }
 
@@ -330,7 +316,7 @@ impl DatabaseStoreBuilder {
     /// Connects, checks the table exists, and starts the sweeper.
     pub async fn connect(self) -> Result<DatabaseStore, StoreError> {
         let secret = match &self.secret {
-            Some(secret) => Secret::new(secret)?,
+            Some(secret) => Secret::new(secret.expose())?,
             None => {
                 return Err(StoreError::setup(
                     "the database store needs the site secret: set LIMIT_STORE_SECRET, --secret or \

@@ -67,7 +67,7 @@ impl Mysql {
         let t = &table;
         Ok(Mysql {
             pool,
-            url_hint: super::redact(url),
+            url_hint: crate::secret::redact(url),
             lock: by_key_count(|n| {
                 format!(
                     "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES {} \

@@ -140,7 +140,7 @@ impl Postgres {
             .map_err(|e| db_error("connect to PostgreSQL", e))?;
         let t = &table;
         Ok(Postgres {
-            url_hint: super::redact(url),
+            url_hint: crate::secret::redact(url),
             lock: format!(
                 "INSERT INTO {t} (key_hash, generation, value, expires_at) \
                  SELECT k, 0, 'null', 0 FROM unnest($1::bytea[]) AS k ORDER BY k \

@@ -117,7 +117,7 @@ impl Sqlite {
             conns: Pool::new(path.clone(), max_connections, in_place),
             writer: Writer::new(path, sql.clone(), in_place),
             sql,
-            url_hint: super::redact(url),
+            url_hint: crate::secret::redact(url),
             table,
         })
     }
@@ -253,7 +253,7 @@ fn file_of(url: &str, options: &SqliteConnectOptions) -> Result<PathBuf, StoreEr
     let refuse = |why: String| {
         Err(StoreError::setup(format!(
             "the SQLite store takes sqlite://PATH, optionally with ?mode=rwc: {why} (in {:?})",
-            super::redact(url)
+            crate::secret::redact(url)
         )))
     };
     if database.is_empty() || database == ":memory:" {
