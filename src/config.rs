@@ -7,6 +7,10 @@
 //! store = "database"                        # or "memory" (the default)
 //! database_url = "sqlite://limit-store.db"  # the default
 //! max_entries = 1000000                     # experimental
+//! deadline = "2s"                           # a store call's deadline
+//! max_in_flight = 64                        # store calls at once
+//! ipv6_prefix = 64                          # IPv6 clients count per /64
+//! fold_case = true                          # accounts: trimmed, case-folded
 //!
 //! [rate_limit.limits.sign-in]
 //! budget = 10          # the first part's budget (account)
@@ -73,6 +77,12 @@ pub struct Config {
     /// `rate_limit.max_in_flight`: how many store calls may run at once; 64
     /// when `None`.
     pub max_in_flight: Option<u64>,
+    /// `rate_limit.ipv6_prefix`: IPv6 clients count per network of this many
+    /// bits (64 when `None`; 128 counts per address).
+    pub ipv6_prefix: Option<u8>,
+    /// `rate_limit.fold_case`: accounts and destinations are trimmed and
+    /// case-folded (`true` when `None`).
+    pub fold_case: Option<bool>,
     /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
     pub limits: Vec<LimitSettings>,
 }
@@ -87,6 +97,8 @@ impl Default for Config {
             secret: None,
             deadline: None,
             max_in_flight: None,
+            ipv6_prefix: None,
+            fold_case: None,
             limits: Vec::new(),
         }
     }
@@ -102,6 +114,8 @@ impl std::fmt::Debug for Config {
             .field("secret", &self.secret)
             .field("deadline", &self.deadline)
             .field("max_in_flight", &self.max_in_flight)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .field("fold_case", &self.fold_case)
             .field("limits", &self.limits)
             .finish()
     }
@@ -149,7 +163,7 @@ pub struct ConfigError {
 }
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, single_instance, max_entries, secret, deadline, max_in_flight, limits";
+    "store, database_url, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -194,6 +208,12 @@ impl Config {
         }
         if let Some(n) = self.max_in_flight {
             builder = builder.max_in_flight(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        if let Some(bits) = self.ipv6_prefix {
+            builder = builder.ipv6_prefix(bits);
+        }
+        if let Some(fold) = self.fold_case {
+            builder = builder.fold_case(fold);
         }
         for limit in &self.limits {
             if let Some(policy) = limit.policy {
@@ -310,6 +330,17 @@ impl Parser<'_> {
             .ok_or_else(|| self.error(key.span().start, path, "expected a whole number of at least 1".into()))
     }
 
+    /// A network prefix length of IPv6, 0 to 128.
+    fn prefix(&self, (key, value): Item<'_, '_>, path: &str) -> Result<u8, ConfigError> {
+        let bits = match value.get_ref() {
+            DeValue::Integer(i) => u8::from_str_radix(i.as_str(), i.radix()).ok(),
+            _ => None,
+        };
+        bits.filter(|&b| b <= 128).ok_or_else(|| {
+            self.error(key.span().start, path, "expected a prefix length from 0 to 128 (64 counts per /64)".into())
+        })
+    }
+
     /// A duration such as `"15m"`; `what` names it in the error.
     fn duration(&self, item: Item<'_, '_>, path: &str, what: &str) -> Result<Duration, ConfigError> {
         let text = self.string(item, path)?;
@@ -367,6 +398,8 @@ impl Parser<'_> {
                 "secret" => config.secret = Some(SecretString::new(self.string(item, &path)?)),
                 "deadline" => config.deadline = Some(self.duration(item, &path, "a deadline")?),
                 "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),
+                "ipv6_prefix" => config.ipv6_prefix = Some(self.prefix(item, &path)?),
+                "fold_case" => config.fold_case = Some(self.boolean(item, &path)?),
                 "limits" => {
                     for limit in in_order(self.table(item, &path)?) {
                         let settings = self.limit(limit)?;

@@ -202,15 +202,15 @@ async fn wrong_calls_say_what_the_limit_takes() {
     assert!(matches!(&err, LimitError::MissingPart { part, .. } if part == "ip"), "{err}");
     assert!(err.to_string().contains("account, ip"), "{err}");
 
-    let err = limits.attempt("sign-in", &[("account", "a"), ("ip", "b"), ("email", "c")]).await.unwrap_err();
+    let err = limits.attempt("sign-in", &[("account", "a"), ("ip", "192.0.2.2"), ("email", "c")]).await.unwrap_err();
     assert!(matches!(&err, LimitError::UnknownPart { part, .. } if part == "email"), "{err}");
     assert!(err.to_string().contains("account, ip"), "{err}");
 
-    let err = limits.attempt("sign-in", &[("account", "a"), ("account", "b"), ("ip", "c")]).await.unwrap_err();
+    let err = limits.attempt("sign-in", &[("account", "a"), ("account", "b"), ("ip", "192.0.2.3")]).await.unwrap_err();
     assert!(matches!(err, LimitError::DuplicatePart { .. }), "{err}");
 
     // A reset needs the parts it clears; sign-in's IP is kept, so it may be left out.
-    let err = limits.reset("sign-in", &[("ip", "b")]).await.unwrap_err();
+    let err = limits.reset("sign-in", &[("ip", "192.0.2.2")]).await.unwrap_err();
     assert!(matches!(&err, LimitError::MissingPart { part, .. } if part == "account"), "{err}");
     // None of this counted anything.
     assert_eq!(limits.counters("sign-in").unwrap().allowed, 0);
@@ -219,7 +219,7 @@ async fn wrong_calls_say_what_the_limit_takes() {
 #[tokio::test]
 async fn limits_are_refused_inside_the_apps_transaction() {
     let limits = limits_on(&ManualClock::new(T0));
-    let parts = [("account", "a"), ("ip", "b")];
+    let parts = [("account", "a"), ("ip", "192.0.2.2")];
     let err = in_transaction(limits.attempt("sign-in", &parts)).await.unwrap_err();
     assert!(matches!(&err, LimitError::Store(e) if e.refusal() == Some(&Refusal::InTransaction)), "{err}");
     let err = in_transaction(limits.reset("sign-in", &parts)).await.unwrap_err();

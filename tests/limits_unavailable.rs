@@ -45,8 +45,8 @@ fn on(store: &'static str) -> Limits {
 type Case = (&'static str, &'static [(&'static str, &'static str)], bool);
 
 const EVERY_PRESET: [Case; 5] = [
-    ("sign-in", &[("account", "a"), ("ip", "b")], false),
-    ("password-reset", &[("account", "a"), ("ip", "b")], true),
+    ("sign-in", &[("account", "a"), ("ip", "192.0.2.2")], false),
+    ("password-reset", &[("account", "a"), ("ip", "192.0.2.2")], true),
     ("code-sent", &[("destination", "a")], false),
     ("code-verify", &[("code", "a")], false),
     ("api", &[("client", "a")], true),
@@ -86,7 +86,7 @@ async fn a_policy_can_be_changed() {
         .policy("api", Policy::Deny)
         .build()
         .unwrap();
-    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "b")]).await.unwrap();
+    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "192.0.2.2")]).await.unwrap();
     assert!(d.allowed && d.degraded.is_some());
     let d = limits.attempt("api", &[("client", "a")]).await.unwrap();
     assert!(!d.allowed && d.degraded.is_some());
@@ -97,7 +97,7 @@ async fn a_policy_can_be_changed() {
 async fn a_store_that_never_answers_is_cut_off_by_the_guard() {
     // The clock is tokio's paused clock: the 2 s deadline passes without waiting.
     let limits = on("hangs");
-    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "b")]).await.unwrap();
+    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "192.0.2.2")]).await.unwrap();
     assert_eq!(d.degraded, Some(Unavailable::Timeout));
     assert!(!d.allowed);
     let d = limits.attempt("api", &[("client", "a")]).await.unwrap();
@@ -149,7 +149,7 @@ async fn shadow_mode_counts_and_logs_but_refuses_nothing() {
     assert_eq!(lines.len(), 1, "throttled: {lines:?}");
     assert!(lines[0].contains("limit=code-verify") && lines[0].contains("part=code"));
     // Other limits still refuse.
-    let parts = [("account", "a"), ("ip", "b")];
+    let parts = [("account", "a"), ("ip", "192.0.2.2")];
     for _ in 0..5 {
         limits.attempt("sign-in", &parts).await.unwrap();
     }

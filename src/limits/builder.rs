@@ -10,6 +10,7 @@ use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::millis;
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
+use super::normalize::KeyRules;
 use super::{presets, Backend, Counted, Limit, LimitError, Limits, Policy, KIND_NOT_SHARED};
 
 /// A change to a limit, applied when the limits are built.
@@ -31,6 +32,7 @@ pub struct LimitsBuilder {
     single_instance: bool,
     deadline: Duration,
     max_in_flight: usize,
+    rules: KeyRules,
 }
 
 impl std::fmt::Debug for LimitsBuilder {
@@ -55,6 +57,7 @@ impl LimitsBuilder {
             single_instance: false,
             deadline: DEFAULT_DEADLINE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            rules: KeyRules::default(),
         }
     }
 
@@ -131,6 +134,22 @@ impl LimitsBuilder {
         self.change(limit, Change::Window(part.to_owned(), millis(window)))
     }
 
+    /// IPv6 addresses of `ip` parts count per network of this many bits: 64
+    /// by default (what one client is handed), 128 per address. IPv4 counts
+    /// per address, and an IPv4-mapped IPv6 address as its IPv4 address.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.rules.ipv6_prefix = bits.min(128);
+        self
+    }
+
+    /// Trims and case-folds the values of account and destination parts
+    /// ([`Normalize::Folded`](super::Normalize::Folded)), so `Ada@Example.com`
+    /// and `ada@example.com` share one budget; on by default.
+    pub fn fold_case(mut self, fold: bool) -> Self {
+        self.rules.fold_case = fold;
+        self
+    }
+
     fn change(mut self, limit: &str, change: Change) -> Self {
         self.changes.push((limit.to_owned(), change));
         self
@@ -180,7 +199,7 @@ impl LimitsBuilder {
                     Some(legacy) if SERVED.contains(&limit.name.as_str()) => Backend::Legacy(legacy.clone()),
                     _ => Backend::Store(store.clone()),
                 };
-                (limit.name.clone(), Counted::new(limit, backend))
+                (limit.name.clone(), Counted::new(limit, backend, self.rules))
             })
             .collect();
         Ok(Limits { limits: Arc::new(counted) })

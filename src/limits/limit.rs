@@ -3,6 +3,7 @@
 //! only watches (shadow mode).
 
 use super::algorithm::Algorithm;
+use super::normalize::Normalize;
 
 /// What a limit answers when its store is unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,12 +32,26 @@ pub struct Part {
     pub(crate) name: String,
     pub(crate) algorithm: Algorithm,
     pub(crate) resets: bool,
+    pub(crate) normalize: Normalize,
 }
 
 impl Part {
     /// A part named `name` (letters, digits, `-`, `_`), counted by `algorithm`.
     pub fn new(name: &str, algorithm: Algorithm) -> Self {
-        Part { name: name.to_owned(), algorithm, resets: true }
+        Part { name: name.to_owned(), algorithm, resets: true, normalize: Normalize::Exact }
+    }
+
+    /// Makes values one before they are counted: [`Normalize::Folded`] for an
+    /// account or a mailbox, [`Normalize::Ip`] for a client address (counted
+    /// exactly by default).
+    pub fn normalized(mut self, normalize: Normalize) -> Self {
+        self.normalize = normalize;
+        self
+    }
+
+    /// How the part makes its values one.
+    pub fn normalize(&self) -> Normalize {
+        self.normalize
     }
 
     /// Keeps this part's count when the limit is reset: a successful sign-in

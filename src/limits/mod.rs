@@ -28,6 +28,7 @@ mod key;
 pub mod legacy;
 mod limit;
 pub mod lockout;
+pub mod normalize;
 pub mod outcome;
 pub mod presets;
 pub mod window;
@@ -47,9 +48,11 @@ pub use algorithm::Algorithm;
 pub use builder::LimitsBuilder;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
+pub use normalize::Normalize;
 
 use algorithm::{Outcome, Verdict};
 use legacy::GuardedLegacy;
+use normalize::KeyRules;
 
 /// `kind` of the warning that a limit answered by its policy because its
 /// store was unavailable.
@@ -141,6 +144,16 @@ pub enum LimitError {
         /// The parts the limit takes.
         takes: Vec<String>,
     },
+    /// A value is not what its part takes (an `ip` part that is not an IP address).
+    #[error("part `{part}` of limit `{limit}` takes {expected}: pass the client's address as text, e.g. 192.0.2.7 or 2001:db8::7")]
+    BadValue {
+        /// The limit.
+        limit: String,
+        /// The part.
+        part: String,
+        /// What it takes.
+        expected: &'static str,
+    },
     /// The same part was given twice.
     #[error("part `{part}` was given twice to limit `{limit}`: give each part once")]
     DuplicatePart {
@@ -172,6 +185,8 @@ enum Backend {
 /// One limit ready to count, with its counters and log throttles.
 struct Counted {
     limit: Limit,
+    /// How values are made one before they are counted.
+    rules: KeyRules,
     /// The parts' algorithms, shared with the `apply` of calls that may
     /// outlive their caller.
     algorithms: Arc<[Algorithm]>,
@@ -321,8 +336,9 @@ impl Limits {
 }
 
 impl Counted {
-    fn new(limit: Limit, backend: Backend) -> Self {
+    fn new(limit: Limit, backend: Backend, rules: KeyRules) -> Self {
         Counted {
+            rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             limit,
             backend,
@@ -355,7 +371,14 @@ impl Counted {
         let mut keys = Vec::with_capacity(values.len());
         for (i, (part, value)) in limit.parts.iter().zip(values).enumerate() {
             match value {
-                Some(value) => keys.push((i, key::key(&limit.name, &part.name, value))),
+                Some(value) => {
+                    let value = self.rules.apply(part.normalize, value).map_err(|_| LimitError::BadValue {
+                        limit: limit.name.clone(),
+                        part: part.name.clone(),
+                        expected: "an IP address (IPv4 or IPv6)",
+                    })?;
+                    keys.push((i, key::key(&limit.name, &part.name, &value)));
+                }
                 None if need == Need::Resetting && !part.resets => {}
                 None => {
                     return Err(LimitError::MissingPart {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::algorithm::Algorithm;
 use super::limit::{Limit, Part, Policy};
+use super::normalize::Normalize;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -32,15 +33,18 @@ pub const API: &str = "api";
 pub fn all() -> Vec<Limit> {
     vec![
         Limit::new(SIGN_IN)
-            .part(Part::new("account", Algorithm::lockout(5, 15 * MINUTE, 15 * MINUTE)))
-            .part(Part::new("ip", Algorithm::sliding_window(50, 15 * MINUTE)).kept_on_reset())
+            .part(Part::new("account", Algorithm::lockout(5, 15 * MINUTE, 15 * MINUTE)).normalized(Normalize::Folded))
+            .part(Part::new("ip", Algorithm::sliding_window(50, 15 * MINUTE)).kept_on_reset().normalized(Normalize::Ip))
             .policy(Policy::Deny),
         Limit::new(PASSWORD_RESET)
-            .part(Part::new("account", Algorithm::fixed_window(3, 60 * MINUTE)))
-            .part(Part::new("ip", Algorithm::fixed_window(20, 60 * MINUTE)).kept_on_reset())
+            .part(Part::new("account", Algorithm::fixed_window(3, 60 * MINUTE)).normalized(Normalize::Folded))
+            .part(Part::new("ip", Algorithm::fixed_window(20, 60 * MINUTE)).kept_on_reset().normalized(Normalize::Ip))
             .policy(Policy::Allow),
         Limit::new(CODE_SENT)
-            .part(Part::new("destination", Algorithm::fixed_window_with_cooldown(5, 60 * MINUTE, MINUTE)))
+            .part(
+                Part::new("destination", Algorithm::fixed_window_with_cooldown(5, 60 * MINUTE, MINUTE))
+                    .normalized(Normalize::Folded),
+            )
             .policy(Policy::Deny),
         Limit::new(CODE_VERIFY).part(Part::new("code", Algorithm::fixed_window(5, 15 * MINUTE))).policy(Policy::Deny),
         Limit::new(API).part(Part::new("client", Algorithm::gcra(600, MINUTE))).policy(Policy::Allow),

@@ -1,0 +1,117 @@
+//! Values made one before they are counted, so that an attacker can't pick
+//! a fresh budget by writing the same thing another way: `Ada@Example.com `
+//! is `ada@example.com`, `::ffff:192.0.2.7` is `192.0.2.7`, and the 2^64
+//! addresses of one IPv6 /64 (what one client is given) are one.
+
+use std::borrow::Cow;
+use std::net::{IpAddr, Ipv6Addr};
+
+/// How a part's values are made one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Normalize {
+    /// Counted exactly as given (API keys, codes).
+    #[default]
+    Exact,
+    /// Trimmed and case-folded (accounts, email addresses, destinations).
+    Folded,
+    /// An IP address: IPv4 as it is, an IPv4-mapped IPv6 address as its IPv4
+    /// address, other IPv6 addresses per network (a /64 by default). A value
+    /// that is not an IP address is refused.
+    Ip,
+}
+
+/// The site-wide settings of normalisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRules {
+    /// IPv6 addresses count per network of this many bits (128: per address).
+    pub(crate) ipv6_prefix: u8,
+    /// `Folded` parts are trimmed and case-folded (else counted exactly).
+    pub(crate) fold_case: bool,
+}
+
+impl Default for KeyRules {
+    fn default() -> Self {
+        KeyRules { ipv6_prefix: DEFAULT_IPV6_PREFIX, fold_case: true }
+    }
+}
+
+/// The network an IPv6 client counts in by default: a /64 is what one
+/// subscriber or one server is handed.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// A value that is not what its part expects.
+#[derive(Debug)]
+pub(crate) struct NotAnIp;
+
+impl KeyRules {
+    /// `value` as `normalize` makes it one.
+    pub(crate) fn apply<'v>(&self, normalize: Normalize, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
+        match normalize {
+            Normalize::Exact => Ok(Cow::Borrowed(value)),
+            Normalize::Folded if !self.fold_case => Ok(Cow::Borrowed(value)),
+            Normalize::Folded => {
+                let trimmed = value.trim();
+                if trimmed.chars().any(char::is_uppercase) {
+                    Ok(Cow::Owned(trimmed.to_lowercase()))
+                } else {
+                    Ok(Cow::Borrowed(trimmed))
+                }
+            }
+            Normalize::Ip => {
+                let ip: IpAddr = value.trim().parse().map_err(|_| NotAnIp)?;
+                Ok(Cow::Owned(match ip {
+                    IpAddr::V4(v4) => v4.to_string(),
+                    IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                        Some(v4) => v4.to_string(),
+                        None if self.ipv6_prefix >= 128 => v6.to_string(),
+                        None => format!("{}/{}", network(v6, self.ipv6_prefix), self.ipv6_prefix),
+                    },
+                }))
+            }
+        }
+    }
+}
+
+/// The first address of `ip`'s network of `bits` bits.
+fn network(ip: Ipv6Addr, bits: u8) -> Ipv6Addr {
+    let mask = u128::MAX.checked_shl(128 - u32::from(bits.min(128))).unwrap_or(0);
+    Ipv6Addr::from(u128::from(ip) & mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(rules: KeyRules, n: Normalize, value: &str) -> String {
+        rules.apply(n, value).unwrap().into_owned()
+    }
+
+    #[test]
+    fn accounts_are_trimmed_and_folded() {
+        let rules = KeyRules::default();
+        assert_eq!(one(rules, Normalize::Folded, " Ada@Example.COM "), "ada@example.com");
+        assert_eq!(one(rules, Normalize::Folded, "ÉLODIE@example.fr"), "élodie@example.fr");
+        let exact = KeyRules { fold_case: false, ..rules };
+        assert_eq!(one(exact, Normalize::Folded, " Ada@Example.COM "), " Ada@Example.COM ");
+        assert_eq!(one(rules, Normalize::Exact, "Key-AbC"), "Key-AbC");
+    }
+
+    #[test]
+    fn ips_count_per_client() {
+        let rules = KeyRules::default();
+        assert_eq!(one(rules, Normalize::Ip, "192.0.2.7"), "192.0.2.7");
+        assert_eq!(one(rules, Normalize::Ip, "::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(one(rules, Normalize::Ip, "2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(one(rules, Normalize::Ip, "2001:DB8:1:2:ffff:1:2:3"), "2001:db8:1:2::/64");
+        assert_eq!(one(rules, Normalize::Ip, "2001:db8:1:3::1"), "2001:db8:1:3::/64");
+        let per_address = KeyRules { ipv6_prefix: 128, ..rules };
+        assert_eq!(one(per_address, Normalize::Ip, "2001:db8:1:2:aaaa::1"), "2001:db8:1:2:aaaa::1");
+        let per_48 = KeyRules { ipv6_prefix: 48, ..rules };
+        assert_eq!(one(per_48, Normalize::Ip, "2001:db8:1:2::1"), "2001:db8:1::/48");
+        assert_eq!(one(KeyRules { ipv6_prefix: 0, ..rules }, Normalize::Ip, "2001:db8::1"), "::/0");
+        for bad in ["not-an-ip", "", "192.0.2.256", "2001:db8::1/64"] {
+            assert!(rules.apply(Normalize::Ip, bad).is_err(), "{bad}");
+        }
+    }
+}
