@@ -286,6 +286,28 @@ async fn the_sweeper_runs_in_the_background_and_stops_with_the_store() {
     }
 }
 
+/// How many tokio tasks a store leaves behind when it is dropped, after its
+/// first sweep (if it sweeps) is done.
+async fn tasks_ended_by_drop(url: &str, every: Option<Duration>) -> usize {
+    let alive = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let store = DatabaseStore::builder(url).secret(SECRET).sweep_every(every).connect().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = alive();
+    drop(store);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    before - alive()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_dropped_stores_sweeper_stops_at_once() {
+    let url = sqlite_url("sweeper-stops");
+    DatabaseStore::builder(&url).migrate().await.unwrap();
+    let without = tasks_ended_by_drop(&url, None).await;
+    // An hour to the next sweep: only the store's drop can end it now.
+    let with = tasks_ended_by_drop(&url, Some(Duration::from_secs(3600))).await;
+    assert_eq!(with, without + 1, "dropping the store ends its sleeping sweeper");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_full_database_store_makes_room_from_expired_rows_and_logs() {
     let logs = common::capture_logs();

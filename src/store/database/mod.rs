@@ -86,12 +86,13 @@ struct Shared {
     tally: attempt::Tally,
     secret: Secret,
     bound: DbBound,
-    sweeper: Option<tokio::task::AbortHandle>,
+    /// Set once, right after the sweeper is spawned with a `Weak` of this.
+    sweeper: std::sync::OnceLock<tokio::task::AbortHandle>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(sweeper) = &self.sweeper {
+        if let Some(sweeper) = self.sweeper.get() {
             sweeper.abort();
         }
     }
@@ -329,13 +330,12 @@ impl DatabaseStoreBuilder {
         on_backend!(&db, b => b.check_table().await)?;
         let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
         let bound = DbBound::new(self.max_entries, live);
-        let mut shared = Arc::new(Shared { db, tally: attempt::Tally::default(), secret, bound, sweeper: None });
+        let shared =
+            Arc::new(Shared { db, tally: attempt::Tally::default(), secret, bound, sweeper: Default::default() });
         if let Some(every) = self.sweep_every {
-            let handle = sweep::spawn(Arc::downgrade(&shared), every);
-            // Only we hold `shared` yet, so this always succeeds.
-            if let Some(s) = Arc::get_mut(&mut shared) {
-                s.sweeper = Some(handle);
-            }
+            // The sweeper holds a `Weak`, so `Arc::get_mut` would fail here:
+            // the handle goes in a cell that is set once.
+            let _ = shared.sweeper.set(sweep::spawn(Arc::downgrade(&shared), every));
         }
         Ok(DatabaseStore { shared })
     }
