@@ -8,6 +8,14 @@
 //! the waiting counts as its next batch when it is done, and the queue is
 //! idle again only when nothing waits. So no count waits for a batch that
 //! nobody will run, and a lone caller pays nothing for the queue but a lock.
+//!
+//! The holder keeps a [`Holding`]: if its work is cancelled before the queue
+//! is idle again (its task aborted, its blocking thread never run, the
+//! runtime shutting down), dropping it makes the queue idle and lets go of
+//! the counts that waited, whose callers then hear at once that nothing ran
+//! them, instead of waiting for a batch nobody will run.
+
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -60,7 +68,7 @@ impl<T> Queue<T> {
     /// oldest first, at most `max` counts, leaving out a count for which
     /// `clashes(batch so far, count)` (it waits for a later batch); `None`
     /// when nothing waits, and the queue is idle again.
-    pub(super) fn next(&self, max: usize, clashes: impl Fn(&[T], &T) -> bool) -> Option<Vec<T>> {
+    fn next(&self, max: usize, clashes: impl Fn(&[T], &T) -> bool) -> Option<Vec<T>> {
         let mut state = self.state.lock();
         if state.waiting.is_empty() {
             state.busy = false;
@@ -77,6 +85,42 @@ impl<T> Queue<T> {
         }
         state.waiting = left;
         Some(batch)
+    }
+}
+
+/// The busy queue's holder, for as long as it runs the batches: held by the
+/// work that runs them (moved into its task or thread).
+pub(super) struct Holding<O, T> {
+    owner: Arc<O>,
+    queue: fn(&O) -> &Queue<T>,
+    idle: bool,
+}
+
+impl<O, T> Holding<O, T> {
+    /// Holds `owner`'s queue (reached with `queue`), which answered `Run`.
+    pub(super) fn new(owner: Arc<O>, queue: fn(&O) -> &Queue<T>) -> Self {
+        Holding { owner, queue, idle: false }
+    }
+
+    /// The next batch (see [`Queue::next`]); `None` once the queue is idle.
+    pub(super) fn next(&mut self, max: usize, clashes: impl Fn(&[T], &T) -> bool) -> Option<Vec<T>> {
+        let next = (self.queue)(&self.owner).next(max, clashes);
+        self.idle = next.is_none();
+        next
+    }
+}
+
+impl<O, T> Drop for Holding<O, T> {
+    fn drop(&mut self) {
+        if self.idle {
+            return;
+        }
+        let abandoned = {
+            let mut state = (self.queue)(&self.owner).state.lock();
+            state.busy = false;
+            std::mem::take(&mut state.waiting)
+        };
+        drop(abandoned); // outside the lock: their replies close as they go
     }
 }
 
@@ -97,6 +141,49 @@ mod tests {
         assert_eq!(q.next(10, never), Some(vec![2, 3]));
         assert_eq!(q.next(10, never), None, "nothing waits: idle again");
         assert!(matches!(q.join(4), Joined::Run(4)));
+    }
+
+    struct Owner {
+        queue: Queue<tokio::sync::oneshot::Sender<()>>,
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_drain_leaves_the_queue_idle_and_its_waiting_counts_answered() {
+        let owner = Arc::new(Owner { queue: Queue::new() });
+        let (first, _first_answer) = tokio::sync::oneshot::channel();
+        let Joined::Run(first) = owner.queue.join(first) else { panic!("an idle queue runs the first count") };
+        let holding = Holding::new(owner.clone(), |o: &Owner| &o.queue);
+        // The drain's task never finishes its batch: it is aborted.
+        let drain = tokio::spawn(async move {
+            let _holding = holding;
+            let _first = first;
+            std::future::pending::<()>().await
+        });
+        let (waiting, waited) = tokio::sync::oneshot::channel();
+        assert!(matches!(owner.queue.join(waiting), Joined::Waiting(0)));
+        drain.abort();
+        assert!(drain.await.unwrap_err().is_cancelled());
+        assert!(waited.await.is_err(), "the waiting count hears at once that nothing will run it");
+        let (next, _) = tokio::sync::oneshot::channel();
+        assert!(matches!(owner.queue.join(next), Joined::Run(_)), "the queue is idle: the next count runs");
+    }
+
+    #[test]
+    fn a_holding_that_saw_the_queue_idle_leaves_it_alone() {
+        let owner = Arc::new(Owner { queue: Queue::new() });
+        let (a, _) = tokio::sync::oneshot::channel();
+        assert!(matches!(owner.queue.join(a), Joined::Run(_)));
+        let mut holding = Holding::new(owner.clone(), |o: &Owner| &o.queue);
+        assert!(holding.next(8, |_, _| false).is_none());
+        let (b, _) = tokio::sync::oneshot::channel();
+        assert!(matches!(owner.queue.join(b), Joined::Run(_)), "a new holder");
+        let (c, mut c_answer) = tokio::sync::oneshot::channel();
+        assert!(matches!(owner.queue.join(c), Joined::Waiting(0)));
+        drop(holding);
+        assert!(
+            c_answer.try_recv().is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty),
+            "still queued"
+        );
     }
 
     #[test]

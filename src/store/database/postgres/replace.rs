@@ -23,7 +23,7 @@ use sqlx::Row;
 use tokio::sync::oneshot;
 
 use super::super::conns::Conns;
-use super::super::queue::{Joined, Queue};
+use super::super::queue::{Holding, Joined, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::super::seen::{MAX_LAG_MS, MAX_LEAD_MS};
 use super::super::CALL_LIMIT;
@@ -148,7 +148,8 @@ impl Replacer {
     pub(super) async fn replace(self: &Arc<Self>, guess: Replace) -> Result<Replaced, String> {
         let (reply, answer) = oneshot::channel();
         if let Joined::Run(first) = self.queue.join((guess, reply)) {
-            tokio::spawn(self.clone().drain(vec![first]));
+            let holding = Holding::new(self.clone(), |r: &Replacer| &r.queue);
+            tokio::spawn(self.clone().drain(vec![first], holding));
         }
         match answer.await {
             Ok(Ok(replaced)) => Ok(replaced),
@@ -159,19 +160,18 @@ impl Replacer {
     }
 
     /// Sends batches until none waits.
-    async fn drain(self: Arc<Self>, mut batch: Vec<(Replace, Reply)>) {
+    async fn drain(
+        self: Arc<Self>,
+        mut batch: Vec<(Replace, Reply)>,
+        mut holding: Holding<Replacer, (Replace, Reply)>,
+    ) {
         loop {
             self.send(batch).await;
-            match self.next() {
+            match holding.next(MAX_BATCH, |batch, (guess, _)| batch.iter().any(|(g, _)| g.hash == guess.hash)) {
                 Some(next) => batch = next,
                 None => return,
             }
         }
-    }
-
-    /// The next batch: distinct keys, oldest first.
-    fn next(&self) -> Option<Vec<(Replace, Reply)>> {
-        self.queue.next(MAX_BATCH, |batch, (guess, _)| batch.iter().any(|(g, _)| g.hash == guess.hash))
     }
 
     /// One statement for `batch`, and every guess answered. A guess whose

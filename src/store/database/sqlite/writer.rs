@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::super::error::{is_busy, Failure};
-use super::super::queue::{Joined, Queue};
+use super::super::queue::{Holding, Joined, Queue};
 use super::super::row::{Decide, KeyHash};
 use super::ask::{self, Asked, Asks, Next, Own};
 use super::{count, pool, select, write, Statements};
@@ -129,6 +129,7 @@ impl Writer {
         // Alone, or next in line: the question comes soon.
         let mut soon = matches!(joined, Joined::Run(_) | Joined::Waiting(0));
         if let Joined::Run(first) = joined {
+            let holding = Holding::new(self.clone(), |w: &Writer| &w.queue);
             let in_place = self.in_place
                 && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
             if in_place {
@@ -136,10 +137,10 @@ impl Writer {
                 // batch while the runtime moves its other tasks elsewhere,
                 // and answers its own count's question itself.
                 let own = Own { asked: &mut asked, decide: &mut *decide };
-                tokio::task::block_in_place(|| self.drain(vec![first], Some(IN_PLACE_BATCHES), Some(own)));
+                tokio::task::block_in_place(|| self.drain(vec![first], holding, Some(IN_PLACE_BATCHES), Some(own)));
             } else {
                 let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(vec![first], None, None));
+                tokio::task::spawn_blocking(move || writer.drain(vec![first], holding, None, None));
             }
         }
         let callers = Callers::enter(&self.callers);
@@ -156,7 +157,13 @@ impl Writer {
 
     /// Runs `batch` and the batches that wait after it until the queue is
     /// empty; after `limit` batches, hands the rest to a blocking thread.
-    fn drain(self: &Arc<Self>, mut batch: Vec<Queued>, limit: Option<usize>, mut own: Option<Own<'_, '_>>) {
+    fn drain(
+        self: &Arc<Self>,
+        mut batch: Vec<Queued>,
+        mut holding: Holding<Writer, Queued>,
+        limit: Option<usize>,
+        mut own: Option<Own<'_, '_>>,
+    ) {
         let mut ran = 0;
         loop {
             if catch_unwind(AssertUnwindSafe(|| self.run(batch, &mut own))).is_err() {
@@ -165,10 +172,10 @@ impl Writer {
                 *self.conn.lock() = None;
             }
             ran += 1;
-            let Some(next) = self.next_batch() else { return };
+            let Some(next) = self.next_batch(&mut holding) else { return };
             if limit.is_some_and(|limit| ran >= limit) {
                 let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(next, None, None));
+                tokio::task::spawn_blocking(move || writer.drain(next, holding, None, None));
                 return;
             }
             batch = next;
@@ -177,12 +184,12 @@ impl Writer {
 
     /// The next batch, after waiting up to [`LINGER`] for one; `None` (and the
     /// queue idle) if none came.
-    fn next_batch(&self) -> Option<Vec<Queued>> {
+    fn next_batch(&self, holding: &mut Holding<Writer, Queued>) -> Option<Vec<Queued>> {
         let start = Instant::now();
         while !self.in_place && !self.queue.has_waiting() && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
-        self.queue.next(MAX_BATCH, |_, _| false)
+        holding.next(MAX_BATCH, |_, _| false)
     }
 
     /// One batch in one transaction, on the writer's connection.
