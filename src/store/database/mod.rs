@@ -104,7 +104,7 @@ enum Db {
     #[cfg(feature = "sqlite")]
     Sqlite(sqlite::Sqlite),
     #[cfg(feature = "postgres")]
-    Postgres(postgres::Postgres),
+    Postgres(Box<postgres::Postgres>),
     #[cfg(feature = "mysql")]
     Mysql(mysql::Mysql),
 }
@@ -116,7 +116,10 @@ macro_rules! on_backend {
             #[cfg(feature = "sqlite")]
             Db::Sqlite($b) => $call,
             #[cfg(feature = "postgres")]
-            Db::Postgres($b) => $call,
+            Db::Postgres($b) => {
+                let $b = &**$b;
+                $call
+            }
             #[cfg(feature = "mysql")]
             Db::Mysql($b) => $call,
         }
@@ -348,7 +351,9 @@ impl DatabaseStoreBuilder {
             #[cfg(feature = "sqlite")]
             Kind::Sqlite => Db::Sqlite(sqlite::Sqlite::open(&self.url, table, n, self.sqlite_in_place).await?),
             #[cfg(feature = "postgres")]
-            Kind::Postgres => Db::Postgres(postgres::Postgres::open(&self.url, table, n, self.remember_rows).await?),
+            Kind::Postgres => {
+                Db::Postgres(Box::new(postgres::Postgres::open(&self.url, table, n, self.remember_rows).await?))
+            }
             #[cfg(feature = "mysql")]
             Kind::Mysql => Db::Mysql(mysql::Mysql::open(&self.url, table, n).await?),
             #[allow(unreachable_patterns)]

@@ -15,7 +15,6 @@
 //! Neither part is trusted for correctness: the condition is checked by the
 //! database, in the statement that writes.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use hashbrown::HashMap;
@@ -100,20 +99,34 @@ impl Seen {
 /// The database's clock, estimated from the clock readings its answers carry
 /// and this machine's monotonic clock: a reading `db` received at local time
 /// `t` says the database's clock is at least `db + (now - t)` now. The
-/// estimate is the largest such bound, so it trails the database's clock by
-/// about the one-way trip of the latest reading. A reading well behind the
-/// estimate (the database's clock was set back) replaces it.
+/// estimate is the largest such bound among the readings of the last one to
+/// two [`PERIOD_US`], so it trails the database's clock by about the one-way
+/// trip of a recent reading. Older readings age out: if this machine's clock
+/// runs faster than the database's, their bounds drift ahead of it, and an
+/// estimate ahead of the database turns the one-statement path off. A
+/// reading well behind the estimate (the database's clock was set back)
+/// replaces it at once.
 #[derive(Debug)]
 pub(super) struct DbClock {
     origin: Instant,
-    /// Database clock minus local monotonic clock, in µs; `i64::MIN` before
-    /// the first reading.
-    offset_us: AtomicI64,
+    offsets: Mutex<Offsets>,
 }
+
+/// The best bounds (database clock minus local monotonic clock, in µs) of
+/// this period and the one before; `i64::MIN` where there was no reading.
+#[derive(Debug)]
+struct Offsets {
+    period: i64,
+    this: i64,
+    last: i64,
+}
+
+/// How long a reading's bound counts: between one and two of these.
+const PERIOD_US: i64 = 1_000_000;
 
 impl DbClock {
     pub(super) fn new() -> Self {
-        DbClock { origin: Instant::now(), offset_us: AtomicI64::new(i64::MIN) }
+        DbClock { origin: Instant::now(), offsets: Mutex::new(Offsets { period: 0, this: i64::MIN, last: i64::MIN }) }
     }
 
     fn local_us(&self) -> i64 {
@@ -122,26 +135,57 @@ impl DbClock {
 
     /// A reading of the database's clock, just received.
     pub(super) fn reading(&self, db: Millis) {
-        let offset = db.saturating_mul(1_000).saturating_sub(self.local_us());
-        let current = self.offset_us.load(Ordering::Relaxed);
-        if current != i64::MIN && offset < current - SET_BACK_MS * 1_000 {
+        self.reading_at(db, self.local_us());
+    }
+
+    fn reading_at(&self, db: Millis, local_us: i64) {
+        let offset = db.saturating_mul(1_000).saturating_sub(local_us);
+        let mut o = self.offsets.lock();
+        o.age(local_us);
+        let best = o.this.max(o.last);
+        if best != i64::MIN && offset < best - SET_BACK_MS * 1_000 {
             // The database's clock went back: start again from this reading.
-            self.offset_us.store(offset, Ordering::Relaxed);
+            (o.this, o.last) = (offset, i64::MIN);
         } else {
-            self.offset_us.fetch_max(offset, Ordering::Relaxed);
+            o.this = o.this.max(offset);
         }
     }
 
     /// Moves the estimate by `ms`, as a wrong one would be.
     #[cfg(test)]
     pub(super) fn shift(&self, ms: i64) {
-        self.offset_us.fetch_add(ms * 1_000, Ordering::Relaxed);
+        let o = &mut *self.offsets.lock();
+        for bound in [&mut o.this, &mut o.last] {
+            if *bound != i64::MIN {
+                *bound += ms * 1_000;
+            }
+        }
     }
 
-    /// The database's clock now, in ms, as estimated; `None` before any reading.
+    /// The database's clock now, in ms, as estimated; `None` before any
+    /// reading, or when the last one is more than two periods old.
     pub(super) fn estimate(&self) -> Option<Millis> {
-        let offset = self.offset_us.load(Ordering::Relaxed);
-        (offset != i64::MIN).then(|| (self.local_us().saturating_add(offset)).div_euclid(1_000))
+        self.estimate_at(self.local_us())
+    }
+
+    fn estimate_at(&self, local_us: i64) -> Option<Millis> {
+        let mut o = self.offsets.lock();
+        o.age(local_us);
+        let best = o.this.max(o.last);
+        (best != i64::MIN).then(|| local_us.saturating_add(best).div_euclid(1_000))
+    }
+}
+
+impl Offsets {
+    /// Moves on to the period of `local_us`, forgetting bounds two periods old.
+    fn age(&mut self, local_us: i64) {
+        let period = local_us / PERIOD_US;
+        if period == self.period {
+            return;
+        }
+        self.last = if period == self.period + 1 { self.this } else { i64::MIN };
+        self.this = i64::MIN;
+        self.period = period;
     }
 }
 
@@ -197,5 +241,34 @@ mod tests {
         clock.reading(940_000);
         let back = clock.estimate().unwrap();
         assert!((940_000..940_050).contains(&back), "{back}");
+    }
+
+    /// This machine's clock runs 500 ppm faster than the database's (as fast
+    /// as NTP slews a clock): every
+    /// reading's bound drifts ahead of the database as it ages. The estimate
+    /// stays close enough for the one-statement path's window, which an
+    /// estimate that only ever rose would leave after a fraction of a second.
+    #[test]
+    fn the_estimate_follows_a_database_clock_that_runs_slower() {
+        let clock = DbClock::new();
+        let db_at = |local_us: i64| 1_000_000 + local_us * 9_995 / 10_000 / 1_000;
+        let mut local_us = 0;
+        while local_us < 10_000_000 {
+            clock.reading_at(db_at(local_us), local_us);
+            local_us += 5_000;
+            let est = clock.estimate_at(local_us).unwrap();
+            let db = db_at(local_us);
+            if local_us > 100_000 {
+                assert!(
+                    (est - MAX_LEAD_MS..=est + MAX_LAG_MS).contains(&db),
+                    "at {local_us} µs the estimate {est} is off the database's clock {db}"
+                );
+            }
+        }
+        // Ahead of the database by at most the drift of two periods.
+        let est = clock.estimate_at(local_us).unwrap();
+        assert!(est - db_at(local_us) <= 2, "{est} vs {}", db_at(local_us));
+        // With no reading for two periods there is no estimate to trust.
+        assert_eq!(clock.estimate_at(local_us + 2 * PERIOD_US + 1), None);
     }
 }
