@@ -12,9 +12,14 @@
 //! transaction is dropped) before anyone uses it again.
 //!
 //! Connections open when needed, up to the store's `max_connections`, and
-//! close after [`IDLE_TIMEOUT`] unused. A connection is not tested before
-//! use: one that died is found by the call that uses it, which is answered
-//! unavailable, and the connection is dropped.
+//! close after [`IDLE_TIMEOUT`] unused. A connection unused for less than
+//! [`CHECK_AFTER`] is not tested before use (under load none is). One unused
+//! longer is pinged first: after a server restart every pooled connection is
+//! dead, and without the ping each would fail one call before it is
+//! replaced, some of them after calls on new connections had succeeded.
+//! When a ping fails, or a connection given back mid-call can't be pinged,
+//! the server has dropped its connections: every unused one is closed at
+//! once, and the next calls open new ones.
 
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
@@ -32,6 +37,10 @@ pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest the ping of a connection given back mid-call may take; after
 /// it the connection is dropped.
 const PING_LIMIT: Duration = Duration::from_secs(2);
+
+/// A connection unused this long is pinged before use: shorter than a server
+/// restart takes, longer than a connection rests between counts under load.
+pub(super) const CHECK_AFTER: Duration = Duration::from_millis(500);
 
 /// Runs on every new connection before its first use (session settings).
 pub(super) type Init<C> = for<'c> fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>>;
@@ -89,6 +98,33 @@ impl<C: Connection + 'static> Inner<C> {
     }
 }
 
+impl<C: Connection + 'static> Inner<C> {
+    /// The server dropped its connections: closes every unused one.
+    fn purge(&self) {
+        let stale: Vec<(C, Instant)> = std::mem::take(&mut *self.idle.lock());
+        for (conn, _) in stale {
+            close(conn);
+        }
+    }
+
+    /// An unused connection, pinged first if it rested long; `None` when
+    /// there is none (or the ping found the server had dropped them all).
+    async fn reuse(&self) -> Option<C> {
+        let (mut conn, since) = self.idle.lock().pop()?;
+        if since.elapsed() < CHECK_AFTER {
+            return Some(conn);
+        }
+        match tokio::time::timeout(PING_LIMIT, conn.ping()).await {
+            Ok(Ok(())) => Some(conn),
+            _ => {
+                drop(conn);
+                self.purge();
+                None
+            }
+        }
+    }
+}
+
 impl<C: Connection + 'static> Drop for Inner<C> {
     /// The store is gone: its unused connections close politely.
     fn drop(&mut self) {
@@ -140,9 +176,8 @@ impl<C: Connection + 'static> Conns<C> {
         let inner = &self.inner;
         let get = async {
             let slot = inner.slots.clone().acquire_owned().await.map_err(|_| sqlx::Error::PoolClosed)?;
-            let idle = inner.idle.lock().pop();
-            let conn = match idle {
-                Some((conn, _)) => conn,
+            let conn = match inner.reuse().await {
+                Some(conn) => conn,
                 None => {
                     let mut conn = inner.options.connect().await?;
                     (inner.init)(&mut conn).await?;
@@ -203,8 +238,10 @@ impl<C: Connection + 'static> Drop for Conn<C> {
         runtime.spawn(async move {
             // The slot stays taken until the ping has settled the connection.
             let _slot = slot;
-            if let Ok(Ok(())) = tokio::time::timeout(PING_LIMIT, conn.ping()).await {
-                inner.put(conn);
+            match tokio::time::timeout(PING_LIMIT, conn.ping()).await {
+                Ok(Ok(())) => inner.put(conn),
+                // Dead, as after a server restart: so are the unused ones.
+                _ => inner.purge(),
             }
         });
     }
