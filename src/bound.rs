@@ -7,18 +7,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
 
-/// Counts the entries an in-process store holds against its bound, exactly under
-/// concurrency: a new entry reserves its place before it is inserted.
+/// Counts the entries a store holds against its bound: exactly for an
+/// in-process store (every add and removal passes through it), as an estimate
+/// kept close by exact counts for a shared one ([`Bound::begin_refresh`]).
+/// A new entry reserves its place before it is written, so concurrent adds
+/// never pass the bound; a removal gives its place back.
 #[derive(Debug)]
 pub(crate) struct Bound {
     max: u64,
     held: AtomicU64,
+    /// Every place ever reserved: what a refresh adds to its count for the
+    /// reservations made while the count ran.
+    reserved: AtomicU64,
+    /// Warn at 80% as places are reserved; off for a store whose count holds
+    /// expired entries until a sweep (it warns after sweeping instead).
+    warn_on_reserve: bool,
     log: BoundLog,
 }
 
 impl Bound {
-    pub(crate) fn new(max: u64) -> Self {
-        Bound { max, held: AtomicU64::new(0), log: BoundLog::new() }
+    pub(crate) fn new(max: u64, held: u64) -> Self {
+        Bound {
+            max,
+            held: AtomicU64::new(held),
+            reserved: AtomicU64::new(0),
+            warn_on_reserve: true,
+            log: BoundLog::new(),
+        }
+    }
+
+    /// A bound that warns only when told ([`Bound::note_fill`]).
+    pub(crate) fn quiet(max: u64) -> Self {
+        Bound { warn_on_reserve: false, ..Bound::new(max, 0) }
     }
 
     /// The bound.
@@ -26,32 +46,120 @@ impl Bound {
         self.max
     }
 
-    /// Entries held now (live or expired and not yet removed).
+    /// Entries held now, as counted.
     pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Reserves room for one new entry; false when the store is full.
-    pub(crate) fn try_reserve(&self) -> bool {
-        let before = self.held.fetch_add(1, Ordering::AcqRel);
-        if before >= self.max {
-            self.held.fetch_sub(1, Ordering::AcqRel);
-            return false;
+    /// Reserves room for `n` new entries; false (nothing reserved) when the
+    /// bound has no room for all of them.
+    pub(crate) fn try_reserve(&self, n: u64) -> bool {
+        if n == 0 {
+            return true;
         }
-        self.log.note_fill(before + 1, self.max);
+        let mut current = self.held.load(Ordering::Relaxed);
+        loop {
+            if current.saturating_add(n) > self.max {
+                return false;
+            }
+            match self.held.compare_exchange_weak(current, current + n, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        self.reserved.fetch_add(n, Ordering::Relaxed);
+        if self.warn_on_reserve {
+            self.log.note_fill(current + n, self.max);
+        }
         true
     }
 
-    /// Gives back the room of `n` removed entries.
+    /// Gives back the room of `n` entries removed, or reserved and not written.
     pub(crate) fn release(&self, n: u64) {
         if n > 0 {
-            self.held.fetch_sub(n, Ordering::AcqRel);
+            let _ = self.held.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| Some(h.saturating_sub(n)));
         }
+    }
+
+    /// Starts an exact count of the entries held: keep the answer for
+    /// [`Bound::refresh`], which adds what was reserved meanwhile.
+    pub(crate) fn begin_refresh(&self) -> Refresh {
+        Refresh { reserved: self.reserved.load(Ordering::Acquire) }
+    }
+
+    /// Sets the count from an exact one begun with `at`. Places reserved
+    /// while it ran may or may not be in it: they are counted again, so the
+    /// bound errs on the side of refusing.
+    pub(crate) fn refresh(&self, at: Refresh, counted: u64) {
+        let since = self.reserved.load(Ordering::Acquire).saturating_sub(at.reserved);
+        self.held.store(counted.saturating_add(since), Ordering::Relaxed);
+    }
+
+    /// Warns once a minute if what is held is at or above 80% of the bound.
+    pub(crate) fn note_fill(&self) {
+        self.log.note_fill(self.held(), self.max);
     }
 
     /// Logs that a new key was refused because the store is full.
     pub(crate) fn note_full(&self, store: &'static str) {
         self.log.note_full(store, self.held(), self.max);
+    }
+}
+
+/// Where an exact count of a [`Bound`] began.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Refresh {
+    reserved: u64,
+}
+
+/// The room one update holds in a [`Bound`] across its attempts: `apply` may
+/// run more than once (a conditional write that missed, a retried deadlock),
+/// and only the last run's entries count. Dropped before [`Admission::commit`]
+/// (the update failed, or its future was dropped), it gives its room back.
+#[derive(Debug)]
+pub(crate) struct Admission<'a> {
+    bound: &'a Bound,
+    added: u64,
+    removed: u64,
+}
+
+impl<'a> Admission<'a> {
+    pub(crate) fn new(bound: &'a Bound) -> Self {
+        Admission { bound, added: 0, removed: 0 }
+    }
+
+    /// Holds room for `added` new entries in all (not in addition to what an
+    /// earlier attempt held), and notes `removed` entries to give back once
+    /// written; false when the bound has no room.
+    pub(crate) fn hold(&mut self, added: u64, removed: u64) -> bool {
+        if added > self.added {
+            if !self.bound.try_reserve(added - self.added) {
+                return false;
+            }
+        } else {
+            self.bound.release(self.added - added);
+        }
+        self.added = added;
+        self.removed = removed;
+        true
+    }
+
+    /// The update was written: its new entries stay counted, its removed
+    /// ones are given back.
+    pub(crate) fn commit(mut self) {
+        self.bound.release(self.removed);
+        self.added = 0;
+    }
+
+    /// The bound.
+    pub(crate) fn max(&self) -> u64 {
+        self.bound.max()
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.bound.release(self.added);
     }
 }
 

@@ -1,96 +1,79 @@
 //! The database store's bound without a table scan per request.
 //!
-//! Each instance keeps an estimate of the live rows of its generation: an
-//! exact count (an index range scan) taken at start and after every sweep,
-//! plus the new entries this instance has added since. A request only touches
-//! the estimate (one atomic add). Near the bound the estimate is made exact
-//! again, at most once a second, in the background; other instances' adds are
-//! seen at that refresh. So the bound holds to within what the other
-//! instances add in a second while the table is near full.
+//! Each instance keeps the count of the live rows of its generation in a
+//! [`Bound`] (the same one the memory store uses): an exact count (an index
+//! range scan) at start and after every sweep, plus what this instance added
+//! and removed since. A request only touches the count (one atomic add, one
+//! more for a removal). Near the bound the count is made exact again, at
+//! most once a second, in the background; other instances' adds are seen at
+//! that refresh, and reservations made while it ran are kept. So the bound
+//! holds to within what the other instances add in a second while the table
+//! is near full.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
-use crate::bound::BoundLog;
+use crate::bound::{Bound, Refresh};
 use crate::StoreError;
 
-/// Refresh the estimate at least this often, whatever the fill.
+/// Refresh the count at least this often, whatever the fill.
 const REFRESH_MS: i64 = 30_000;
 /// And this often at or above 80% full.
 const REFRESH_NEAR_FULL_MS: i64 = 1_000;
 
 #[derive(Debug)]
 pub(crate) struct DbBound {
-    max: u64,
-    estimate: AtomicU64,
+    bound: Bound,
     refreshed_ms: AtomicI64,
     refreshing: AtomicBool,
     made_room_ms: AtomicI64,
-    log: BoundLog,
     started: Instant,
 }
 
 impl DbBound {
     pub(crate) fn new(max: u64, live: u64) -> Self {
         DbBound {
-            max,
-            estimate: AtomicU64::new(live),
+            bound: Bound::new(max, live),
             refreshed_ms: AtomicI64::new(0),
             refreshing: AtomicBool::new(false),
             made_room_ms: AtomicI64::new(i64::MIN),
-            log: BoundLog::new(),
             started: Instant::now(),
         }
     }
 
+    /// The count itself, for the updates' [`Admission`](crate::bound::Admission)s.
+    pub(crate) fn counts(&self) -> &Bound {
+        &self.bound
+    }
+
     pub(crate) fn max(&self) -> u64 {
-        self.max
+        self.bound.max()
     }
 
     pub(crate) fn estimate(&self) -> u64 {
-        self.estimate.load(Ordering::Relaxed)
+        self.bound.held()
     }
 
     fn ms(&self) -> i64 {
         i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// Room for `new` live entries? Counts them in when there is.
-    pub(crate) fn admit(&self, new: u64) -> bool {
-        if new == 0 {
-            return true;
-        }
-        let mut current = self.estimate.load(Ordering::Relaxed);
-        loop {
-            if current.saturating_add(new) > self.max {
-                return false;
-            }
-            match self.estimate.compare_exchange_weak(current, current + new, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(seen) => current = seen,
-            }
-        }
-        self.log.note_fill(current + new, self.max);
-        true
+    /// Starts an exact count (see [`Bound::begin_refresh`]).
+    pub(crate) fn begin_refresh(&self) -> Refresh {
+        self.bound.begin_refresh()
     }
 
-    /// Gives back room counted in by [`DbBound::admit`] for entries that were
-    /// not written after all.
-    pub(crate) fn release(&self, n: u64) {
-        let _ = self.estimate.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |e| Some(e.saturating_sub(n)));
-    }
-
-    /// Sets the estimate from an exact count.
-    pub(crate) fn refresh(&self, live: u64) {
-        self.estimate.store(live, Ordering::Relaxed);
+    /// Sets the count from an exact one begun at `at`.
+    pub(crate) fn refresh(&self, at: Refresh, live: u64) {
+        self.bound.refresh(at, live);
         self.refreshed_ms.store(self.ms(), Ordering::Relaxed);
     }
 
-    /// True when the estimate is due for an exact count; the caller that gets
+    /// True when the count is due to be made exact; the caller that gets
     /// true runs it (one at a time) and then calls [`DbBound::refreshed`].
     pub(crate) fn claim_refresh(&self) -> bool {
-        let near_full = u128::from(self.estimate()) * 5 >= u128::from(self.max) * 4;
+        let near_full = u128::from(self.estimate()) * 5 >= u128::from(self.max()) * 4;
         let every = if near_full { REFRESH_NEAR_FULL_MS } else { REFRESH_MS };
         if self.ms() - self.refreshed_ms.load(Ordering::Relaxed) < every {
             return false;
@@ -99,15 +82,15 @@ impl DbBound {
     }
 
     /// Ends a refresh claimed with [`DbBound::claim_refresh`].
-    pub(crate) fn refreshed(&self, live: Option<u64>) {
+    pub(crate) fn refreshed(&self, at: Refresh, live: Option<u64>) {
         if let Some(live) = live {
-            self.refresh(live);
+            self.refresh(at, live);
         }
         self.refreshing.store(false, Ordering::Release);
     }
 
     /// A full store: removes expired rows with `sweep` (which refreshes the
-    /// estimate) at most once a second; true if there is room now.
+    /// count) at most once a second; true if there is room now.
     pub(crate) async fn make_room<F, Fut>(&self, sweep: F) -> bool
     where
         F: FnOnce() -> Fut,
@@ -120,82 +103,66 @@ impl DbBound {
         {
             let _ = sweep().await;
         }
-        self.estimate() < self.max
+        self.estimate() < self.max()
     }
 
     /// Logs that a new key was refused because the store is full.
     pub(crate) fn note_full(&self) {
-        self.log.note_full("database", self.estimate(), self.max);
-    }
-}
-
-/// The room one update holds in the bound across its attempts: `apply` may
-/// run more than once (a conditional write that missed, a retried deadlock),
-/// and only the last run's new entries count.
-#[derive(Debug)]
-pub(crate) struct Admission<'a> {
-    bound: &'a DbBound,
-    held: u64,
-}
-
-impl<'a> Admission<'a> {
-    pub(crate) fn new(bound: &'a DbBound) -> Self {
-        Admission { bound, held: 0 }
-    }
-
-    /// Holds room for `new` entries in all (not in addition to what an
-    /// earlier attempt held); false when the bound has no room for them.
-    pub(crate) fn hold(&mut self, new: u64) -> bool {
-        if new > self.held {
-            if !self.bound.admit(new - self.held) {
-                return false;
-            }
-        } else {
-            self.bound.release(self.held - new);
-        }
-        self.held = new;
-        true
-    }
-
-    /// Gives back what is held: the update wrote nothing.
-    pub(crate) fn give_back(&mut self) {
-        self.bound.release(self.held);
-        self.held = 0;
-    }
-
-    pub(crate) fn max(&self) -> u64 {
-        self.bound.max()
+        self.bound.note_full("database");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bound::Admission;
 
     #[test]
     fn admits_exactly_up_to_the_bound() {
         let bound = DbBound::new(10, 7);
-        assert!(bound.admit(2));
-        assert!(!bound.admit(2));
-        assert!(bound.admit(1));
-        assert!(!bound.admit(1));
-        assert!(bound.admit(0));
-        bound.refresh(3);
-        assert!(bound.admit(7));
+        assert!(bound.counts().try_reserve(2));
+        assert!(!bound.counts().try_reserve(2));
+        assert!(bound.counts().try_reserve(1));
+        assert!(!bound.counts().try_reserve(1));
+        assert!(bound.counts().try_reserve(0));
+        let at = bound.begin_refresh();
+        bound.refresh(at, 3);
+        assert!(bound.counts().try_reserve(7));
     }
 
     #[test]
     fn an_update_holds_only_its_last_attempts_entries() {
         let bound = DbBound::new(10, 5);
-        let mut update = Admission::new(&bound);
-        assert!(update.hold(2));
-        assert!(update.hold(2), "a second run of apply with the same new entries");
+        let mut update = Admission::new(bound.counts());
+        assert!(update.hold(2, 0));
+        assert!(update.hold(2, 0), "a second run of apply with the same new entries");
         assert_eq!(bound.estimate(), 7);
-        assert!(update.hold(1));
+        assert!(update.hold(1, 0));
         assert_eq!(bound.estimate(), 6);
-        assert!(!update.hold(6), "no room for 6 more than the 5 held by others");
+        assert!(!update.hold(6, 0), "no room for 6 more than the 5 held by others");
         assert_eq!(bound.estimate(), 6, "a refused hold keeps what was held");
-        update.give_back();
-        assert_eq!(bound.estimate(), 5);
+        drop(update);
+        assert_eq!(bound.estimate(), 5, "an admission dropped unwritten gives its room back");
+    }
+
+    #[test]
+    fn a_written_update_gives_back_what_it_removed() {
+        let bound = DbBound::new(10, 5);
+        let mut update = Admission::new(bound.counts());
+        assert!(update.hold(1, 3));
+        update.commit();
+        assert_eq!(bound.estimate(), 3, "one added, three removed");
+    }
+
+    #[test]
+    fn a_refresh_keeps_what_was_reserved_while_it_counted() {
+        let bound = DbBound::new(100, 50);
+        let at = bound.begin_refresh();
+        // Meanwhile this instance adds four entries; the count saw 40 live.
+        let mut update = Admission::new(bound.counts());
+        assert!(update.hold(4, 0));
+        update.commit();
+        bound.refresh(at, 40);
+        assert_eq!(bound.estimate(), 44);
     }
 }

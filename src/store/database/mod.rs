@@ -47,8 +47,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use smallvec::SmallVec;
 
-use self::bound::{Admission, DbBound};
+use self::bound::DbBound;
 use self::row::{decide, KeyHash, Stored};
+use crate::bound::Admission;
 use crate::error::Unavailable;
 use crate::keys::Secret;
 use crate::rules::check_keys;
@@ -208,6 +209,14 @@ impl DatabaseStore {
     /// range scan of an index: for `stats`, not for every request).
     pub async fn live_entries(&self) -> Result<u64, StoreError> {
         on_backend!(&self.shared.db, b => b.count_live(self.shared.secret.generation()).await)
+    }
+
+    /// Live entries of this store's generation as its bound counts them,
+    /// without a scan: exact at start and after each sweep or refresh, plus
+    /// what this instance added and removed since (entries that expired, and
+    /// other instances' adds, are seen at the next refresh).
+    pub fn live_estimate(&self) -> u64 {
+        self.shared.bound.estimate()
     }
 
     /// Live entries per secret generation, this store's own first.
@@ -383,8 +392,9 @@ impl DatabaseStore {
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
+            let at = shared.bound.begin_refresh();
             let live = on_backend!(&shared.db, b => b.count_live(shared.secret.generation()).await).ok();
-            shared.bound.refreshed(live);
+            shared.bound.refreshed(at, live);
         });
     }
 }
@@ -394,8 +404,9 @@ impl Shared {
     /// bound's estimate is refreshed from an exact count.
     async fn sweep(&self) -> Result<u64, StoreError> {
         let removed = on_backend!(&self.db, b => b.sweep().await)?;
+        let at = self.bound.begin_refresh();
         let live = on_backend!(&self.db, b => b.count_live(self.secret.generation()).await)?;
-        self.bound.refresh(live);
+        self.bound.refresh(at, live);
         Ok(removed)
     }
 }
@@ -413,12 +424,16 @@ impl LimitStore for DatabaseStore {
         let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let generation = shared.secret.generation();
         for attempt in 0.. {
-            let mut admission = Admission::new(&shared.bound);
+            let mut admission = Admission::new(shared.bound.counts());
             let decide =
                 &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, &mut admission);
             let outcome = on_backend!(&shared.db, b => bounded(attempt::count(b, &shared.tally, &hashes, generation, decide)).await);
-            if outcome.is_err() {
-                admission.give_back();
+            // Written: keep the new entries counted and give back the removed
+            // ones. Failed (or this future dropped): the room goes back.
+            if outcome.is_ok() {
+                admission.commit();
+            } else {
+                drop(admission);
             }
             match outcome {
                 Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {

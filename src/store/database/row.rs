@@ -5,7 +5,7 @@ use crate::error::Unavailable;
 use crate::rules::run_apply;
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
-use super::bound::Admission;
+use crate::bound::Admission;
 
 /// A row's name: HMAC-SHA-256 of the key.
 pub(super) type KeyHash = [u8; 32];
@@ -68,7 +68,9 @@ pub(super) fn decide(
         .collect::<Result<Vec<_>, _>>()?;
     let writes = run_apply(apply, &entries, now)?;
     let new = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none()).count();
-    if !admission.hold(new as u64) {
+    // `run_apply` made an expired `Put` a `Delete`.
+    let removed = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Delete) && e.is_some()).count();
+    if !admission.hold(new as u64, removed as u64) {
         return Err(StoreError::unavailable(
             Unavailable::Full,
             format!("the database store holds its bound of {} live entries", admission.max()),

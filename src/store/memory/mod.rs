@@ -10,14 +10,20 @@
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
-//! Expired entries are dropped lazily when an update meets them, and by `sweep`.
+//! Expired entries are dropped lazily when an update meets them, by `sweep`,
+//! and by a background [`sweeper`] (every minute, and sooner near the bound).
 //! The bound is kept exactly with one atomic counter touched only when an entry
-//! is added or removed, never when an existing key counts.
+//! is added or removed, never when an existing key counts. A full store makes
+//! room on the request path only from a few shards; the sweeper does the rest.
+
+mod sweeper;
+
+pub use sweeper::SWEEP_EVERY;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
@@ -54,9 +60,25 @@ struct Inner {
     /// At or before the earliest `expires_at` held: while `now` is below it no
     /// entry has expired, so a full store need not sweep to know it is full.
     earliest_expiry: AtomicI64,
-    /// One sweep at a time when a full store makes room.
-    sweeping: Mutex<()>,
+    /// The next shard a full store's request sweeps.
+    next_shard: AtomicUsize,
+    /// Asks the background sweeper to run now.
+    wake: Arc<tokio::sync::Notify>,
+    sweeper: OnceLock<tokio::task::AbortHandle>,
 }
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(sweeper) = self.sweeper.get() {
+            sweeper.abort();
+        }
+    }
+}
+
+/// Entries a full store's request looks at, at most, to make room, so that
+/// one request never walks a large store: about two shards of a store at its
+/// default bound, every shard of a small one.
+const MAKE_ROOM_ENTRIES: usize = 4_096;
 
 type Table = HashTable<Slot>;
 
@@ -121,22 +143,28 @@ impl MemoryStore {
     }
 
     /// A store bounded at `max_entries` that judges expiry by `clock` (tests use
-    /// a [`ManualClock`](crate::clock::ManualClock)).
+    /// a [`ManualClock`](crate::clock::ManualClock)). Made inside a tokio
+    /// runtime, it sweeps in the background on it.
     pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
         let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::new()))).collect();
         // std's RandomState is seeded from the OS; hashing anything with two of
         // them gives two unpredictable 64-bit keys without another dependency.
         let sip_keys = (RandomState::new().hash_one(0u8), RandomState::new().hash_one(1u8));
-        MemoryStore {
-            inner: Arc::new(Inner {
-                shards,
-                sip_keys,
-                bound: Bound::new(max_entries),
-                clock,
-                earliest_expiry: AtomicI64::new(Millis::MAX),
-                sweeping: Mutex::new(()),
-            }),
+        let inner = Arc::new(Inner {
+            shards,
+            sip_keys,
+            // Warned on live entries only: see `try_update`.
+            bound: Bound::quiet(max_entries),
+            clock,
+            earliest_expiry: AtomicI64::new(Millis::MAX),
+            next_shard: AtomicUsize::new(0),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            sweeper: OnceLock::new(),
+        });
+        if let Some(sweeper) = sweeper::spawn(Arc::downgrade(&inner), inner.wake.clone()) {
+            let _ = inner.sweeper.set(sweeper);
         }
+        MemoryStore { inner }
     }
 
     /// Entries held now: live ones, and expired ones not yet dropped.
@@ -188,38 +216,54 @@ impl Inner {
     /// expiry hint as it goes (puts that race with it lower the hint themselves).
     fn sweep(&self, now: Millis) -> u64 {
         self.earliest_expiry.store(Millis::MAX, Ordering::Relaxed);
-        let mut removed = 0u64;
-        for shard in self.shards.iter() {
-            let mut table = shard.lock();
-            let before = table.len();
-            let mut earliest = Millis::MAX;
-            table.retain(|slot| {
-                let live = is_live(&slot.entry, now);
-                if live {
-                    earliest = earliest.min(slot.entry.expires_at);
-                }
-                live
-            });
-            let gone = before - table.len();
-            drop(table);
-            self.bound.release(gone as u64);
-            removed += gone as u64;
-            self.note_expiry(earliest);
-        }
-        removed
+        (0..SHARDS).map(|shard| self.sweep_shard(shard, now)).sum()
     }
 
-    /// A full store: sweep if anything may have expired; true if that made room.
-    fn make_room(&self) -> bool {
-        let _one = self.sweeping.lock();
+    /// Removes the expired entries of one shard.
+    fn sweep_shard(&self, shard: usize, now: Millis) -> u64 {
+        let mut table = self.shards[shard].lock();
+        let before = table.len();
+        let mut earliest = Millis::MAX;
+        table.retain(|slot| {
+            let live = is_live(&slot.entry, now);
+            if live {
+                earliest = earliest.min(slot.entry.expires_at);
+            }
+            live
+        });
+        let gone = (before - table.len()) as u64;
+        drop(table);
+        self.bound.release(gone);
+        self.note_expiry(earliest);
+        gone
+    }
+
+    /// A full store: makes room from the expired entries of the shards of
+    /// `keys` and of a few more (not the whole store: that is the sweeper's
+    /// work, which this asks for); true if there is room now.
+    fn make_room(&self, keys: &[Located]) -> bool {
+        self.wake.notify_one();
         let now = self.clock.now();
-        if self.bound.held() < self.bound.max() {
+        let has_room = || self.bound.held() < self.bound.max();
+        if has_room() {
             return true; // another caller's sweep, or a delete, made room
         }
         if now < self.earliest_expiry.load(Ordering::Relaxed) {
             return false; // nothing has expired: sweeping would find nothing
         }
-        self.sweep(now) > 0
+        let more = (0..SHARDS).map(|_| self.next_shard.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        let mut looked = 0;
+        for shard in keys.iter().map(|k| k.shard).chain(more) {
+            if looked >= MAKE_ROOM_ENTRIES {
+                break;
+            }
+            looked += self.shards[shard].lock().len();
+            self.sweep_shard(shard, now);
+            if has_room() {
+                return true;
+            }
+        }
+        false
     }
 
     fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
@@ -229,7 +273,7 @@ impl Inner {
             Some(()) => Ok(()),
             None => {
                 // Full: make room from expired entries only, then try once more.
-                if self.make_room() {
+                if self.make_room(&located) {
                     if let Some(()) = self.try_update(&located, apply)? {
                         return Ok(());
                     }
@@ -268,11 +312,18 @@ impl Inner {
         };
         let new_entries =
             writes.iter().enumerate().filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0).count();
-        for reserved in 0..new_entries {
-            if !self.bound.try_reserve() {
-                self.bound.release(reserved as u64);
-                give_back(&mut locks, keys, current);
-                return Ok(None);
+        if !self.bound.try_reserve(new_entries as u64) {
+            give_back(&mut locks, keys, current);
+            return Ok(None);
+        }
+        if new_entries > 0 && u128::from(self.bound.held()) * 5 >= u128::from(self.bound.max()) * 4 {
+            // Near the bound. If nothing can have expired, what is held is
+            // live: warn. Else the sweeper removes what expired first, and
+            // warns if what is left is still this full.
+            if now < self.earliest_expiry.load(Ordering::Relaxed) || self.sweeper.get().is_none() {
+                self.bound.note_fill();
+            } else {
+                self.wake.notify_one();
             }
         }
         let mut removed = 0u64;
