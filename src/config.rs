@@ -62,6 +62,8 @@ pub struct Config {
     pub store: StoreKind,
     /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
     pub database_url: SecretUrl,
+    /// `rate_limit.table`: the database store's table (`limit_store` when `None`).
+    pub table: Option<String>,
     /// `rate_limit.single_instance`: the site runs as one instance, so the
     /// memory store loses nothing (no startup warning).
     pub single_instance: bool,
@@ -92,6 +94,7 @@ impl Default for Config {
         Config {
             store: StoreKind::Memory,
             database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
+            table: None,
             single_instance: false,
             max_entries: None,
             secret: None,
@@ -109,6 +112,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("store", &self.store)
             .field("database_url", &self.database_url)
+            .field("table", &self.table)
             .field("single_instance", &self.single_instance)
             .field("max_entries", &self.max_entries)
             .field("secret", &self.secret)
@@ -163,7 +167,7 @@ pub struct ConfigError {
 }
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
+    "store, database_url, table, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -250,6 +254,9 @@ impl Config {
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
         let mut builder = crate::DatabaseStore::builder(self.database_url.expose());
+        if let Some(table) = &self.table {
+            builder = builder.table(table);
+        }
         if let Some(secret) = &self.secret {
             builder = builder.secret(secret.expose());
         }
@@ -393,6 +400,7 @@ impl Parser<'_> {
                     }
                 }
                 "database_url" => config.database_url = SecretUrl::new(self.string(item, &path)?),
+                "table" => config.table = Some(self.string(item, &path)?.to_owned()),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
                 "secret" => config.secret = Some(SecretString::new(self.string(item, &path)?)),

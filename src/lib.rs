@@ -40,8 +40,11 @@ pub mod guard;
 pub mod keys;
 pub mod limits;
 pub mod log;
+pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,52 +1,92 @@
 //! `migrate`, `sweep` and `stats`: the database store's chores.
 
 use anyhow::Context;
+use std::path::PathBuf;
+
+use limit_store::config::Config;
 use limit_store::{DatabaseStore, LimitStore, SecretString, SecretUrl};
 
-/// Options of `migrate`.
+/// Options of `migrate`: the database from the settings, or these flags.
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
-    /// The database: sqlite://PATH, postgres://… or mysql://…
-    #[arg(long, env = "LIMIT_STORE_DATABASE_URL")]
-    database_url: SecretUrl,
-    /// The table's name.
-    #[arg(long, default_value = "limit_store")]
-    table: String,
+    /// The settings file (default: ./limit-store.toml when it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The database: sqlite://PATH, postgres://… or mysql://… (overrides the
+    /// settings and LIMIT_STORE_DATABASE_URL).
+    #[arg(long)]
+    database_url: Option<SecretUrl>,
+    /// The table's name (overrides the settings).
+    #[arg(long)]
+    table: Option<String>,
 }
 
-/// Options of the commands that open a database store.
+/// Options of the commands that open a database store: the settings (file,
+/// then environment), then these flags.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
+    /// The settings file (default: ./limit-store.toml when it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The database: sqlite://PATH, postgres://… or mysql://…
-    #[arg(long, env = "LIMIT_STORE_DATABASE_URL")]
-    database_url: SecretUrl,
+    #[arg(long)]
+    database_url: Option<SecretUrl>,
     /// The table's name.
-    #[arg(long, default_value = "limit_store")]
-    table: String,
+    #[arg(long)]
+    table: Option<String>,
     /// The site secret keys are hashed under (at least 32 bytes).
     #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
-    secret: SecretString,
+    secret: Option<SecretString>,
     /// The bound on live entries, for the fill level.
-    #[arg(long, default_value_t = limit_store::store::database::DEFAULT_MAX_ENTRIES)]
-    max_entries: u64,
+    #[arg(long)]
+    max_entries: Option<u64>,
+}
+
+/// The settings with `url` and `table` from the flags, when given.
+fn database(
+    config: Option<&std::path::Path>,
+    url: &Option<SecretUrl>,
+    table: &Option<String>,
+) -> anyhow::Result<Config> {
+    let mut config = super::settings(config)?;
+    if let Some(url) = url {
+        config.database_url = url.clone();
+    }
+    if let Some(table) = table {
+        config.table = Some(table.clone());
+    }
+    Ok(config)
+}
+
+fn table(config: &Config) -> &str {
+    config.table.as_deref().unwrap_or(limit_store::store::database::DEFAULT_TABLE)
 }
 
 impl StoreArgs {
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
-        Ok(DatabaseStore::builder(self.database_url.expose())
-            .table(&self.table)
-            .secret(self.secret.expose())
-            .max_entries(self.max_entries)
+        let mut config = database(self.config.as_deref(), &self.database_url, &self.table)?;
+        if let Some(secret) = &self.secret {
+            config.secret = Some(secret.clone());
+        }
+        let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
+        let max_entries =
+            self.max_entries.or(config.max_entries).unwrap_or(limit_store::store::database::DEFAULT_MAX_ENTRIES);
+        DatabaseStore::builder(config.database_url.expose())
+            .table(table(&config))
+            .secret(secret)
+            .max_entries(max_entries)
             .sweep_every(None)
             .connect()
-            .await?)
+            .await
+            .with_context(|| format!("open the database store at {}", config.database_url))
     }
 }
 
 /// `limit-store migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    DatabaseStore::builder(args.database_url.expose()).table(&args.table).migrate().await.context("migrate")?;
-    println!("the table {} is up to date", args.table);
+    let config = database(args.config.as_deref(), &args.database_url, &args.table)?;
+    DatabaseStore::builder(config.database_url.expose()).table(table(&config)).migrate().await.context("migrate")?;
+    println!("the table {} is up to date", table(&config));
     Ok(())
 }
 

@@ -3,8 +3,13 @@
 mod contract;
 mod database;
 mod demo;
+mod serve;
 
-use clap::{Parser, Subcommand};
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use limit_store::config::{self, Config};
 
 /// The store behind rate limits.
 #[derive(Debug, Parser)]
@@ -12,6 +17,19 @@ use clap::{Parser, Subcommand};
 pub struct Args {
     #[command(subcommand)]
     command: Command,
+    /// The least level logged (RUST_LOG, when set, says more).
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    /// How log lines are written: text for people, json for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -19,6 +37,8 @@ enum Command {
     /// Count a burst of sign-in attempts on the embedded default (the memory
     /// store, through the guard) and show each decision.
     Demo(demo::DemoArgs),
+    /// Serve the limits over HTTP (JSON), for apps in any language.
+    Serve(serve::ServeArgs),
     /// Create or upgrade the limit store's table in a database.
     Migrate(database::MigrateArgs),
     /// Remove expired entries from a database store now.
@@ -32,13 +52,47 @@ enum Command {
 
 /// Runs the parsed command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    logging(&args.log_level, args.log_format)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match args.command {
         Command::Demo(a) => runtime.block_on(demo::run(a)),
+        Command::Serve(a) => runtime.block_on(serve::run(a)),
         Command::Migrate(a) => runtime.block_on(database::migrate(a)),
         Command::Sweep(a) => runtime.block_on(database::sweep(a)),
         Command::Stats(a) => runtime.block_on(database::stats(a)),
         Command::Contract(a) => runtime.block_on(contract::run(a)),
+    }
+}
+
+/// Installs the log subscriber: the library's warnings (`kind = ...`) reach
+/// the operator on stderr.
+fn logging(level: &str, format: LogFormat) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(filter) if !filter.is_empty() => EnvFilter::try_new(filter),
+        _ => EnvFilter::try_new(level),
+    }
+    .with_context(|| format!("--log-level {level:?}: use error, warn, info, debug or trace"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("install the log subscriber: {e}"))
+}
+
+/// The settings every subcommand reads: `path`, or `./limit-store.toml`
+/// when it exists, then the environment.
+fn settings(path: Option<&Path>) -> anyhow::Result<Config> {
+    let default = Path::new(config::FILE);
+    match path {
+        Some(path) => Ok(Config::load(path)?),
+        None if default.exists() => Ok(Config::load(default)?),
+        None => {
+            let mut config = Config::default();
+            config.apply_env(|var| std::env::var(var).ok());
+            Ok(config)
+        }
     }
 }
 
@@ -54,6 +108,7 @@ mod tests {
         let url = format!("postgres://app:{password}@db/app?sslpassword={password}");
         for line in [
             vec!["limit-store", "migrate", "--database-url", &url],
+            vec!["limit-store", "serve", "--token", secret],
             vec!["limit-store", "stats", "--database-url", &url, "--secret", secret],
             vec!["limit-store", "sweep", "--database-url", &url, "--secret", secret],
             vec!["limit-store", "contract", &url, "--secret", secret],

@@ -16,7 +16,7 @@
 //!   caller stops waiting (or the deadline passes) it answers `Keep` for every
 //!   key, so a late call writes nothing;
 //! - a borrowed `apply` on a store that may wait is reached only by message
-//!   ([`ask`]): the work sends the entries, the caller answers the writes.
+//!   (`ask`): the work sends the entries, the caller answers the writes.
 //!
 //! A call whose `apply` ran just before the deadline may still commit after the
 //! caller was answered unavailable: the store finishes what it started.

@@ -77,6 +77,11 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// The budget of the part that answered.
     pub budget: u64,
+    /// The part that answered: the one that ran out, or the one with the
+    /// fewest attempts left.
+    pub part: String,
+    /// That part's window (ms): for a token bucket, the time to refill it.
+    pub window: Millis,
     /// The store's time of the decision (ms), to turn `reset_at` into a wait.
     pub now: Millis,
     /// For a limited attempt (or one shadow mode let through): the part that
@@ -303,6 +308,18 @@ impl Limits {
         Ok(())
     }
 
+    /// Whether the store answers: one read through its guard. For health checks.
+    pub async fn check_store(&self) -> Result<(), StoreError> {
+        let store = self.limits.values().find_map(|c| match &c.backend {
+            Backend::Store(store) => Some(store),
+            Backend::Legacy(_) => None,
+        });
+        match store {
+            Some(store) => store.read(&["limit-store:health"]).await.map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// The definition of limit `name`, as built (overrides applied).
     pub fn limit(&self, name: &str) -> Option<&Limit> {
         self.limits.get(name).map(|c| &c.limit)
@@ -424,6 +441,8 @@ impl Counted {
             reset_at: verdict.reset_at,
             retry_after: None,
             budget: part.algorithm.budget(),
+            part: part.name.clone(),
+            window: part.algorithm.window(),
             now,
             limited_by: None,
             degraded: None,
@@ -477,6 +496,8 @@ impl Counted {
             reset_at: SystemClock.now(),
             retry_after: None,
             budget: self.limit.parts[0].algorithm.budget(),
+            part: self.limit.parts[0].name.clone(),
+            window: self.limit.parts[0].algorithm.window(),
             now: SystemClock.now(),
             limited_by: None,
             degraded: Some(reason),

@@ -4,6 +4,8 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 use std::cell::RefCell;
 use std::io::Write;

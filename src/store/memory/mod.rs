@@ -11,7 +11,7 @@
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
-//! and by a background [`sweeper`] (every minute, and sooner near the bound).
+//! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
 //! The bound is kept exactly with one atomic counter touched only when an entry
 //! is added or removed, never when an existing key counts. A full store makes
 //! room on the request path only from a few shards; the sweeper does the rest.

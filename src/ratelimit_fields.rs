@@ -1,0 +1,85 @@
+//! The `RateLimit-Policy` and `RateLimit` fields of
+//! draft-ietf-httpapi-ratelimit-headers (its structured-field form), and
+//! `Retry-After`, from a [`Decision`]: written once, for `serve` and for any
+//! HTTP layer in front of a limit.
+//!
+//! ```text
+//! RateLimit-Policy: "sign-in";q=5;w=900
+//! RateLimit: "sign-in";r=0;t=720
+//! Retry-After: 720
+//! ```
+//!
+//! `q` is the quota (the budget of the part that answered), `w` its window in
+//! seconds, `r` what is left, `t` the seconds until it has more. The policy's
+//! name is the limit's, with the part after a `/` when the limit counts more
+//! than one (`"sign-in/ip"`), so a client can tell which ran out.
+
+use crate::{Decision, Millis};
+
+/// The header fields of one answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimitFields {
+    /// The `RateLimit-Policy` field.
+    pub policy: String,
+    /// The `RateLimit` field.
+    pub ratelimit: String,
+    /// The `Retry-After` field (whole seconds, rounded up), for a limited answer.
+    pub retry_after: Option<String>,
+}
+
+/// The fields for `decision` on limit `limit`, which counts `parts` parts.
+pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields {
+    let name = if parts > 1 { format!("{limit}/{}", decision.part) } else { limit.to_owned() };
+    let name = sf_string(&name);
+    let window = seconds_up(decision.window);
+    let reset = seconds_up(decision.reset_at.saturating_sub(decision.now));
+    let retry = decision.retry_after.map(|d| seconds_up(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+    // Retry-After never names a time before the reset the field announces.
+    let t = match retry {
+        Some(retry) if !decision.allowed => reset.max(retry),
+        _ => reset,
+    };
+    RateLimitFields {
+        policy: format!("{name};q={};w={window}", decision.budget),
+        ratelimit: format!("{name};r={};t={t}", decision.remaining),
+        retry_after: retry.filter(|_| !decision.allowed).map(|r| t.max(r).to_string()),
+    }
+}
+
+/// Milliseconds as whole seconds, rounded up, never negative.
+fn seconds_up(ms: Millis) -> i64 {
+    let ms = ms.max(0);
+    ms / 1_000 + i64::from(ms % 1_000 != 0)
+}
+
+/// A structured-field string: quoted, with `"` and `\` escaped. Limit and
+/// part names are printable ASCII, which is all a string may hold.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars().filter(|c| (' '..='~').contains(c)) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!([0, 1, 999, 1_000, 1_001, -5].map(seconds_up), [0, 1, 1, 1, 2, 0]);
+    }
+
+    #[test]
+    fn names_are_quoted_and_escaped() {
+        assert_eq!(sf_string("sign-in"), "\"sign-in\"");
+        assert_eq!(sf_string("a\"b\\c\u{e9}"), "\"a\\\"b\\\\c\"");
+    }
+}

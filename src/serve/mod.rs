@@ -1,0 +1,79 @@
+//! `limit-store serve`: the limits as an HTTP JSON service, for apps in any
+//! language (SPEC §9). It reaches the rest of the crate only through its
+//! public items: [`Limits`] counts, [`ratelimit_fields`](crate::ratelimit_fields)
+//! writes the header fields.
+//!
+//! - `POST /v1/limits/{name}/attempt` with `{"keys": {"account": "...", "ip": "..."}}`
+//! - `POST /v1/limits/{name}/reset` with the same body
+//! - `GET /v1/limits`, and `GET /healthz` (whether the store answers; open)
+//!
+//! With a token, every route but `/healthz` needs `Authorization: Bearer`.
+
+mod auth;
+pub mod error;
+mod routes;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+
+pub use routes::MAX_BODY;
+
+use crate::{Limits, SecretString};
+
+/// What every route shares.
+#[derive(Clone)]
+pub struct App {
+    limits: Arc<Limits>,
+    token: Option<SecretString>,
+}
+
+/// The service's routes over `limits`; with `token`, callers must send it.
+pub fn router(limits: Limits, token: Option<SecretString>) -> Router {
+    let app = App { limits: Arc::new(limits), token };
+    Router::new()
+        .route("/v1/limits/{name}/attempt", post(routes::attempt))
+        .route("/v1/limits/{name}/reset", post(routes::reset))
+        .route("/v1/limits", get(routes::list))
+        .route("/healthz", get(routes::healthz))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
+        .layer(middleware::from_fn(log_request))
+        .with_state(app)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then finishes the
+/// requests in flight.
+pub async fn run(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+/// One structured line per request, at debug level; never a key's value.
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    tracing::debug!(
+        kind = "limit-store-request",
+        %method,
+        path,
+        status = response.status().as_u16(),
+        micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "request"
+    );
+    response
+}

@@ -1,0 +1,210 @@
+//! The routes of the API (SPEC §9): attempt, reset, the list of limits, and
+//! health. Bodies are read by hand, so that every way a body can be wrong gets
+//! its own 4xx and a message that says what to send.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use super::error::ApiError;
+use super::App;
+use crate::limits::Algorithm;
+use crate::ratelimit_fields::fields;
+use crate::Decision;
+
+/// The largest body taken, in bytes.
+pub const MAX_BODY: usize = 16 * 1024;
+
+const BODY_SHAPE: &str =
+    r#"send {"keys": {"<part>": "<value>", ...}}, e.g. {"keys": {"account": "ada@example.com", "ip": "192.0.2.7"}}"#;
+
+/// `POST /v1/limits/{name}/attempt`: 200 allowed, 429 limited, 503 when the
+/// store is unavailable and the limit denies, 200 with `degraded` when it allows.
+pub async fn attempt(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let parts = parts_of(&headers, body)?;
+    let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
+    let decision = app.limits.attempt(&name, &refs).await?;
+    let count = app.limits.limit(&name).map_or(1, |l| l.parts().len());
+    Ok(answer(&name, count, &decision))
+}
+
+/// `POST /v1/limits/{name}/reset`: 204. Clears the counts a success clears:
+/// what an attacker would call to lift a lockout, so guard it with the token.
+pub async fn reset(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let parts = parts_of(&headers, body)?;
+    let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
+    app.limits.reset(&name, &refs).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/limits`: every limit with its parts, budgets, windows and policy.
+pub async fn list(State(app): State<App>) -> Json<Value> {
+    let limits: Vec<Value> = app
+        .limits
+        .names()
+        .iter()
+        .filter_map(|name| app.limits.limit(name))
+        .map(|limit| {
+            let parts: Vec<Value> = limit
+                .parts()
+                .iter()
+                .map(|p| {
+                    json!({
+                        "name": p.name(),
+                        "algorithm": algorithm_name(p.algorithm()),
+                        "budget": p.algorithm().budget(),
+                        "window_ms": p.algorithm().window(),
+                        "cleared_by_reset": p.resets(),
+                    })
+                })
+                .collect();
+            json!({
+                "name": limit.name(),
+                "parts": parts,
+                "policy": limit.unavailable_policy().as_str(),
+                "shadow": limit.is_shadow(),
+            })
+        })
+        .collect();
+    Json(json!({ "limits": limits }))
+}
+
+/// `GET /healthz`: 200 when the store answers, 503 (and why) when not.
+pub async fn healthz(State(app): State<App>) -> Result<Json<Value>, ApiError> {
+    match app.limits.check_store().await {
+        Ok(()) => Ok(Json(json!({"status": "ok"}))),
+        Err(e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", e.to_string())),
+    }
+}
+
+/// Any other path.
+pub async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "no such route: the API is POST /v1/limits/{name}/attempt, POST /v1/limits/{name}/reset, GET /v1/limits, GET /healthz",
+    )
+}
+
+/// A known path with the wrong method.
+pub async fn wrong_method() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "attempt and reset are POST; the rest GET")
+}
+
+fn algorithm_name(algorithm: &Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow { .. } => "fixed-window",
+        Algorithm::SlidingWindow { .. } => "sliding-window",
+        Algorithm::Lockout { .. } => "lockout",
+        Algorithm::Gcra { .. } => "gcra",
+    }
+}
+
+/// The `(part, value)` pairs of a body, or the 4xx that says what is wrong.
+fn parts_of(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Vec<(String, String)>, ApiError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            format!("a body is at most {MAX_BODY} bytes"),
+        ),
+        status => ApiError::new(status, "unreadable-body", e.body_text()),
+    })?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "send the body as JSON, with Content-Type: application/json",
+        ));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "empty-body", BODY_SHAPE));
+    }
+    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid-json", format!("the body is not JSON ({e}): {BODY_SHAPE}"))
+    })?;
+    let invalid =
+        |why: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", format!("{why}: {BODY_SHAPE}"));
+    let Value::Object(mut top) = value else { return Err(invalid("the body is not a JSON object".into())) };
+    let keys = top.remove("keys").ok_or_else(|| invalid("the body has no \"keys\"".into()))?;
+    if let Some(other) = top.keys().next() {
+        return Err(invalid(format!("unknown field \"{other}\"")));
+    }
+    let Value::Object(keys) = keys else { return Err(invalid("\"keys\" is not an object".into())) };
+    strings(keys).map_err(invalid)
+}
+
+/// Each part's value, which must be a string.
+fn strings(keys: Map<String, Value>) -> Result<Vec<(String, String)>, String> {
+    keys.into_iter()
+        .map(|(part, value)| match value {
+            Value::String(v) => Ok((part, v)),
+            other => Err(format!("the value of part \"{part}\" is {other}, not a string")),
+        })
+        .collect()
+}
+
+/// A decision as the API answers it.
+fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
+    let fields = fields(limit, parts, d);
+    let mut body = json!({
+        "allowed": d.allowed,
+        "remaining": d.remaining,
+        "reset_at": d.reset_at,
+        "budget": d.budget,
+        "part": d.part,
+    });
+    if let Some(by) = &d.limited_by {
+        body["limited_by"] = json!(by);
+    }
+    if let Some(retry) = d.retry_after {
+        body["retry_after_ms"] = json!(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
+    }
+    if let Some(reason) = d.degraded {
+        body["degraded"] = json!(reason.as_str());
+    }
+    if d.shadow_refused {
+        body["shadow_refused"] = json!(true);
+    }
+    let status = match (d.allowed, d.degraded) {
+        (true, _) => StatusCode::OK,
+        (false, Some(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        (false, None) => StatusCode::TOO_MANY_REQUESTS,
+    };
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        body["kind"] = json!("store-unavailable");
+        body["error"] = json!("the limit store is unavailable and this limit's policy is deny");
+    }
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    };
+    set("ratelimit-policy", &fields.policy);
+    set("ratelimit", &fields.ratelimit);
+    if let Some(retry) = &fields.retry_after {
+        set("retry-after", retry);
+    }
+    response
+}

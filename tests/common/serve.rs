@@ -1,0 +1,118 @@
+//! Runs `limit-store serve` as a child process on a free port, and speaks
+//! plain HTTP/1.1 to it over a real socket.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A running `serve`; killed when dropped.
+pub struct Serve {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Serve {
+    /// Starts `serve` with `args` and `env`, and waits until it answers.
+    pub async fn start(config: Option<&Path>, env: &[(&str, &str)], args: &[&str]) -> Serve {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_limit-store"));
+        command.args(["serve", "--listen", &addr]).args(args).stdout(Stdio::null()).stderr(Stdio::null());
+        command.env_remove("LIMIT_STORE_API_TOKEN").env_remove("LIMIT_STORE_SECRET");
+        command.env_remove("LIMIT_STORE_DATABASE_URL");
+        if let Some(config) = config {
+            command.args(["--config", config.to_str().unwrap()]);
+        }
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let serve = Serve { child: command.spawn().expect("start limit-store serve"), addr };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if let Ok(r) = serve.request("GET", "/healthz", &[], b"").await {
+                if r.status == 200 {
+                    return serve;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("serve did not answer on {} within 20 s", serve.addr);
+    }
+
+    /// One request; `headers` as `(name, value)`.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Reply> {
+        request(&self.addr, method, path, headers, body).await
+    }
+
+    /// A JSON POST.
+    pub async fn post(&self, path: &str, body: &str) -> Reply {
+        self.request("POST", path, &[("content-type", "application/json")], body.as_bytes()).await.unwrap()
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`, read to the end.
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
+    Ok(Reply { status, headers, body: body.to_owned() })
+}
