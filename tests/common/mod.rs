@@ -4,6 +4,7 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
+pub mod relay;
 #[cfg(feature = "serve")]
 pub mod serve;
 
