@@ -58,5 +58,5 @@ pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
-pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, Write};
+pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
 pub use transaction::in_transaction;

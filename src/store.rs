@@ -78,6 +78,33 @@ pub trait LimitStore: Send + Sync {
     fn is_guarded(&self) -> bool {
         false
     }
+
+    /// What the store can say of its fill and its sweeps, without a call to
+    /// the server (for metrics and `stats`); `None` when it keeps no count.
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+}
+
+/// A store's fill and sweeps, from [`LimitStore::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// Entries the bound counts now (the database store's estimate).
+    pub held: u64,
+    /// The bound.
+    pub max_entries: u64,
+    /// Sweeps run since the store was made.
+    pub sweeps: u64,
+    /// Expired entries those sweeps removed.
+    pub swept: u64,
+}
+
+impl StoreStats {
+    /// A store's stats.
+    pub fn new(held: u64, max_entries: u64, sweeps: u64, swept: u64) -> Self {
+        StoreStats { held, max_entries, sweeps, swept }
+    }
 }
 
 /// Runs `apply` through [`LimitStore::update`] and hands back what its last run

@@ -184,3 +184,30 @@ fn random_bodies_never_make_a_5xx() {
         .unwrap();
     drop(serve);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_attempts_calls_and_requests_without_keys() {
+    let serve = Serve::start(None, &[], &[]).await;
+    for _ in 0..6 {
+        serve.post(SIGN_IN, BODY).await;
+    }
+    serve.post("/v1/limits/nope/attempt", BODY).await;
+    let r = serve.request("GET", "/metrics", &[], b"").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let text = r.body;
+    for line in [
+        r#"limit_store_attempts_total{limit="sign-in",outcome="allowed"} 5"#,
+        r#"limit_store_attempts_total{limit="sign-in",outcome="limited"} 1"#,
+        r#"limit_store_http_requests_total{route="/v1/limits/{name}/attempt",status="200"} 5"#,
+        r#"limit_store_http_requests_total{route="/v1/limits/{name}/attempt",status="429"} 1"#,
+        r#"limit_store_http_requests_total{route="/v1/limits/{name}/attempt",status="404"} 1"#,
+        "limit_store_store_call_seconds_count 7",
+        "limit_store_store_calls_in_flight 0",
+        "limit_store_live_entries 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+    }
+    assert!(text.contains("limit_store_fill_ratio ") && text.contains("limit_store_sweeps "), "{text}");
+    assert!(!text.contains("ada@example.com") && !text.contains("192.0.2.7"), "a key in the metrics:\n{text}");
+}

@@ -298,6 +298,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         true
     }
 
+    fn stats(&self) -> Option<crate::StoreStats> {
+        self.inner.stats()
+    }
+
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         if self.inner.answers_at_once() {
             return self.at_once(self.inner.update(keys, apply)).await;

@@ -308,6 +308,14 @@ impl Limits {
         Ok(())
     }
 
+    /// The store's fill and sweeps (see [`LimitStore::stats`]).
+    pub fn store_stats(&self) -> Option<crate::StoreStats> {
+        self.limits.values().find_map(|c| match &c.backend {
+            Backend::Store(store) => store.stats(),
+            Backend::Legacy(_) => None,
+        })
+    }
+
     /// Whether the store answers: one read through its guard. For health checks.
     pub async fn check_store(&self) -> Result<(), StoreError> {
         let store = self.limits.values().find_map(|c| match &c.backend {

@@ -11,13 +11,14 @@
 
 mod auth;
 pub mod error;
+pub mod metrics;
 mod routes;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -33,21 +34,23 @@ use crate::{Limits, SecretString};
 pub struct App {
     limits: Arc<Limits>,
     token: Option<SecretString>,
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// The service's routes over `limits`; with `token`, callers must send it.
 pub fn router(limits: Limits, token: Option<SecretString>) -> Router {
-    let app = App { limits: Arc::new(limits), token };
+    let app = App { limits: Arc::new(limits), token, metrics: Arc::new(metrics::Metrics::new()) };
     Router::new()
         .route("/v1/limits/{name}/attempt", post(routes::attempt))
         .route("/v1/limits/{name}/reset", post(routes::reset))
         .route("/v1/limits", get(routes::list))
         .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
-        .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn_with_state(app.clone(), log_request))
         .with_state(app)
 }
 
@@ -61,12 +64,15 @@ pub async fn run(
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 
-/// One structured line per request, at debug level; never a key's value.
-async fn log_request(request: Request, next: Next) -> Response {
+/// One structured line per request, at debug level, and its count by route
+/// and status; never a key's value.
+async fn log_request(State(app): State<App>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
     let response = next.run(request).await;
+    app.metrics.answered(&route, response.status().as_u16());
     tracing::debug!(
         kind = "limit-store-request",
         %method,

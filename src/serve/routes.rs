@@ -32,7 +32,11 @@ pub async fn attempt(
 ) -> Result<Response, ApiError> {
     let parts = parts_of(&headers, body)?;
     let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
-    let decision = app.limits.attempt(&name, &refs).await?;
+    let call = app.metrics.call();
+    let decision = app.limits.attempt(&name, &refs).await;
+    drop(call);
+    let decision = decision?;
+    app.metrics.decided(&name, &decision);
     let count = app.limits.limit(&name).map_or(1, |l| l.parts().len());
     Ok(answer(&name, count, &decision))
 }
@@ -89,6 +93,12 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<Value>, ApiError> {
         Ok(()) => Ok(Json(json!({"status": "ok"}))),
         Err(e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", e.to_string())),
     }
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn metrics(State(app): State<App>) -> Response {
+    let text = app.metrics.render(&app.limits);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 /// Any other path.

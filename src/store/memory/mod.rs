@@ -22,7 +22,7 @@ pub use sweeper::SWEEP_EVERY;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
@@ -65,6 +65,9 @@ struct Inner {
     /// Asks the background sweeper to run now.
     wake: Arc<tokio::sync::Notify>,
     sweeper: OnceLock<tokio::task::AbortHandle>,
+    /// Full sweeps run, and entries any sweep removed.
+    sweeps: AtomicU64,
+    swept: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -160,6 +163,8 @@ impl MemoryStore {
             next_shard: AtomicUsize::new(0),
             wake: Arc::new(tokio::sync::Notify::new()),
             sweeper: OnceLock::new(),
+            sweeps: AtomicU64::new(0),
+            swept: AtomicU64::new(0),
         });
         if let Some(sweeper) = sweeper::spawn(Arc::downgrade(&inner), inner.wake.clone()) {
             let _ = inner.sweeper.set(sweeper);
@@ -216,6 +221,7 @@ impl Inner {
     /// expiry hint as it goes (puts that race with it lower the hint themselves).
     fn sweep(&self, now: Millis) -> u64 {
         self.earliest_expiry.store(Millis::MAX, Ordering::Relaxed);
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
         (0..SHARDS).map(|shard| self.sweep_shard(shard, now)).sum()
     }
 
@@ -234,6 +240,7 @@ impl Inner {
         let gone = (before - table.len()) as u64;
         drop(table);
         self.bound.release(gone);
+        self.swept.fetch_add(gone, Ordering::Relaxed);
         self.note_expiry(earliest);
         gone
     }
@@ -422,6 +429,12 @@ impl LimitStore for MemoryStore {
     /// Every call takes only short locks, and never awaits.
     fn answers_at_once(&self) -> bool {
         true
+    }
+
+    fn stats(&self) -> Option<crate::StoreStats> {
+        let inner = &self.inner;
+        let (sweeps, swept) = (inner.sweeps.load(Ordering::Relaxed), inner.swept.load(Ordering::Relaxed));
+        Some(crate::StoreStats::new(inner.bound.held(), inner.bound.max(), sweeps, swept))
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
