@@ -112,6 +112,15 @@ impl Metrics {
         self.attempts.get_or_create(&Attempt { limit: limit.to_owned(), outcome }).inc();
     }
 
+    /// The unavailable answers so far, by reason.
+    pub fn unavailable_by_reason(&self) -> Vec<(&'static str, u64)> {
+        use crate::error::Unavailable::{Full, Overloaded, StoreFailed, Timeout};
+        [Timeout, Overloaded, Full, StoreFailed]
+            .into_iter()
+            .map(|r| (r.as_str(), self.unavailable.get_or_create(&Reason { reason: r.as_str() }).get()))
+            .collect()
+    }
+
     /// Counts one HTTP answer.
     pub fn answered(&self, route: &str, status: u16) {
         self.http.get_or_create(&Http { route: route.to_owned(), status }).inc();

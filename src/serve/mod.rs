@@ -13,6 +13,7 @@ mod auth;
 pub mod error;
 pub mod metrics;
 mod routes;
+mod status;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,17 +36,20 @@ pub struct App {
     limits: Arc<Limits>,
     token: Option<SecretString>,
     metrics: Arc<metrics::Metrics>,
+    started: Instant,
 }
 
 /// The service's routes over `limits`; with `token`, callers must send it.
 pub fn router(limits: Limits, token: Option<SecretString>) -> Router {
-    let app = App { limits: Arc::new(limits), token, metrics: Arc::new(metrics::Metrics::new()) };
+    let app =
+        App { limits: Arc::new(limits), token, metrics: Arc::new(metrics::Metrics::new()), started: Instant::now() };
     Router::new()
         .route("/v1/limits/{name}/attempt", post(routes::attempt))
         .route("/v1/limits/{name}/reset", post(routes::reset))
         .route("/v1/limits", get(routes::list))
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
+        .route("/", get(routes::status))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -95,6 +95,11 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<Value>, ApiError> {
     }
 }
 
+/// `GET /`: the status page.
+pub async fn status(State(app): State<App>) -> axum::response::Html<String> {
+    axum::response::Html(super::status::render(&app))
+}
+
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(app): State<App>) -> Response {
     let text = app.metrics.render(&app.limits);

@@ -1,0 +1,58 @@
+//! The status page in a real browser: headless Chromium (Debian's) renders
+//! `GET /`, and the DOM holds the limits, their budgets and the counts since
+//! start, the store's fill and the version. A screenshot is kept in
+//! `target/serve-status.png`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::serve::Serve;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn chromium(url: &str, what: &[&str]) -> std::process::Output {
+    let profile = std::env::temp_dir().join(format!("limit-store-chromium-{}", std::process::id()));
+    let out = Command::new(CHROMIUM)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
+        .args(["--disable-component-update", "--disable-sync", "--disable-quic"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(what)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(profile);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_the_limits_and_their_figures() {
+    if !Path::new(CHROMIUM).exists() {
+        // .ci/run installs Debian's chromium and fails if it can't.
+        eprintln!("{CHROMIUM} is not installed: skipping the browser test (apt-get install chromium)");
+        return;
+    }
+    let serve = Serve::start(None, &[], &[]).await;
+    let body = r#"{"keys": {"account": "page@example.com", "ip": "192.0.2.50"}}"#;
+    for _ in 0..7 {
+        serve.post("/v1/limits/sign-in/attempt", body).await;
+    }
+    let url = format!("http://{}/", serve.addr);
+    let dom = chromium(&url, &["--dump-dom"]);
+    assert!(dom.status.success(), "{}", String::from_utf8_lossy(&dom.stderr));
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for limit in ["sign-in", "password-reset", "code-sent", "code-verify", "api"] {
+        assert!(dom.contains(&format!("<tr data-limit=\"{limit}\"><td>{limit}</td>")), "{limit} missing:\n{dom}");
+    }
+    let sign_in = dom.split("<tr data-limit=\"sign-in\">").nth(1).unwrap();
+    assert!(sign_in.contains("<td class=\"budget\">5</td><td>15 min</td><td>deny</td>"), "{sign_in}");
+    assert!(sign_in.contains("<td class=\"allowed\">5</td><td class=\"limited\">2</td>"), "{sign_in}");
+    assert!(dom.contains("<span id=\"live\">2</span>") && dom.contains("<span id=\"bound\">100000</span>"), "{dom}");
+    assert!(dom.contains(env!("CARGO_PKG_VERSION")), "{dom}");
+
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/serve-status.png");
+    let _ = std::fs::remove_file(&shot);
+    let taken = chromium(&url, &["--window-size=1100,800", &format!("--screenshot={}", shot.display())]);
+    assert!(taken.status.success() && shot.exists(), "{}", String::from_utf8_lossy(&taken.stderr));
+}
