@@ -241,14 +241,26 @@ impl Config {
     /// Opens the configured store (the database store needs its table:
     /// `limit-store migrate`) and builds the limits on it.
     pub async fn build_limits(&self) -> Result<Limits, LimitError> {
-        let store: Arc<dyn LimitStore> = match self.store {
+        let store = self.open_store().await?;
+        self.apply(Limits::builder().store(store)).build()
+    }
+
+    /// Opens the configured store, to build limits on it with
+    /// [`Config::apply`] (again and again, keeping its counts).
+    pub async fn open_store(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
+        Ok(match self.store {
             StoreKind::Memory => Arc::new(match self.max_entries {
                 Some(n) => MemoryStore::with_max_entries(n),
                 None => MemoryStore::new(),
             }),
             StoreKind::Database => self.database().await?,
-        };
-        self.apply(Limits::builder().store(store)).build()
+        })
+    }
+
+    /// True when `other` opens the same store: only the limits' settings differ.
+    pub fn same_store(&self, other: &Config) -> bool {
+        (self.store, &self.database_url, &self.table, &self.secret, self.max_entries)
+            == (other.store, &other.database_url, &other.table, &other.secret, other.max_entries)
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -5,8 +5,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use limit_store::config::StoreKind;
-use limit_store::SecretString;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use limit_store::config::{Config, StoreKind};
+use limit_store::serve::LimitsHandle;
+use limit_store::{LimitStore, Limits, SecretString};
 
 /// Options of `serve`.
 #[derive(Debug, clap::Args)]
@@ -27,7 +31,15 @@ pub struct ServeArgs {
 
 /// Loads the settings, builds the limits, and serves until SIGTERM or Ctrl-C.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = super::settings(args.config.as_deref())?;
+    let path = args.config.clone().or_else(|| {
+        let default = PathBuf::from(limit_store::config::FILE);
+        default.exists().then_some(default)
+    });
+    let mut config = super::settings(path.as_deref())?;
+    if path.is_none() {
+        // No settings: the presets on the memory store of this one process.
+        config.single_instance = true;
+    }
     let token = match &args.token_file {
         Some(path) => Some(SecretString::new(
             std::fs::read_to_string(path).with_context(|| format!("read the token file {}", path.display()))?.trim(),
@@ -41,7 +53,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.listen
         );
     }
-    let limits = config.build_limits().await.context("open the store")?;
+    let store = config.open_store().await.context("open the store")?;
+    let limits = config.apply(Limits::builder().store(store.clone())).build()?;
+    let limits = LimitsHandle::new(limits);
+    if let Some(path) = path {
+        tokio::spawn(reload(path, config.clone(), store, limits.clone()));
+    }
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listen on {}", args.listen))?;
     let store = match config.store {
@@ -80,5 +97,63 @@ async fn shutdown() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+/// Reloads the limits' settings from `path` on SIGHUP, or when the file
+/// changes (looked at every 2 s), on the same store, so counts are kept. A
+/// file that can't be used is refused, with its error and line, and the
+/// running settings stay.
+async fn reload(path: PathBuf, mut running: Config, store: Arc<dyn LimitStore>, limits: LimitsHandle) {
+    let modified = |path: &PathBuf| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let mut seen: Option<SystemTime> = modified(&path);
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(h) => drop(h.recv().await),
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<()>();
+        tokio::select! {
+            () = hup => {}
+            () = tokio::time::sleep(Duration::from_secs(2)) => {
+                let now = modified(&path);
+                if now == seen {
+                    continue;
+                }
+            }
+        }
+        seen = modified(&path);
+        let config = match Config::load(&path) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!(kind = "limit-store-config-refused", error = %e, "the changed settings were refused; the running ones stay");
+                continue;
+            }
+        };
+        if !config.same_store(&running) {
+            tracing::warn!(
+                kind = "limit-store-config-restart",
+                "the store's settings changed: they apply at the next start; the limits' settings apply now"
+            );
+        }
+        match config.apply(Limits::builder().store(store.clone())).build() {
+            Ok(built) => {
+                limits.replace(built);
+                running = config;
+                tracing::info!(
+                    kind = "limit-store-config-reloaded",
+                    "reloaded the limits' settings; the counts are kept"
+                );
+            }
+            Err(e) => {
+                tracing::error!(kind = "limit-store-config-refused", error = %e, "the changed settings were refused; the running ones stay")
+            }
+        }
     }
 }

@@ -30,19 +30,40 @@ pub use routes::MAX_BODY;
 
 use crate::{Limits, SecretString};
 
+/// The limits the service answers with, which a reload replaces: a request
+/// keeps the ones it started with.
+#[derive(Clone, Debug)]
+pub struct LimitsHandle(Arc<parking_lot::RwLock<Arc<Limits>>>);
+
+impl LimitsHandle {
+    /// A handle on `limits`.
+    pub fn new(limits: Limits) -> Self {
+        LimitsHandle(Arc::new(parking_lot::RwLock::new(Arc::new(limits))))
+    }
+
+    /// The limits now.
+    pub fn current(&self) -> Arc<Limits> {
+        self.0.read().clone()
+    }
+
+    /// From now on, `limits` answer (built on the same store, they keep its counts).
+    pub fn replace(&self, limits: Limits) {
+        *self.0.write() = Arc::new(limits);
+    }
+}
+
 /// What every route shares.
 #[derive(Clone)]
 pub struct App {
-    limits: Arc<Limits>,
+    limits: LimitsHandle,
     token: Option<SecretString>,
     metrics: Arc<metrics::Metrics>,
     started: Instant,
 }
 
 /// The service's routes over `limits`; with `token`, callers must send it.
-pub fn router(limits: Limits, token: Option<SecretString>) -> Router {
-    let app =
-        App { limits: Arc::new(limits), token, metrics: Arc::new(metrics::Metrics::new()), started: Instant::now() };
+pub fn router(limits: LimitsHandle, token: Option<SecretString>) -> Router {
+    let app = App { limits, token, metrics: Arc::new(metrics::Metrics::new()), started: Instant::now() };
     Router::new()
         .route("/v1/limits/{name}/attempt", post(routes::attempt))
         .route("/v1/limits/{name}/reset", post(routes::reset))

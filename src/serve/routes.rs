@@ -32,12 +32,13 @@ pub async fn attempt(
 ) -> Result<Response, ApiError> {
     let parts = parts_of(&headers, body)?;
     let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
+    let limits = app.limits.current();
     let call = app.metrics.call();
-    let decision = app.limits.attempt(&name, &refs).await;
+    let decision = limits.attempt(&name, &refs).await;
     drop(call);
     let decision = decision?;
     app.metrics.decided(&name, &decision);
-    let count = app.limits.limit(&name).map_or(1, |l| l.parts().len());
+    let count = limits.limit(&name).map_or(1, |l| l.parts().len());
     Ok(answer(&name, count, &decision))
 }
 
@@ -51,17 +52,17 @@ pub async fn reset(
 ) -> Result<StatusCode, ApiError> {
     let parts = parts_of(&headers, body)?;
     let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
-    app.limits.reset(&name, &refs).await?;
+    app.limits.current().reset(&name, &refs).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /v1/limits`: every limit with its parts, budgets, windows and policy.
 pub async fn list(State(app): State<App>) -> Json<Value> {
-    let limits: Vec<Value> = app
-        .limits
+    let current = app.limits.current();
+    let limits: Vec<Value> = current
         .names()
         .iter()
-        .filter_map(|name| app.limits.limit(name))
+        .filter_map(|name| current.limit(name))
         .map(|limit| {
             let parts: Vec<Value> = limit
                 .parts()
@@ -89,7 +90,7 @@ pub async fn list(State(app): State<App>) -> Json<Value> {
 
 /// `GET /healthz`: 200 when the store answers, 503 (and why) when not.
 pub async fn healthz(State(app): State<App>) -> Result<Json<Value>, ApiError> {
-    match app.limits.check_store().await {
+    match app.limits.current().check_store().await {
         Ok(()) => Ok(Json(json!({"status": "ok"}))),
         Err(e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", e.to_string())),
     }
@@ -102,7 +103,7 @@ pub async fn status(State(app): State<App>) -> axum::response::Html<String> {
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(app): State<App>) -> Response {
-    let text = app.metrics.render(&app.limits);
+    let text = app.metrics.render(&app.limits.current());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

@@ -19,9 +19,10 @@ pub fn render(app: &App) -> String {
         env!("CARGO_PKG_VERSION"),
         uptime(app.started.elapsed()),
     );
+    let limits = app.limits.current();
     html.push_str("<h2>Limits</h2><table id=\"limits\"><thead><tr><th>limit</th><th>part</th><th>budget</th><th>window</th><th>policy</th><th>allowed</th><th>limited</th><th>degraded</th><th>shadow</th></tr></thead><tbody>");
-    for name in app.limits.names() {
-        let (Some(limit), Some(c)) = (app.limits.limit(&name), app.limits.counters(&name)) else { continue };
+    for name in limits.names() {
+        let (Some(limit), Some(c)) = (limits.limit(&name), limits.counters(&name)) else { continue };
         for (i, part) in limit.parts().iter().enumerate() {
             let first = i == 0;
             let _ = write!(
@@ -45,7 +46,7 @@ pub fn render(app: &App) -> String {
         }
     }
     html.push_str("</tbody></table><h2>Store</h2>");
-    match app.limits.store_stats() {
+    match limits.store_stats() {
         Some(s) => {
             #[allow(clippy::cast_precision_loss)] // a percentage for people
             let fill = s.held as f64 * 100.0 / s.max_entries.max(1) as f64;

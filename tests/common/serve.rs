@@ -30,9 +30,23 @@ pub fn free_port() -> u16 {
 impl Serve {
     /// Starts `serve` with `args` and `env`, and waits until it answers.
     pub async fn start(config: Option<&Path>, env: &[(&str, &str)], args: &[&str]) -> Serve {
+        Self::start_logging(config, env, args, None).await
+    }
+
+    /// [`Serve::start`], writing its log lines to `log`.
+    pub async fn start_logging(
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[&str],
+        log: Option<&Path>,
+    ) -> Serve {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_limit-store"));
-        command.args(["serve", "--listen", &addr]).args(args).stdout(Stdio::null()).stderr(Stdio::null());
+        let stderr = match log {
+            Some(log) => Stdio::from(std::fs::File::create(log).unwrap()),
+            None => Stdio::null(),
+        };
+        command.args(["serve", "--listen", &addr]).args(args).stdout(Stdio::null()).stderr(stderr);
         command.env_remove("LIMIT_STORE_API_TOKEN").env_remove("LIMIT_STORE_SECRET");
         command.env_remove("LIMIT_STORE_DATABASE_URL");
         if let Some(config) = config {
