@@ -29,8 +29,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": self.error, "kind": self.kind});
-        (self.status, Json(body)).into_response()
+        (self.status, Json(super::bodies::ErrorBody { error: self.error, kind: self.kind.to_owned() })).into_response()
     }
 }
 

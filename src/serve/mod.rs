@@ -10,8 +10,10 @@
 //! With a token, every route but `/healthz` needs `Authorization: Bearer`.
 
 mod auth;
+pub mod bodies;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 mod routes;
 mod status;
 
@@ -71,6 +73,7 @@ pub fn router(limits: LimitsHandle, token: Option<SecretString>) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/", get(routes::status))
+        .route("/openapi.json", get(openapi::document))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -8,8 +8,11 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
+use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody};
+#[allow(unused_imports)] // named in the OpenAPI annotations
+use super::bodies::{ErrorBody, KeysBody};
 use super::error::ApiError;
 use super::App;
 use crate::limits::Algorithm;
@@ -24,6 +27,20 @@ const BODY_SHAPE: &str =
 
 /// `POST /v1/limits/{name}/attempt`: 200 allowed, 429 limited, 503 when the
 /// store is unavailable and the limit denies, 200 with `degraded` when it allows.
+#[utoipa::path(post, path = "/v1/limits/{name}/attempt", request_body = KeysBody,
+    params(("name" = String, Path, description = "The limit, as `sign-in`")),
+    responses(
+        (status = 200, description = "Allowed (or degraded and the limit allows)", body = DecisionBody,
+            headers(("RateLimit-Policy" = String), ("RateLimit" = String))),
+        (status = 429, description = "Limited", body = DecisionBody,
+            headers(("Retry-After" = String), ("RateLimit-Policy" = String), ("RateLimit" = String))),
+        (status = 503, description = "The store is unavailable and the limit denies", body = DecisionBody),
+        (status = 400, description = "Bad JSON or an empty body", body = ErrorBody),
+        (status = 404, description = "No such limit", body = ErrorBody),
+        (status = 413, description = "A body over 16 KiB", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "A wrong, missing or unknown part", body = ErrorBody),
+    ))]
 pub async fn attempt(
     State(app): State<App>,
     Path(name): Path<String>,
@@ -44,6 +61,15 @@ pub async fn attempt(
 
 /// `POST /v1/limits/{name}/reset`: 204. Clears the counts a success clears:
 /// what an attacker would call to lift a lockout, so guard it with the token.
+#[utoipa::path(post, path = "/v1/limits/{name}/reset", request_body = KeysBody,
+    params(("name" = String, Path, description = "The limit, as `sign-in`")),
+    responses(
+        (status = 204, description = "Cleared"),
+        (status = 400, description = "Bad JSON or an empty body", body = ErrorBody),
+        (status = 404, description = "No such limit", body = ErrorBody),
+        (status = 422, description = "A wrong or unknown part", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ))]
 pub async fn reset(
     State(app): State<App>,
     Path(name): Path<String>,
@@ -57,41 +83,41 @@ pub async fn reset(
 }
 
 /// `GET /v1/limits`: every limit with its parts, budgets, windows and policy.
-pub async fn list(State(app): State<App>) -> Json<Value> {
+#[utoipa::path(get, path = "/v1/limits", responses((status = 200, description = "The limits", body = LimitsBody)))]
+pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
     let current = app.limits.current();
-    let limits: Vec<Value> = current
+    let limits = current
         .names()
         .iter()
         .filter_map(|name| current.limit(name))
-        .map(|limit| {
-            let parts: Vec<Value> = limit
+        .map(|limit| LimitBody {
+            name: limit.name().to_owned(),
+            parts: limit
                 .parts()
                 .iter()
-                .map(|p| {
-                    json!({
-                        "name": p.name(),
-                        "algorithm": algorithm_name(p.algorithm()),
-                        "budget": p.algorithm().budget(),
-                        "window_ms": p.algorithm().window(),
-                        "cleared_by_reset": p.resets(),
-                    })
+                .map(|p| PartBody {
+                    name: p.name().to_owned(),
+                    algorithm: algorithm_name(p.algorithm()).to_owned(),
+                    budget: p.algorithm().budget(),
+                    window_ms: p.algorithm().window(),
+                    cleared_by_reset: p.resets(),
                 })
-                .collect();
-            json!({
-                "name": limit.name(),
-                "parts": parts,
-                "policy": limit.unavailable_policy().as_str(),
-                "shadow": limit.is_shadow(),
-            })
+                .collect(),
+            policy: limit.unavailable_policy().as_str().to_owned(),
+            shadow: limit.is_shadow(),
         })
         .collect();
-    Json(json!({ "limits": limits }))
+    Json(LimitsBody { limits })
 }
 
 /// `GET /healthz`: 200 when the store answers, 503 (and why) when not.
-pub async fn healthz(State(app): State<App>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/healthz", responses(
+    (status = 200, description = "The store answers", body = HealthBody),
+    (status = 503, description = "The store does not answer", body = ErrorBody),
+))]
+pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiError> {
     match app.limits.current().check_store().await {
-        Ok(()) => Ok(Json(json!({"status": "ok"}))),
+        Ok(()) => Ok(Json(HealthBody { status: "ok".into() })),
         Err(e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", e.to_string())),
     }
 }
@@ -182,34 +208,25 @@ fn strings(keys: Map<String, Value>) -> Result<Vec<(String, String)>, String> {
 /// A decision as the API answers it.
 fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
     let fields = fields(limit, parts, d);
-    let mut body = json!({
-        "allowed": d.allowed,
-        "remaining": d.remaining,
-        "reset_at": d.reset_at,
-        "budget": d.budget,
-        "part": d.part,
-    });
-    if let Some(by) = &d.limited_by {
-        body["limited_by"] = json!(by);
-    }
-    if let Some(retry) = d.retry_after {
-        body["retry_after_ms"] = json!(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
-    }
-    if let Some(reason) = d.degraded {
-        body["degraded"] = json!(reason.as_str());
-    }
-    if d.shadow_refused {
-        body["shadow_refused"] = json!(true);
-    }
     let status = match (d.allowed, d.degraded) {
         (true, _) => StatusCode::OK,
         (false, Some(_)) => StatusCode::SERVICE_UNAVAILABLE,
         (false, None) => StatusCode::TOO_MANY_REQUESTS,
     };
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        body["kind"] = json!("store-unavailable");
-        body["error"] = json!("the limit store is unavailable and this limit's policy is deny");
-    }
+    let unavailable = status == StatusCode::SERVICE_UNAVAILABLE;
+    let body = DecisionBody {
+        allowed: d.allowed,
+        remaining: d.remaining,
+        reset_at: d.reset_at,
+        budget: d.budget,
+        part: d.part.clone(),
+        limited_by: d.limited_by.clone(),
+        retry_after_ms: d.retry_after.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+        degraded: d.degraded.map(|r| r.as_str().to_owned()),
+        shadow_refused: d.shadow_refused,
+        kind: unavailable.then(|| "store-unavailable".to_owned()),
+        error: unavailable.then(|| "the limit store is unavailable and this limit's policy is deny".to_owned()),
+    };
     let mut response = (status, Json(body)).into_response();
     let headers = response.headers_mut();
     let mut set = |name: &'static str, value: &str| {

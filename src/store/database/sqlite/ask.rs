@@ -41,9 +41,14 @@ pub(super) fn channel() -> (Asks, Asked) {
     mpsc::channel(1)
 }
 
-/// How long the writer spins for an answer before it lets its thread sleep:
-/// a caller that waits answers within a few µs.
-const SPIN: Duration = Duration::from_micros(30);
+/// How long the writer spins for an answer, keeping its core (a yield on a
+/// busy machine can give it away for a time slice): a caller that waits
+/// answers within a few µs.
+const SPIN: Duration = Duration::from_micros(40);
+
+/// Then how long it yields its thread between looks before it sleeps: a
+/// parked writer takes tens of µs to wake.
+const LINGER: Duration = Duration::from_micros(150);
 
 /// A question sent, whose answer the writer waits for.
 pub(super) struct Pending(Receiver<Decided>);
@@ -64,6 +69,7 @@ impl Pending {
                 Ok(decided) => return Some(decided),
                 Err(TryRecvError::Disconnected) => return None,
                 Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+                Err(TryRecvError::Empty) if start.elapsed() < LINGER => std::thread::yield_now(),
                 Err(TryRecvError::Empty) => break,
             }
         }

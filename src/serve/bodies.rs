@@ -1,0 +1,98 @@
+//! The JSON bodies of the API, as types: the handlers answer with them and
+//! the OpenAPI document (`GET /openapi.json`) is generated from them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The body of an attempt or a reset: the value of each part of the limit.
+#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
+pub struct KeysBody {
+    /// `{"account": "ada@example.com", "ip": "192.0.2.7"}`: one string per part.
+    pub keys: BTreeMap<String, String>,
+}
+
+/// The answer to an attempt.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecisionBody {
+    /// Go ahead.
+    pub allowed: bool,
+    /// Attempts left on the part with the fewest.
+    pub remaining: u64,
+    /// When that part has more budget (ms since the Unix epoch, on the store's clock).
+    pub reset_at: i64,
+    /// The budget of the part that answered.
+    pub budget: u64,
+    /// The part that answered.
+    pub part: String,
+    /// For a limited attempt: the part that ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
+    /// For a limited attempt: how long until one would be allowed (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The store was unavailable and the limit's policy answered: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
+    /// Shadow mode let through an attempt it would have refused.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_refused: bool,
+    /// With a 503: `store-unavailable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// With a 503: what happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Every answer that is not a decision.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What is wrong and what to send instead.
+    pub error: String,
+    /// A stable name of the error (`unknown-limit`, `invalid-json`, …).
+    pub kind: String,
+}
+
+/// The limits, from `GET /v1/limits`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LimitsBody {
+    /// Every limit, by name.
+    pub limits: Vec<LimitBody>,
+}
+
+/// One limit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LimitBody {
+    /// Its name.
+    pub name: String,
+    /// Its parts, in the order their keys are counted.
+    pub parts: Vec<PartBody>,
+    /// `allow` or `deny` when the store is unavailable.
+    pub policy: String,
+    /// Shadow mode: counts, refuses nothing.
+    pub shadow: bool,
+}
+
+/// One part of a limit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PartBody {
+    /// Its name.
+    pub name: String,
+    /// `fixed-window`, `sliding-window`, `lockout` or `gcra`.
+    pub algorithm: String,
+    /// Attempts per window.
+    pub budget: u64,
+    /// The window (ms).
+    pub window_ms: i64,
+    /// Whether a reset clears it.
+    pub cleared_by_reset: bool,
+}
+
+/// The answer of `GET /healthz` when the store answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthBody {
+    /// `ok`.
+    pub status: String,
+}
