@@ -8,24 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::db::{server, sqlite_url, SECRET};
-use limit_store::{DatabaseStore, Entry, LimitStore, Millis, Write};
-use serde_json::json;
+use common::db::{add_one, server, sqlite_url, value, SECRET};
+use limit_store::{DatabaseStore, Entry, LimitStore, Write};
 use sqlx::{Connection, Executor};
-
-/// Adds one to `key`'s count.
-async fn add_one(db: &DatabaseStore, key: &str) {
-    db.update(&[key], &mut |rows: &[Option<Entry>], now: Millis| {
-        let n = rows[0].as_ref().map_or(0, |e| e.value.as_u64().unwrap());
-        vec![Write::Put(Entry { value: json!(n + 1), expires_at: now + 60_000 })]
-    })
-    .await
-    .unwrap();
-}
-
-async fn value(db: &DatabaseStore, key: &str) -> Option<u64> {
-    db.read(&[key]).await.unwrap()[0].as_ref().map(|e| e.value.as_u64().unwrap())
-}
 
 /// The SQLite file behind a `sqlite://` URL.
 fn file(url: &str) -> String {

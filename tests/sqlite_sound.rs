@@ -10,22 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use common::db::{sqlite_url, SECRET};
+use common::db::{add_one, sqlite_url, value, SECRET};
 use limit_store::{DatabaseStore, Entry, LimitStore, Millis, Write};
 use serde_json::json;
-
-async fn add_one(db: &DatabaseStore, key: &str) {
-    db.update(&[key], &mut |rows: &[Option<Entry>], now: Millis| {
-        let n = rows[0].as_ref().map_or(0, |e| e.value.as_u64().unwrap());
-        vec![Write::Put(Entry { value: json!(n + 1), expires_at: now + 60_000 })]
-    })
-    .await
-    .unwrap();
-}
-
-async fn value(db: &DatabaseStore, key: &str) -> Option<u64> {
-    db.read(&[key]).await.unwrap()[0].as_ref().map(|e| e.value.as_u64().unwrap())
-}
 
 async fn open(in_place: bool) -> (Arc<DatabaseStore>, rusqlite::Connection) {
     let url = sqlite_url("sound");

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use limit_store::config::Config;
 use limit_store::{DatabaseStore, LimitStore, SecretString, SecretUrl};
 
-/// Options of `migrate`: the database from the settings, or these flags.
+/// Where the database is: the settings (file, then environment), then
+/// these flags.
 #[derive(Debug, clap::Args)]
-pub struct MigrateArgs {
+pub struct DatabaseArgs {
     /// The settings file (default: ./limit-store.toml when it exists).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -21,19 +22,32 @@ pub struct MigrateArgs {
     table: Option<String>,
 }
 
-/// Options of the commands that open a database store: the settings (file,
-/// then environment), then these flags.
+impl DatabaseArgs {
+    /// The settings, with the flags' URL and table when given.
+    fn settings(&self) -> anyhow::Result<Config> {
+        let mut config = super::settings(self.config.as_deref())?;
+        if let Some(url) = &self.database_url {
+            config.database_url = url.clone();
+        }
+        if let Some(table) = &self.table {
+            config.table = Some(table.clone());
+        }
+        Ok(config)
+    }
+}
+
+/// Options of `migrate`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+/// Options of the commands that open a database store.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
-    /// The settings file (default: ./limit-store.toml when it exists).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// The database: sqlite://PATH, postgres://… or mysql://…
-    #[arg(long)]
-    database_url: Option<SecretUrl>,
-    /// The table's name.
-    #[arg(long)]
-    table: Option<String>,
+    #[command(flatten)]
+    database: DatabaseArgs,
     /// The site secret keys are hashed under (at least 32 bytes).
     #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
     secret: Option<SecretString>,
@@ -42,29 +56,13 @@ pub struct StoreArgs {
     max_entries: Option<u64>,
 }
 
-/// The settings with `url` and `table` from the flags, when given.
-fn database(
-    config: Option<&std::path::Path>,
-    url: &Option<SecretUrl>,
-    table: &Option<String>,
-) -> anyhow::Result<Config> {
-    let mut config = super::settings(config)?;
-    if let Some(url) = url {
-        config.database_url = url.clone();
-    }
-    if let Some(table) = table {
-        config.table = Some(table.clone());
-    }
-    Ok(config)
-}
-
 fn table(config: &Config) -> &str {
     config.table.as_deref().unwrap_or(limit_store::store::database::DEFAULT_TABLE)
 }
 
 impl StoreArgs {
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
-        let mut config = database(self.config.as_deref(), &self.database_url, &self.table)?;
+        let mut config = self.database.settings()?;
         if let Some(secret) = &self.secret {
             config.secret = Some(secret.clone());
         }
@@ -84,7 +82,7 @@ impl StoreArgs {
 
 /// `limit-store migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    let config = database(args.config.as_deref(), &args.database_url, &args.table)?;
+    let config = args.database.settings()?;
     DatabaseStore::builder(config.database_url.expose()).table(table(&config)).migrate().await.context("migrate")?;
     println!("the table {} is up to date", table(&config));
     Ok(())

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use limit_store::testing::StorePair;
-use limit_store::{DatabaseStore, DatabaseStoreBuilder};
+use limit_store::{DatabaseStore, DatabaseStoreBuilder, Entry, LimitStore, Millis, Write};
+use serde_json::json;
 
 pub const SECRET: &str = "limit-store-tests-secret-0123456789abcdefghijklmnop";
 
@@ -51,4 +52,19 @@ pub async fn pair_with(
         Arc::new(settings(builder).connect().await.expect("connect"))
     };
     StorePair { first: open().await, second: open().await }
+}
+
+/// Adds one to `key`'s count.
+pub async fn add_one(db: &DatabaseStore, key: &str) {
+    db.update(&[key], &mut |rows: &[Option<Entry>], now: Millis| {
+        let n = rows[0].as_ref().map_or(0, |e| e.value.as_u64().unwrap());
+        vec![Write::Put(Entry { value: json!(n + 1), expires_at: now + 60_000 })]
+    })
+    .await
+    .unwrap();
+}
+
+/// `key`'s count, if it has one.
+pub async fn value(db: &DatabaseStore, key: &str) -> Option<u64> {
+    db.read(&[key]).await.unwrap()[0].as_ref().map(|e| e.value.as_u64().unwrap())
 }
