@@ -12,6 +12,12 @@
 //!   code or in `limit-store.toml` ([`config`]).
 //! - [`testing`] (feature `testing`) is the contract suite: run it against your
 //!   own store with two handles, as two instances of your site would hold it.
+//! - `serve` (feature `serve`) is the HTTP service behind `limit-store serve`,
+//!   and [`ratelimit_fields`] writes the `RateLimit-Policy`/`RateLimit`
+//!   header fields of a [`Decision`] for any HTTP layer.
+//!
+//! The crate has no `unsafe`: a caller may drop or leak (`mem::forget`) a
+//! call's future, and nothing then reaches what its `apply` borrows.
 //!
 //! ```
 //! use std::sync::Arc;

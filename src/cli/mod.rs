@@ -73,7 +73,8 @@ fn logging(level: &str, format: LogFormat) -> anyhow::Result<()> {
         _ => EnvFilter::try_new(level),
     }
     .with_context(|| format!("--log-level {level:?}: use error, warn, info, debug or trace"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -68,7 +68,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         listen = %listener.local_addr()?,
         store,
-        max_entries = config.max_entries,
+        max_entries = limits.current().store_stats().map(|s| s.max_entries),
         token = token.is_some(),
         "limit-store serve is listening"
     );
