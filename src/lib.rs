@@ -16,7 +16,7 @@
 //!   and [`ratelimit_fields`] writes the `RateLimit-Policy`/`RateLimit`
 //!   header fields of a [`Decision`] for any HTTP layer.
 //!
-//! The crate has no `unsafe`: a caller may drop or leak (`mem::forget`) a
+//! The crate is `#![forbid(unsafe_code)]`: a caller may drop or leak (`mem::forget`) a
 //! call's future, and nothing then reaches what its `apply` borrows.
 //!
 //! ```

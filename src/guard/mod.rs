@@ -7,7 +7,7 @@
 //! default) a call is answered unavailable at once, without reaching the store.
 //!
 //! There are three ways a call runs, and none lends the caller's borrowed
-//! `apply` to work that may outlive it (the crate has no `unsafe`):
+//! `apply` to work that may outlive it (the crate forbids `unsafe_code`):
 //! - a store that [answers at once](LimitStore::answers_at_once) (the memory
 //!   store) runs in the caller's task with the caller's own `apply`, and
 //!   nothing is spawned;
