@@ -25,6 +25,7 @@ pub(crate) struct Bound {
     log: BoundLog,
 }
 
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 impl Bound {
     pub(crate) fn new(max: u64, held: u64) -> Self {
         Bound {
@@ -108,6 +109,7 @@ impl Bound {
 
 /// Where an exact count of a [`Bound`] began.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct Refresh {
     reserved: u64,
 }
@@ -117,12 +119,14 @@ pub(crate) struct Refresh {
 /// and only the last run's entries count. Dropped before [`Admission::commit`]
 /// (the update failed, or its future was dropped), it gives its room back.
 #[derive(Debug)]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct Admission<'a> {
     bound: &'a Bound,
     added: u64,
     removed: u64,
 }
 
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 impl<'a> Admission<'a> {
     pub(crate) fn new(bound: &'a Bound) -> Self {
         Admission { bound, added: 0, removed: 0 }
