@@ -17,7 +17,13 @@ pub(crate) async fn store(url: &str, table: &str, pool: u32, max_entries: u64) -
 }
 
 /// [`store`], with SQLite's counts run on the caller's thread or not.
-pub(crate) async fn store_in_place(url: &str, table: &str, pool: u32, max_entries: u64, in_place: bool) -> Result<DatabaseStore> {
+pub(crate) async fn store_in_place(
+    url: &str,
+    table: &str,
+    pool: u32,
+    max_entries: u64,
+    in_place: bool,
+) -> Result<DatabaseStore> {
     Ok(DatabaseStore::builder(url)
         .table(table)
         .secret(SECRET)
