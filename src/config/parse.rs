@@ -1,294 +1,22 @@
-//! Settings: in code ([`Config`]'s fields, or [`Limits::builder`] directly) and
-//! in `limit-store.toml`, with the database URL and the secret overridable
-//! from the environment.
-//!
-//! ```toml
-//! [rate_limit]
-//! store = "database"                        # or "memory" (the default)
-//! database_url = "sqlite://limit-store.db"  # the default
-//! max_entries = 1000000                     # experimental
-//! deadline = "2s"                           # a store call's deadline
-//! max_in_flight = 64                        # store calls at once
-//! ipv6_prefix = 64                          # IPv6 clients count per /64
-//! fold_case = true                          # accounts: trimmed, case-folded
-//!
-//! [rate_limit.limits.sign-in]
-//! budget = 10          # the first part's budget (account)
-//! window = "15m"
-//! policy = "deny"      # when the store is unavailable: "allow" or "deny"
-//! shadow = false
-//!
-//! [rate_limit.limits.sign-in.ip]
-//! budget = 100
-//! ```
-//!
-//! Unknown keys and bad values are errors that name the key and its line.
+//! Reads `limit-store.toml`: walks the parsed file in the order it was
+//! written, keeping each key's full name and line for the errors.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use crate::limits::{presets, LimitError, Limits, LimitsBuilder, Policy};
+use super::{Config, ConfigError, LimitSettings, PartSettings, StoreKind, FILE};
+use crate::limits::{presets, Policy};
 use crate::secret::{SecretString, SecretUrl};
-use crate::{LimitStore, MemoryStore};
-
-/// The file the settings are read from by default.
-pub const FILE: &str = "limit-store.toml";
-/// Overrides `rate_limit.database_url`.
-pub const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
-/// Overrides `rate_limit.secret`.
-pub const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
-/// The database URL when none is set.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://limit-store.db";
-
-/// Which store the limits count in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StoreKind {
-    /// In this process ([`MemoryStore`]): not shared between instances.
-    #[default]
-    Memory,
-    /// In the app's SQL database (`DatabaseStore`): shared.
-    Database,
-}
-
-/// Every setting. `Config::default()` is what an empty file means.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Config {
-    /// `rate_limit.store`.
-    pub store: StoreKind,
-    /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
-    pub database_url: SecretUrl,
-    /// `rate_limit.table`: the database store's table (`limit_store` when `None`).
-    pub table: Option<String>,
-    /// `rate_limit.single_instance`: the site runs as one instance, so the
-    /// memory store loses nothing (no startup warning).
-    pub single_instance: bool,
-    /// `rate_limit.max_entries`, the store's bound (experimental); the store's
-    /// own default when `None`.
-    pub max_entries: Option<u64>,
-    /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
-    /// store's key hashes. Prefer the environment to the file.
-    pub secret: Option<SecretString>,
-    /// `rate_limit.deadline`: how long a store call may take before it is
-    /// answered unavailable; 2 s when `None`.
-    pub deadline: Option<Duration>,
-    /// `rate_limit.max_in_flight`: how many store calls may run at once; 64
-    /// when `None`.
-    pub max_in_flight: Option<u64>,
-    /// `rate_limit.ipv6_prefix`: IPv6 clients count per network of this many
-    /// bits (64 when `None`; 128 counts per address).
-    pub ipv6_prefix: Option<u8>,
-    /// `rate_limit.fold_case`: accounts and destinations are trimmed and
-    /// case-folded (`true` when `None`).
-    pub fold_case: Option<bool>,
-    /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
-    pub limits: Vec<LimitSettings>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            store: StoreKind::Memory,
-            database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
-            table: None,
-            single_instance: false,
-            max_entries: None,
-            secret: None,
-            deadline: None,
-            max_in_flight: None,
-            ipv6_prefix: None,
-            fold_case: None,
-            limits: Vec::new(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("store", &self.store)
-            .field("database_url", &self.database_url)
-            .field("table", &self.table)
-            .field("single_instance", &self.single_instance)
-            .field("max_entries", &self.max_entries)
-            .field("secret", &self.secret)
-            .field("deadline", &self.deadline)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("ipv6_prefix", &self.ipv6_prefix)
-            .field("fold_case", &self.fold_case)
-            .field("limits", &self.limits)
-            .finish()
-    }
-}
-
-/// Changes to one preset.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LimitSettings {
-    /// The preset's name.
-    pub name: String,
-    /// What it answers when the store is unavailable.
-    pub policy: Option<Policy>,
-    /// Shadow mode.
-    pub shadow: Option<bool>,
-    /// Budgets and windows of its parts.
-    pub parts: Vec<PartSettings>,
-}
-
-/// Changes to one part of a preset.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PartSettings {
-    /// The part's name.
-    pub name: String,
-    /// Its budget.
-    pub budget: Option<u64>,
-    /// Its window.
-    pub window: Option<Duration>,
-}
-
-/// A settings file that can't be used: where, which key, and why.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{origin}{}{}: {message}", .line.map(|l| format!(" line {l}")).unwrap_or_default(), .key.as_ref().map(|k| format!(", `{k}`")).unwrap_or_default())]
-#[non_exhaustive]
-pub struct ConfigError {
-    /// The file (or `limit-store.toml` for text parsed directly).
-    pub origin: String,
-    /// The line of the key, counting from 1.
-    pub line: Option<usize>,
-    /// The full key, as `rate_limit.limits.sign-in.budget`.
-    pub key: Option<String>,
-    /// What is wrong and what is expected.
-    pub message: String,
-}
 
 const RATE_LIMIT_KEYS: &str =
     "store, database_url, table, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
-impl Config {
-    /// Reads `path` and applies the environment overrides.
-    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
-        let path = path.as_ref();
-        let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            origin: origin.clone(),
-            line: None,
-            key: None,
-            message: format!("can't read the file: {e}"),
-        })?;
-        let mut config = Config::parse(&text).map_err(|e| ConfigError { origin, ..e })?;
-        config.apply_env(|var| std::env::var(var).ok());
-        Ok(config)
-    }
-
-    /// Parses the text of a settings file (no environment overrides).
-    pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        Parser { text }.config()
-    }
-
-    /// Applies the overrides `var` finds (`LIMIT_STORE_DATABASE_URL`,
-    /// `LIMIT_STORE_SECRET`); [`Config::load`] reads them from the process.
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
-        if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
-            self.database_url = SecretUrl::new(url);
-        }
-        if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
-            self.secret = Some(SecretString::new(secret));
-        }
-    }
-
-    /// Puts the limit settings (and `single_instance`, the deadline and the
-    /// in-flight cap) on `builder`.
-    pub fn apply(&self, mut builder: LimitsBuilder) -> LimitsBuilder {
-        builder = builder.single_instance(self.single_instance);
-        if let Some(deadline) = self.deadline {
-            builder = builder.deadline(deadline);
-        }
-        if let Some(n) = self.max_in_flight {
-            builder = builder.max_in_flight(usize::try_from(n).unwrap_or(usize::MAX));
-        }
-        if let Some(bits) = self.ipv6_prefix {
-            builder = builder.ipv6_prefix(bits);
-        }
-        if let Some(fold) = self.fold_case {
-            builder = builder.fold_case(fold);
-        }
-        for limit in &self.limits {
-            if let Some(policy) = limit.policy {
-                builder = builder.policy(&limit.name, policy);
-            }
-            if let Some(shadow) = limit.shadow {
-                builder = builder.shadow(&limit.name, shadow);
-            }
-            for part in &limit.parts {
-                if let Some(budget) = part.budget {
-                    builder = builder.budget(&limit.name, &part.name, budget);
-                }
-                if let Some(window) = part.window {
-                    builder = builder.window(&limit.name, &part.name, window);
-                }
-            }
-        }
-        builder
-    }
-
-    /// Opens the configured store (the database store needs its table:
-    /// `limit-store migrate`) and builds the limits on it.
-    pub async fn build_limits(&self) -> Result<Limits, LimitError> {
-        let store = self.open_store().await?;
-        self.apply(Limits::builder().store(store)).build()
-    }
-
-    /// Opens the configured store, to build limits on it with
-    /// [`Config::apply`] (again and again, keeping its counts).
-    pub async fn open_store(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
-        Ok(match self.store {
-            StoreKind::Memory => Arc::new(match self.max_entries {
-                Some(n) => MemoryStore::with_max_entries(n),
-                None => MemoryStore::new(),
-            }),
-            StoreKind::Database => self.database().await?,
-        })
-    }
-
-    /// True when `other` opens the same store: only the limits' settings differ.
-    pub fn same_store(&self, other: &Config) -> bool {
-        (self.store, &self.database_url, &self.table, &self.secret, self.max_entries)
-            == (other.store, &other.database_url, &other.table, &other.secret, other.max_entries)
-    }
-
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-    async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
-        let mut builder = crate::DatabaseStore::builder(self.database_url.expose());
-        if let Some(table) = &self.table {
-            builder = builder.table(table);
-        }
-        if let Some(secret) = &self.secret {
-            builder = builder.secret(secret.expose());
-        }
-        if let Some(n) = self.max_entries {
-            builder = builder.max_entries(n);
-        }
-        Ok(Arc::new(builder.connect().await?))
-    }
-
-    #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
-    async fn database(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
-        Err(crate::StoreError::setup(
-            "rate_limit.store = \"database\" needs limit-store built with a database feature (sqlite, postgres or mysql)",
-        )
-        .into())
-    }
-}
-
 /// Walks the parsed file, keeping each key's full name and line for errors.
-struct Parser<'t> {
+pub(super) struct Parser<'t> {
     text: &'t str,
 }
 
@@ -302,7 +30,11 @@ fn in_order<'a, 'i>(table: &'a DeTable<'i>) -> Vec<Item<'a, 'i>> {
     items
 }
 
-impl Parser<'_> {
+impl<'t> Parser<'t> {
+    pub(super) fn new(text: &'t str) -> Self {
+        Parser { text }
+    }
+
     fn line(&self, at: usize) -> usize {
         self.text[..at.min(self.text.len())].bytes().filter(|&b| b == b'\n').count() + 1
     }
@@ -376,7 +108,7 @@ impl Parser<'_> {
         self.duration(item, path, "a window")
     }
 
-    fn config(&self) -> Result<Config, ConfigError> {
+    pub(super) fn config(&self) -> Result<Config, ConfigError> {
         let root = DeTable::parse(self.text).map_err(|e| ConfigError {
             origin: FILE.to_owned(),
             line: e.span().map(|s| self.line(s.start)),
