@@ -23,6 +23,8 @@
 
 pub mod algorithm;
 mod builder;
+mod decision;
+mod error;
 pub mod gcra;
 mod key;
 pub mod legacy;
@@ -46,6 +48,8 @@ use crate::{update_with, LimitStore, Millis, StoreError, Write};
 
 pub use algorithm::Algorithm;
 pub use builder::LimitsBuilder;
+pub use decision::{Decision, LimitCounters};
+pub use error::LimitError;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use normalize::Normalize;
@@ -61,125 +65,6 @@ pub const KIND_DEGRADED: &str = "limit-degraded";
 pub const KIND_SHADOW_REFUSAL: &str = "limit-shadow-refusal";
 /// `kind` of the startup warning that counts are not shared between instances.
 pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
-
-/// The answer to one attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Decision {
-    /// Go ahead. False when the attempt is limited, or when the store was
-    /// unavailable and the limit's policy is deny (see [`Decision::degraded`]).
-    pub allowed: bool,
-    /// Attempts left now, on the part with the fewest.
-    pub remaining: u64,
-    /// When that part next has more budget, on the store's clock (ms).
-    pub reset_at: Millis,
-    /// For a limited attempt: how long until one would be allowed.
-    pub retry_after: Option<Duration>,
-    /// The budget of the part that answered.
-    pub budget: u64,
-    /// The part that answered: the one that ran out, or the one with the
-    /// fewest attempts left.
-    pub part: String,
-    /// That part's window (ms): for a token bucket, the time to refill it.
-    pub window: Millis,
-    /// The store's time of the decision (ms), to turn `reset_at` into a wait.
-    pub now: Millis,
-    /// For a limited attempt (or one shadow mode let through): the part that
-    /// ran out.
-    pub limited_by: Option<String>,
-    /// The store was unavailable, and the limit's policy answered. Usually
-    /// nothing was counted; but a call that timed out after its `apply` ran
-    /// may still commit in the store. Not the same as limited: answer it as a
-    /// fault of your own (HTTP 503), not as the client's (HTTP 429).
-    pub degraded: Option<Unavailable>,
-    /// Shadow mode let through an attempt it would have refused.
-    pub shadow_refused: bool,
-}
-
-impl Decision {
-    /// True when the attempt ran out of budget (not when the store was unavailable).
-    pub fn is_limited(&self) -> bool {
-        !self.allowed && self.degraded.is_none()
-    }
-}
-
-/// How often each answer was given, since the limits were built.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LimitCounters {
-    /// Attempts allowed and counted.
-    pub allowed: u64,
-    /// Attempts refused for lack of budget.
-    pub limited: u64,
-    /// Attempts answered by the unavailable policy.
-    pub degraded: u64,
-    /// Attempts shadow mode let through that would have been refused.
-    pub shadow_refused: u64,
-}
-
-/// The error of a limit call. Limited is not an error (see [`Decision`]).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LimitError {
-    /// No limit has that name.
-    #[error("no limit named `{name}`: the limits are {}", .known.join(", "))]
-    UnknownLimit {
-        /// The name asked for.
-        name: String,
-        /// The limits there are.
-        known: Vec<String>,
-    },
-    /// A part was given that the limit does not count per.
-    #[error("limit `{limit}` has no part `{part}`: it takes {}", .takes.join(", "))]
-    UnknownPart {
-        /// The limit.
-        limit: String,
-        /// The part given.
-        part: String,
-        /// The parts the limit takes.
-        takes: Vec<String>,
-    },
-    /// A part the limit counts per was not given.
-    #[error("limit `{limit}` needs a value for part `{part}`: it takes {}", .takes.join(", "))]
-    MissingPart {
-        /// The limit.
-        limit: String,
-        /// The missing part.
-        part: String,
-        /// The parts the limit takes.
-        takes: Vec<String>,
-    },
-    /// A value is not what its part takes (an `ip` part that is not an IP address).
-    #[error("part `{part}` of limit `{limit}` takes {expected}: pass the client's address as text, e.g. 192.0.2.7 or 2001:db8::7")]
-    BadValue {
-        /// The limit.
-        limit: String,
-        /// The part.
-        part: String,
-        /// What it takes.
-        expected: &'static str,
-    },
-    /// The same part was given twice.
-    #[error("part `{part}` was given twice to limit `{limit}`: give each part once")]
-    DuplicatePart {
-        /// The limit.
-        limit: String,
-        /// The repeated part.
-        part: String,
-    },
-    /// A limit's definition can't count (found when the limits are built).
-    #[error("limit `{limit}` can't be used: {detail}")]
-    Invalid {
-        /// The limit.
-        limit: String,
-        /// What is wrong and what to change.
-        detail: String,
-    },
-    /// The store refused the call, or held corrupt data, or (for `reset`) was
-    /// unavailable. `attempt` maps an unavailable store by the limit's policy.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 /// Where a limit counts.
 enum Backend {
