@@ -49,8 +49,12 @@ pub mod log;
 pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod seen;
 #[cfg(feature = "serve")]
 pub mod serve;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod server_clock;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
