@@ -23,6 +23,7 @@ pub const SECRET: &str = "limit-store redis tests: a secret of 32 bytes or more"
 pub struct OwnRedis {
     port: u16,
     args: Vec<String>,
+    tls: bool,
     child: Option<Child>,
 }
 
@@ -35,19 +36,51 @@ impl OwnRedis {
             return None;
         }
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut own = OwnRedis { port, args: args.iter().map(|a| (*a).to_owned()).collect(), child: None };
+        let mut own = OwnRedis { port, args: args.iter().map(|a| (*a).to_owned()).collect(), tls: false, child: None };
         own.run();
         Some(own)
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// Starts one that speaks only TLS, with the certificate and key in
+    /// `dir` (`server.pem`, `server.key`, `ca.pem`).
+    pub fn start_tls(dir: &std::path::Path) -> Option<OwnRedis> {
+        let file = |name: &str| dir.join(name).display().to_string();
+        let mut own = OwnRedis::start_later(&[
+            "--tls-cert-file",
+            &file("server.pem"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])?;
+        own.tls = true;
+        own.run();
+        Some(own)
+    }
+
+    fn start_later(args: &[&str]) -> Option<OwnRedis> {
+        if Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Some(OwnRedis { port, args: args.iter().map(|a| (*a).to_owned()).collect(), tls: false, child: None })
+    }
+
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", if self.tls { "rediss" } else { "redis" }, self.port)
     }
 
     fn run(&mut self) {
+        let port = self.port.to_string();
+        let ports: [&str; 4] =
+            if self.tls { ["--port", "0", "--tls-port", &port] } else { ["--port", &port, "--tls-port", "0"] };
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
