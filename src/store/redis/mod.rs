@@ -11,7 +11,7 @@
 //!   unavailable: never a wrong count.
 //! - **One round trip when the store can guess.** A key this instance saw
 //!   last, or has never seen (a new key usually has no entry), is counted on
-//!   that guess and the estimated server clock ([`crate::server_clock`]); the
+//!   that guess and an estimate of the server clock (`server_clock.rs`); the
 //!   write script checks both, so a wrong guess costs the read it skipped.
 //! - **The server's clock.** `now` is Redis's `TIME`; entries are written
 //!   with `PXAT` at their expiry plus a short grace, so Redis drops them
