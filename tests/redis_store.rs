@@ -191,3 +191,32 @@ async fn the_settings_choose_redis_for_the_limits() {
     let sixth = limits.attempt("sign-in", &parts).await.unwrap();
     assert!(!sixth.allowed && sixth.retry_after.is_some(), "{sixth:?}");
 }
+
+#[tokio::test]
+async fn a_count_takes_one_round_trip_when_the_guess_holds_and_two_when_not() {
+    let Some(url) = server() else { return };
+    let prefix = unique("trips");
+    let open = |remember| {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        async move { RedisStore::builder(&url).secret(SECRET).prefix(&prefix).remember(remember).connect().await.unwrap() }
+    };
+    let (a, b, plain) = (open(100).await, open(100).await, open(0).await);
+    // Warm the clock estimates: the first call of a store reads the clock.
+    for store in [&a, &b, &plain] {
+        store.read(&["warm"]).await.unwrap();
+    }
+    let trips = |s: &RedisStore| {
+        let t = s.round_trips();
+        (t.one, t.two, t.more)
+    };
+    assert_eq!(add_one(&a, "k").await.unwrap(), 1);
+    assert_eq!(add_one(&a, "k").await.unwrap(), 2);
+    assert_eq!(trips(&a), (2, 0, 0), "a new key, then one this store wrote last");
+    assert_eq!(add_one(&b, "k").await.unwrap(), 3);
+    assert_eq!(trips(&b), (0, 1, 0), "another instance's key: the guess of none missed");
+    assert_eq!(add_one(&a, "k").await.unwrap(), 4);
+    assert_eq!(trips(&a), (2, 1, 0), "what this store remembered was stale");
+    assert_eq!(add_one(&plain, "k").await.unwrap(), 5);
+    assert_eq!(add_one(&plain, "k").await.unwrap(), 6);
+    assert_eq!(trips(&plain), (0, 2, 0), "remember(0): always read, then write");
+}
