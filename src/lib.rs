@@ -39,6 +39,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bound;
 pub mod clock;
@@ -46,6 +47,9 @@ pub mod config;
 pub mod error;
 pub mod guard;
 pub mod keys;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod layer;
 pub mod limits;
 pub mod log;
 pub mod ratelimit_fields;

@@ -47,6 +47,41 @@ pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields
     }
 }
 
+#[cfg(any(feature = "serve", feature = "axum"))]
+impl RateLimitFields {
+    /// Writes the fields into `headers`. `RateLimit-Policy` and `RateLimit`
+    /// are appended, so the answers of stacked limits list every policy;
+    /// `Retry-After` is set.
+    pub fn write_to(&self, headers: &mut axum::http::HeaderMap) {
+        use axum::http::{header, HeaderName, HeaderValue};
+        const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+        const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+        // The names are quoted printable ASCII, so every value is valid.
+        if let Ok(value) = HeaderValue::from_str(&self.policy) {
+            headers.append(POLICY, value);
+        }
+        if let Ok(value) = HeaderValue::from_str(&self.ratelimit) {
+            headers.append(RATELIMIT, value);
+        }
+        if let Some(Ok(value)) = self.retry_after.as_deref().map(HeaderValue::from_str) {
+            headers.insert(header::RETRY_AFTER, value);
+        }
+    }
+}
+
+/// The status of a refused decision: 429 when it ran out of budget, 503 when
+/// the store was unavailable and the limit's policy denies; `None` when the
+/// attempt may go ahead.
+#[cfg(any(feature = "serve", feature = "axum"))]
+pub fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
+    use axum::http::StatusCode;
+    match (decision.allowed, decision.degraded) {
+        (true, _) => None,
+        (false, Some(_)) => Some(StatusCode::SERVICE_UNAVAILABLE),
+        (false, None) => Some(StatusCode::TOO_MANY_REQUESTS),
+    }
+}
+
 /// Milliseconds as whole seconds, rounded up, never negative.
 fn seconds_up(ms: Millis) -> i64 {
     let ms = ms.max(0);

@@ -73,6 +73,26 @@ impl KeyRules {
     }
 }
 
+/// The address `ip` counts as: an IPv4-mapped IPv6 address as its IPv4
+/// address, another IPv6 address as the first address of its network of
+/// `ipv6_prefix` bits (64: what one client is handed), IPv4 as it is. For
+/// code that keys a part counted [`Normalize::Exact`] by client address.
+///
+/// ```
+/// use limit_store::limits::normalize::client_network;
+/// let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
+/// assert_eq!(ip.to_string(), "2001:db8:1:2::");
+/// ```
+pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(network(v6, ipv6_prefix)),
+        },
+    }
+}
+
 /// The first address of `ip`'s network of `bits` bits.
 fn network(ip: Ipv6Addr, bits: u8) -> Ipv6Addr {
     let mask = u128::MAX.checked_shl(128 - u32::from(bits.min(128))).unwrap_or(0);
