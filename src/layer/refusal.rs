@@ -62,7 +62,11 @@ impl fmt::Debug for RefusalBody {
 
 /// A request a limit turned away, ready to answer.
 #[derive(Debug)]
-pub struct Refusal {
+pub struct Refusal(Box<Refused>);
+
+/// What a [`Refusal`] holds, boxed so that a `Result<_, Refusal>` stays small.
+#[derive(Debug)]
+struct Refused {
     status: StatusCode,
     kind: &'static str,
     error: String,
@@ -84,7 +88,7 @@ impl Refusal {
         } else {
             ("store-unavailable", "the limit store is unavailable and this limit's policy is deny".to_owned())
         };
-        Some(Refusal {
+        Some(Refusal(Box::new(Refused {
             status,
             kind,
             error,
@@ -92,13 +96,13 @@ impl Refusal {
             decision: Some(decision),
             fields: Some(fields),
             body: RefusalBody::Json,
-        })
+        })))
     }
 
     /// The refusal of a request without a key.
     pub fn missing_key(limit: &str, status: StatusCode, what: &str) -> Refusal {
         let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
-        Refusal {
+        Refusal(Box::new(Refused {
             status,
             kind: "missing-key",
             error: format!("the request has no {what}, which limit `{limit}` counts by"),
@@ -106,7 +110,7 @@ impl Refusal {
             decision: None,
             fields: None,
             body: RefusalBody::Json,
-        }
+        }))
     }
 
     /// The answer to a limit call that failed: 400 for a value the part
@@ -121,7 +125,7 @@ impl Refusal {
         if status.is_server_error() {
             tracing::warn!(kind = KIND_LAYER_ERROR, limit, error = %error, "limit call failed");
         }
-        Refusal {
+        Refusal(Box::new(Refused {
             status,
             kind,
             error: error.to_string(),
@@ -129,56 +133,56 @@ impl Refusal {
             decision: None,
             fields: None,
             body: RefusalBody::Json,
-        }
+        }))
     }
 
     /// Answers with `body` instead of the JSON one.
     #[must_use]
     pub fn with_body(mut self, body: RefusalBody) -> Self {
-        self.body = body;
+        self.0.body = body;
         self
     }
 
     /// The status: 429, 503, or a 4xx.
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.0.status
     }
 
     /// A stable name of why: `limited`, `store-unavailable`, `missing-key`,
     /// `bad-key`, `store-failed`, `misconfigured`.
     pub fn kind(&self) -> &'static str {
-        self.kind
+        self.0.kind
     }
 
     /// A message for people.
     pub fn message(&self) -> &str {
-        &self.error
+        &self.0.error
     }
 
     /// The limit that refused.
     pub fn limit(&self) -> &str {
-        &self.limit
+        &self.0.limit
     }
 
     /// The decision, when the limit made one.
     pub fn decision(&self) -> Option<&Decision> {
-        self.decision.as_ref()
+        self.0.decision.as_ref()
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let mut response = match &self.body {
+        let mut response = match &self.0.body {
             RefusalBody::Json => {
-                let retry_after = self.fields.as_ref().and_then(|f| f.retry_after.as_deref()?.parse::<u64>().ok());
-                let mut body = json!({"error": self.error, "kind": self.kind, "limit": self.limit});
+                let retry_after = self.0.fields.as_ref().and_then(|f| f.retry_after.as_deref()?.parse::<u64>().ok());
+                let mut body = json!({"error": self.0.error, "kind": self.0.kind, "limit": self.0.limit});
                 if let Some(retry_after) = retry_after {
                     body["retry_after"] = retry_after.into();
                 }
                 Json(body).into_response()
             }
             RefusalBody::Plain => {
-                let mut response = self.error.clone().into_response();
+                let mut response = self.0.error.clone().into_response();
                 response
                     .headers_mut()
                     .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
@@ -186,8 +190,8 @@ impl IntoResponse for Refusal {
             }
             RefusalBody::Custom(make) => make(&self),
         };
-        *response.status_mut() = self.status;
-        if let Some(fields) = &self.fields {
+        *response.status_mut() = self.0.status;
+        if let Some(fields) = &self.0.fields {
             fields.write_to(response.headers_mut());
         }
         response
