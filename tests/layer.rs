@@ -251,3 +251,18 @@ async fn stacked_layers_each_count_and_each_add_their_fields() {
     assert_eq!(all(&r, "ratelimit-policy").len(), 2, "the outer layer's fields join the inner refusal's");
     assert_eq!(body(r).await["limit"], "keyed");
 }
+
+#[tokio::test]
+async fn a_custom_body_keeps_the_status_and_the_fields() {
+    let custom = RefusalBody::Custom(Arc::new(|refusal: &limit_store::layer::Refusal| {
+        let wait = refusal.decision().and_then(|d| d.retry_after).map_or(0, |r| r.as_secs());
+        axum::response::IntoResponse::into_response(format!("slow down ({}, {wait} s)", refusal.kind()))
+    }));
+    let layer = LimitLayer::new(limits(&[("keyed", "client", 1)]), "keyed", "client", HeaderKey::new("x-api-key"));
+    let app = router().layer(layer.unwrap().body(custom));
+    assert_eq!(get_from(&app, "192.0.2.1", &[("x-api-key", "k")]).await.status(), StatusCode::OK);
+    let r = get_from(&app, "192.0.2.1", &[("x-api-key", "k")]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(header(&r, "retry-after").is_some() && header(&r, "ratelimit").is_some());
+    assert!(body(r).await.as_str().unwrap().starts_with("slow down (limited, "));
+}
