@@ -3,7 +3,9 @@
 //!
 //! Every contender answers `GET /` with `"ok"` through `Router::oneshot`,
 //! from the next of 1,024 peer addresses (`ConnectInfo`), cycling, inside one
-//! `block_on` of a current-thread runtime per sample:
+//! `block_on` of a current-thread runtime per sample. Each router is made
+//! ready with `with_state(())` first, as `axum::serve` does; without it axum
+//! reapplies every layer to the route on every request.
 //!
 //! - `bare`: the router alone, the baseline;
 //! - `limit_layer`: `LimitLayer` keyed by `PeerIp` on a GCRA limit per `ip`
@@ -13,6 +15,9 @@
 //!   no headers;
 //! - `tower_governor_headers`: the same with `use_headers()` (its
 //!   `x-ratelimit-*` headers on every answer, as ours writes its fields).
+//!
+//! - `limits_attempt_alone`: `Limits::attempt` on the same limit, without
+//!   HTTP: the part of `limit_layer`'s added latency that is the count.
 //!
 //! Budgets are huge: nothing is refused; we measure the cost of counting.
 //! Added latency = contender's ns/request - `bare`'s, from criterion's means.
@@ -44,6 +49,7 @@ const BARE: &str = "bare";
 const OURS: &str = "limit_layer";
 const GOVERNOR: &str = "tower_governor";
 const GOVERNOR_HEADERS: &str = "tower_governor_headers";
+const ATTEMPT: &str = "limits_attempt_alone";
 const PEERS: u32 = 1_024;
 
 fn router() -> Router {
@@ -51,15 +57,32 @@ fn router() -> Router {
 }
 
 fn ours() -> Router {
+    router().layer(LimitLayer::new(per_ip(), "per-ip", "ip", PeerIp::new()).unwrap())
+}
+
+fn per_ip() -> Limits {
     // One refill a second, bursts of ten million: never refused in a run.
     let algorithm = Algorithm::gcra(10_000_000, Duration::from_secs(10_000_000));
-    let limits = Limits::builder()
+    Limits::builder()
         .store(Arc::new(MemoryStore::new()))
         .single_instance(true)
         .limit(Limit::new("per-ip").part(Part::new("ip", algorithm).normalized(Normalize::Ip)))
         .build()
-        .unwrap();
-    router().layer(LimitLayer::new(limits, "per-ip", "ip", PeerIp::new()).unwrap())
+        .unwrap()
+}
+
+/// `iters` calls of `Limits::attempt` alone, as the layer makes them: what
+/// the limit costs without HTTP.
+fn attempt_alone(runtime: &tokio::runtime::Runtime, limits: &Limits, ips: &[String], iters: u64) -> Duration {
+    runtime.block_on(async {
+        let start = Instant::now();
+        for (_, ip) in (0..iters).zip(ips.iter().cycle()) {
+            let decision = limits.attempt("per-ip", &[("ip", ip)]).await.unwrap();
+            assert!(decision.allowed);
+            black_box(decision);
+        }
+        start.elapsed()
+    })
 }
 
 fn governor() -> Router {
@@ -135,6 +158,9 @@ fn print_table(home: &Path, since: SystemTime) {
         };
         println!("| {function} | {m:.0} | {lo:.0}-{hi:.0} | {a:.0} | {ratio} |");
     }
+    if let Some((m, lo, hi)) = mean(home, ATTEMPT, since) {
+        println!("| of which `Limits::attempt` alone (no HTTP) | {m:.0} | {lo:.0}-{hi:.0} | - | - |");
+    }
 }
 
 fn main() {
@@ -160,8 +186,14 @@ fn main() {
         for (function, app) in
             [(BARE, router()), (GOVERNOR, governor()), (GOVERNOR_HEADERS, governor_headers()), (OURS, ours())]
         {
+            // As `axum::serve` does once: the routes are built, not remade
+            // (and their layers reapplied) on every request.
+            let app = app.with_state(());
             g.bench_function(function, |b| b.iter_custom(|iters| run(&runtime, &app, &peers, iters)));
         }
+        let limits = per_ip();
+        let ips: Vec<String> = peers.iter().map(|p| p.ip().to_string()).collect();
+        g.bench_function(ATTEMPT, |b| b.iter_custom(|iters| attempt_alone(&runtime, &limits, &ips, iters)));
         g.finish();
     }
     c.final_summary();

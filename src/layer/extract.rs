@@ -1,7 +1,7 @@
 //! Key extractors: where a layer finds the value it counts a request by (the
 //! client's address, an API key, anything in the request's head).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use axum::extract::ConnectInfo;
 use axum::http::header::HeaderName;
@@ -82,7 +82,29 @@ pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
 /// An address as the layer counts it: text of its client network, which an
 /// `ip` part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
 pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> String {
-    client_network(ip, ipv6_prefix).to_string()
+    match client_network(ip, ipv6_prefix) {
+        IpAddr::V4(v4) => ipv4_text(v4),
+        v6 => v6.to_string(),
+    }
+}
+
+/// `ip` as `Display` writes it, without the formatter: formatting
+/// addresses was a large share of a counted request's cost.
+fn ipv4_text(ip: Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 /// The value of a request header, as an API key: `HeaderKey::new("x-api-key")`.
@@ -108,5 +130,18 @@ impl KeyExtractor for HeaderKey {
     fn extract(&self, parts: &Parts) -> Option<String> {
         let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
         (!value.is_empty()).then(|| value.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in ["0.0.0.0", "9.10.99.100", "192.0.2.7", "255.255.255.255", "10.200.0.1"] {
+            let ip: Ipv4Addr = ip.parse().unwrap();
+            assert_eq!(ipv4_text(ip), ip.to_string());
+        }
     }
 }

@@ -67,7 +67,7 @@ impl Admitted {
     }
 
     /// `response` with the RateLimit fields added.
-    pub fn respond(&self, response: impl IntoResponse) -> Response {
+    pub fn respond(self, response: impl IntoResponse) -> Response {
         let mut response = response.into_response();
         self.fields.write_to(response.headers_mut());
         response

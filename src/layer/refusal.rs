@@ -171,10 +171,11 @@ impl Refusal {
 }
 
 impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
+    fn into_response(mut self) -> Response {
+        let fields = self.0.fields.take();
         let mut response = match &self.0.body {
             RefusalBody::Json => {
-                let retry_after = self.0.fields.as_ref().and_then(|f| f.retry_after.as_deref()?.parse::<u64>().ok());
+                let retry_after = fields.as_ref().and_then(|f| f.retry_after.as_deref()?.parse::<u64>().ok());
                 let mut body = json!({"error": self.0.error, "kind": self.0.kind, "limit": self.0.limit});
                 if let Some(retry_after) = retry_after {
                     body["retry_after"] = retry_after.into();
@@ -191,7 +192,7 @@ impl IntoResponse for Refusal {
             RefusalBody::Custom(make) => make(&self),
         };
         *response.status_mut() = self.0.status;
-        if let Some(fields) = &self.0.fields {
+        if let Some(fields) = fields {
             fields.write_to(response.headers_mut());
         }
         response
