@@ -3,6 +3,8 @@
 //! client's address behind trusted and untrusted proxies, a missing key, and
 //! stacked layers.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,10 +211,17 @@ async fn a_request_without_a_key_is_refused_or_passed_as_configured() {
     let app = router().layer(layer.on_missing_key(MissingKey::Pass));
     assert_eq!(get_from(&app, "192.0.2.1", &[]).await.status(), StatusCode::OK);
 
-    // No ConnectInfo: no peer address, no key; a closure that finds nothing, no key.
+    // No ConnectInfo: no peer address, no key, and a warning (once) that
+    // says how to serve the router; a closure that finds nothing, no key.
+    let logs = common::capture_logs();
     let app = router().layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap());
-    let r = app.clone().oneshot(Request::get("/items").body(Body::empty()).unwrap()).await.unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    for _ in 0..2 {
+        let r = app.clone().oneshot(Request::get("/items").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+    let warned = logs.lines_of_kind(limit_store::layer::KIND_NO_PEER);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("into_make_service_with_connect_info"));
     let nothing = |_: &axum::http::request::Parts| None::<String>;
     let app = router().layer(LimitLayer::new(limits.clone(), "keyed", "client", nothing).unwrap());
     assert_eq!(get_from(&app, "192.0.2.1", &[]).await.status(), StatusCode::BAD_REQUEST);

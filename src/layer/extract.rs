@@ -2,6 +2,7 @@
 //! client's address, an API key, anything in the request's head).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::ConnectInfo;
 use axum::http::header::HeaderName;
@@ -74,9 +75,21 @@ impl KeyExtractor for PeerIp {
     }
 }
 
+/// `kind` of the warning, once per process, that requests come without
+/// their peer address, so a layer keyed by it finds no key.
+pub const KIND_NO_PEER: &str = "limit-layer-no-peer-address";
+
 /// The connection's peer address, when the server recorded it.
 pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
-    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip())
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let found = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    if found.is_none() && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            kind = KIND_NO_PEER,
+            "a request has no peer address, so a layer keyed by the client's IP finds no key: serve the router with into_make_service_with_connect_info::<SocketAddr>()"
+        );
+    }
+    found
 }
 
 /// An address as the layer counts it: text of its client network, which an

@@ -44,7 +44,7 @@ mod proxies;
 mod refusal;
 mod service;
 
-pub use extract::{HeaderKey, KeyExtractor, PeerIp};
+pub use extract::{HeaderKey, KeyExtractor, PeerIp, KIND_NO_PEER};
 pub use handler::{attempt, Admitted};
 pub use layer::LimitLayer;
 pub use proxies::{BadCidr, Cidr, ClientIp, ForwardedHeader};
