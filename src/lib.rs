@@ -121,7 +121,6 @@ pub use secret::{SecretString, SecretUrl};
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::{RedisStore, RedisStoreBuilder};
 pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
 pub use transaction::in_transaction;
