@@ -147,11 +147,16 @@ async fn an_unavailable_store_answers_by_the_limits_policy() {
     assert_eq!(header(&r, "retry-after"), None);
     assert_eq!(body(r).await["kind"], "store-unavailable");
 
+    // The handler helper answers the same way.
+    let refused = limit_store::layer::attempt(&limits, "denies", &[("client", "k")]).await.unwrap_err();
+    assert_eq!((refused.status(), refused.kind()), (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"));
+    assert!(limit_store::layer::attempt(&limits, "allows", &[("client", "k")]).await.is_ok());
+
     let allowing = router().layer(LimitLayer::new(limits.clone(), "allows", "client", key()).unwrap());
     let r = get_from(&allowing, "192.0.2.1", &[("x-api-key", "k")]).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(body(r).await, "items");
-    assert_eq!(limits.counters("allows").unwrap().degraded, 1);
+    assert_eq!(limits.counters("allows").unwrap().degraded, 2);
 }
 
 #[tokio::test]
@@ -173,6 +178,8 @@ async fn a_forwarded_header_counts_only_from_a_trusted_proxy() {
     assert_eq!(get_from(&app, proxy, &via("2.2.2.2, 198.51.100.7")).await.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(get_from(&app, proxy, &via("198.51.100.7, 10.0.0.9")).await.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(get_from(&app, proxy, &via("198.51.100.8")).await.status(), StatusCode::OK);
+    // An entry that is not an address where the client should be: no key.
+    assert_eq!(get_from(&app, proxy, &via("1.1.1.1, unknown, 10.0.0.9")).await.status(), StatusCode::BAD_REQUEST);
     // The proxy's own budget is not the clients'.
     assert_eq!(get_from(&app, proxy, &[]).await.status(), StatusCode::OK);
     // IPv6 clients count per /64.

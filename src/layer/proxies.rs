@@ -86,6 +86,9 @@ pub enum ForwardedHeader {
 /// The client's address: the peer's, or, when the peer is a trusted proxy,
 /// the first address from the right of the forwarded header that is not one.
 /// Only the configured header is read: a client can't switch to the other.
+/// A trusted peer that sends no header counts as the client itself, and an
+/// entry that is not an address (`unknown`, an obfuscated name) where the
+/// client should be leaves the request without a key.
 ///
 /// ```
 /// use limit_store::layer::{ClientIp, ForwardedHeader};
