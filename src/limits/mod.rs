@@ -40,6 +40,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
@@ -89,6 +91,10 @@ struct Counted {
     shadow_log: Throttle,
 }
 
+/// The store key of each part a call names, with the part's index: most
+/// limits have one to four parts, so no list is allocated.
+type PartKeys = SmallVec<[(usize, String); 4]>;
+
 /// Whether a call needs every part, or only those a reset clears.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Need {
@@ -122,7 +128,7 @@ impl Limits {
         refuse_in_transaction()?;
         let counted = self.get(name)?;
         let keys = counted.keys(parts, Need::All)?;
-        let refs: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+        let refs: SmallVec<[&str; 4]> = keys.iter().map(|(_, k)| k.as_str()).collect();
         let answered = match &counted.backend {
             Backend::Store(store) if store.answers_at_once() => {
                 let algorithms = &counted.algorithms;
@@ -165,7 +171,7 @@ impl Limits {
     pub async fn reset(&self, name: &str, parts: &[(&str, &str)]) -> Result<(), LimitError> {
         refuse_in_transaction()?;
         let counted = self.get(name)?;
-        let keys: Vec<String> = counted
+        let keys: SmallVec<[String; 4]> = counted
             .keys(parts, Need::Resetting)?
             .into_iter()
             .filter(|&(i, _)| counted.limit.parts[i].resets)
@@ -176,7 +182,7 @@ impl Limits {
         }
         match &counted.backend {
             Backend::Store(store) => {
-                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let refs: SmallVec<[&str; 4]> = keys.iter().map(String::as_str).collect();
                 store
                     .update_owned(
                         &refs,
@@ -263,9 +269,9 @@ impl Counted {
 
     /// The store key of each part the call needs, with the part's index, in
     /// the limit's order of parts.
-    fn keys(&self, given: &[(&str, &str)], need: Need) -> Result<Vec<(usize, String)>, LimitError> {
+    fn keys(&self, given: &[(&str, &str)], need: Need) -> Result<PartKeys, LimitError> {
         let limit = &self.limit;
-        let mut values: Vec<Option<&str>> = vec![None; limit.parts.len()];
+        let mut values: SmallVec<[Option<&str>; 4]> = smallvec::smallvec![None; limit.parts.len()];
         for &(part, value) in given {
             let Some(i) = limit.parts.iter().position(|p| p.name == part) else {
                 return Err(LimitError::UnknownPart {
@@ -278,7 +284,7 @@ impl Counted {
                 return Err(LimitError::DuplicatePart { limit: limit.name.clone(), part: part.to_owned() });
             }
         }
-        let mut keys = Vec::with_capacity(values.len());
+        let mut keys = PartKeys::with_capacity(values.len());
         for (i, (part, value)) in limit.parts.iter().zip(values).enumerate() {
             match value {
                 Some(value) => {

@@ -16,9 +16,12 @@
 //! is added or removed, never when an existing key counts. A full store makes
 //! room on the request path only from a few shards; the sweeper does the rest.
 
+mod stored;
 mod sweeper;
 
 pub use sweeper::SWEEP_EVERY;
+
+use stored::Stored;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -34,7 +37,7 @@ use smallvec::SmallVec;
 use crate::bound::Bound;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
-use crate::rules::{check_keys, is_live, run_apply};
+use crate::rules::{check_keys, run_apply};
 use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
 
 /// The default bound of a memory store.
@@ -90,12 +93,43 @@ struct Slot {
     /// The key's 128-bit keyed hash; two keys sharing one would need 2^64
     /// tries by someone who knew the store's random key.
     key: u128,
-    entry: Entry,
+    expires_at: Millis,
+    /// Compact: see [`Stored`].
+    value: Stored,
 }
 
 impl Slot {
     fn hash(&self) -> u64 {
         low_half(self.key)
+    }
+
+    fn new(key: u128, entry: Entry) -> Self {
+        Slot { key, expires_at: entry.expires_at, value: Stored::new(entry.value) }
+    }
+
+    fn is_live(&self, now: Millis) -> bool {
+        self.expires_at > now
+    }
+
+    /// The entry, rebuilt.
+    fn entry(&self) -> Entry {
+        Entry { value: self.value.value(), expires_at: self.expires_at }
+    }
+
+    /// Lends the entry to `apply`: a plain value is moved out (not cloned),
+    /// text is parsed and stays; [`put_back`](Self::put_back) undoes it.
+    fn lend(&mut self) -> Entry {
+        Entry { value: self.value.lend(), expires_at: self.expires_at }
+    }
+
+    /// Gives back what [`lend`](Self::lend) took, for a key left as it was.
+    fn put_back(&mut self, entry: Entry) {
+        self.value.put_back(entry.value);
+    }
+
+    fn put(&mut self, entry: Entry) {
+        self.expires_at = entry.expires_at;
+        self.value = Stored::new(entry.value);
     }
 }
 
@@ -124,9 +158,6 @@ fn low_half(key: u128) -> u64 {
 type Keys = SmallVec<[Located; 4]>;
 /// The entries lent to `apply` by one call.
 type Lent = SmallVec<[Option<Entry>; 4]>;
-
-/// A stand-in left in a slot while its entry is lent to `apply`.
-const LENT: Entry = Entry { value: serde_json::Value::Null, expires_at: Millis::MIN };
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -231,9 +262,9 @@ impl Inner {
         let before = table.len();
         let mut earliest = Millis::MAX;
         table.retain(|slot| {
-            let live = is_live(&slot.entry, now);
+            let live = slot.is_live(now);
             if live {
-                earliest = earliest.min(slot.entry.expires_at);
+                earliest = earliest.min(slot.expires_at);
             }
             live
         });
@@ -308,7 +339,7 @@ impl Inner {
             if slot.is_some() {
                 held |= 1 << i;
             }
-            current.push(slot.filter(|s| is_live(&s.entry, now)).map(|s| std::mem::replace(&mut s.entry, LENT)));
+            current.push(slot.filter(|s| s.is_live(now)).map(Slot::lend));
         }
         let writes = match run_apply(apply, &current, now) {
             Ok(writes) => writes,
@@ -341,15 +372,14 @@ impl Inner {
                 Write::Put(entry) => {
                     self.note_expiry(entry.expires_at);
                     match table.find_mut(k.hash, eq) {
-                        Some(slot) => slot.entry = entry,
+                        Some(slot) => slot.put(entry),
                         None => {
-                            let slot = Slot { key: k.key, entry };
-                            table.insert_unique(k.hash, slot, Slot::hash);
+                            table.insert_unique(k.hash, Slot::new(k.key, entry), Slot::hash);
                         }
                     }
                 }
                 Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
-                    (Some(entry), Ok(mut slot)) => slot.get_mut().entry = entry,
+                    (Some(entry), Ok(mut slot)) => slot.get_mut().put_back(entry),
                     // Lazy expiry: an expired entry that `apply` kept goes now.
                     (None, Ok(slot)) => {
                         slot.remove();
@@ -377,13 +407,7 @@ impl Inner {
         let mut locks = self.lock(&located);
         Ok(located
             .iter()
-            .map(|k| {
-                locks
-                    .table(k.shard)
-                    .find(k.hash, k.matches())
-                    .filter(|s| is_live(&s.entry, now))
-                    .map(|s| s.entry.clone())
-            })
+            .map(|k| locks.table(k.shard).find(k.hash, k.matches()).filter(|s| s.is_live(now)).map(Slot::entry))
             .collect())
     }
 }
@@ -393,7 +417,7 @@ fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
     for (k, entry) in keys.iter().zip(lent) {
         if let Some(entry) = entry {
             if let Some(slot) = locks.table(k.shard).find_mut(k.hash, k.matches()) {
-                slot.entry = entry;
+                slot.put_back(entry);
             }
         }
     }

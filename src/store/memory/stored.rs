@@ -1,0 +1,153 @@
+//! How the memory store holds a value: compactly, rebuilt as a
+//! `serde_json::Value` only when `apply` or a read needs it.
+//!
+//! A number, a bool or null is held as the `Value` itself (no heap). A string,
+//! an array or an object is held as its compact JSON text: inline in the slot
+//! when it is short (`{"n":3}`, a sliding window's `[1733300000000,0]`), on the
+//! heap as one `Box<str>` when not. So a small object costs no `BTreeMap` node
+//! and no `String` per field while it waits for its next count. A value
+//! holding a float anywhere inside stays a `Value`: serde_json's parser is not
+//! bit-exact for every float, and a store must give back what was put.
+
+use serde_json::Value;
+
+/// Bytes of JSON text held inline: the slot stays 64 bytes.
+const SHORT: usize = 38;
+
+/// One stored value.
+#[derive(Debug)]
+pub(super) enum Stored {
+    /// Null, a bool or a number, or a value holding a float.
+    Plain(Value),
+    /// Compact JSON text of up to [`SHORT`] bytes.
+    Short { len: u8, text: [u8; SHORT] },
+    /// Compact JSON text, longer.
+    Long(Box<str>),
+}
+
+impl Stored {
+    /// Holds `value` compactly.
+    pub(super) fn new(value: Value) -> Self {
+        match value {
+            Value::Null | Value::Bool(_) | Value::Number(_) => Stored::Plain(value),
+            _ if has_float(&value) => Stored::Plain(value),
+            _ => {
+                let mut short = Fixed { text: [0; SHORT], len: 0 };
+                if serde_json::to_writer(&mut short, &value).is_ok() {
+                    // `len` is at most SHORT (38), so it fits a u8.
+                    let len = u8::try_from(short.len).unwrap_or(u8::MAX);
+                    return Stored::Short { len, text: short.text };
+                }
+                match serde_json::to_string(&value) {
+                    Ok(text) => Stored::Long(text.into_boxed_str()),
+                    // Serializing a Value to a String cannot fail; keep it as it is.
+                    Err(_) => Stored::Plain(value),
+                }
+            }
+        }
+    }
+
+    /// The value, rebuilt.
+    pub(super) fn value(&self) -> Value {
+        match self {
+            Stored::Plain(value) => value.clone(),
+            Stored::Short { len, text } => parse(&text[..usize::from(*len)]),
+            Stored::Long(text) => parse(text.as_bytes()),
+        }
+    }
+
+    /// The value for `apply`: a plain one is moved out (leaving null, no
+    /// clone), text is parsed and stays.
+    pub(super) fn lend(&mut self) -> Value {
+        match self {
+            Stored::Plain(value) => std::mem::take(value),
+            _ => self.value(),
+        }
+    }
+
+    /// Gives back what [`lend`](Self::lend) returned, unchanged.
+    pub(super) fn put_back(&mut self, value: Value) {
+        if let Stored::Plain(slot) = self {
+            *slot = value;
+        }
+    }
+}
+
+/// Text this module wrote from a `Value` always parses back to it.
+fn parse(text: &[u8]) -> Value {
+    serde_json::from_slice(text).unwrap_or(Value::Null)
+}
+
+fn has_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// A writer into a fixed buffer that fails when it would overflow.
+struct Fixed {
+    text: [u8; SHORT],
+    len: usize,
+}
+
+impl std::io::Write for Fixed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let end = self.len + buf.len();
+        let Some(room) = self.text.get_mut(self.len..end) else {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        };
+        room.copy_from_slice(buf);
+        self.len = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_shape_comes_back_as_it_went_in() {
+        let long = json!({"window": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "s": "é\"\n"});
+        let values = [
+            json!(null),
+            json!(true),
+            json!(7),
+            json!(-7),
+            json!(u64::MAX),
+            json!(0.1),
+            json!({"n": 3}),
+            json!([1_733_300_000_000_i64, 0]),
+            json!("text"),
+            json!({"f": [1, 0.30000000000000004]}),
+            json!({}),
+            json!([]),
+            long,
+        ];
+        for value in values {
+            let stored = Stored::new(value.clone());
+            assert_eq!(stored.value(), value);
+            let mut lent = stored;
+            let out = lent.lend();
+            assert_eq!(out, value);
+            lent.put_back(out);
+            assert_eq!(lent.value(), value);
+        }
+    }
+
+    #[test]
+    fn small_objects_stay_inline_and_the_slot_stays_small() {
+        assert!(matches!(Stored::new(json!({"n": 3})), Stored::Short { len: 7, .. }));
+        assert!(matches!(Stored::new(json!([1_733_300_000_000_i64, 0, 1234, 5678])), Stored::Short { .. }));
+        assert!(matches!(Stored::new(json!("x".repeat(SHORT))), Stored::Long(_)));
+        assert!(std::mem::size_of::<Stored>() <= 40);
+    }
+}
