@@ -40,6 +40,9 @@
 //! `<criterion home>/<group>/<function>/new/estimates.json` (mean) and prints a
 //! markdown table with ns/op, ops/s and MemoryStore's ratio to each peer.
 
+mod bytes;
+
+use std::future::Future;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -69,6 +72,7 @@ const GROUP_COLD_1T: &str = "cold_1t";
 
 const MEMORY: &str = "memory_store";
 const MEMORY_NUMBER: &str = "memory_store_number";
+const LIMITS: &str = "limits_attempt";
 const GUARDED: &str = "memory_store_guarded";
 const GOVERNOR: &str = "governor";
 const RUNLIMIT_HMAC: &str = "runlimit_hmac";
@@ -80,6 +84,7 @@ const CONTENDERS: &[(&str, &str)] = &[
     (MEMORY, "limit-store `MemoryStore::update` (noop waker)"),
     (MEMORY_NUMBER, "limit-store `MemoryStore::update`, count as a bare JSON number"),
     (GUARDED, "limit-store `Guarded<MemoryStore>` (tokio current_thread)"),
+    (LIMITS, "limit-store `Limits::attempt(\"api\", client)` on MemoryStore (noop waker)"),
     (GOVERNOR, "governor 0.10 keyed `check_key`"),
     (RUNLIMIT_HMAC, "runlimit-memory 0.3 `check` + HMAC key"),
     (RUNLIMIT_PREHASHED, "runlimit-memory 0.3 `check`, pre-hashed key"),
@@ -154,6 +159,46 @@ impl Contender for Memory {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => panic!("MemoryStore::update failed: {e}"),
                 Poll::Pending => panic!("MemoryStore::update awaited"),
+            }
+        });
+    }
+}
+
+/// What a user calls: `limits.attempt("api", &[("client", key)])`, the `api`
+/// preset (GCRA) with a budget no run reaches, on a `MemoryStore`.
+struct LimitsAttempt {
+    limits: limit_store::Limits,
+}
+
+impl LimitsAttempt {
+    fn new() -> Self {
+        let store: Arc<dyn LimitStore> = Arc::new(MemoryStore::with_max_entries(MAX_ENTRIES_U64));
+        let limits = limit_store::Limits::builder()
+            .store(store)
+            .single_instance(true)
+            // One attempt a millisecond refilled, an hour's worth at once.
+            .budget("api", "client", 3_600_000)
+            .window("api", "client", Duration::from_secs(3_600))
+            .build()
+            .expect("limits");
+        Self { limits }
+    }
+}
+
+impl Contender for LimitsAttempt {
+    type Local = ();
+    fn local(&self) {}
+    fn run(&self, _: &mut (), start: usize, n: u64) {
+        let keys = keys();
+        // The memory store answers at once: one poll with a no-op waker.
+        let mut cx = Context::from_waker(Waker::noop());
+        each_index(start, n, |i| {
+            let parts = [("client", keys[i].as_str())];
+            let attempt = std::pin::pin!(self.limits.attempt("api", &parts));
+            match attempt.poll(&mut cx) {
+                Poll::Ready(Ok(d)) if d.allowed => {}
+                Poll::Ready(other) => panic!("Limits::attempt did not allow: {other:?}"),
+                Poll::Pending => panic!("Limits::attempt awaited"),
             }
         });
     }
@@ -494,6 +539,7 @@ fn print_table(home: &Path, since: SystemTime) {
 }
 
 fn main() {
+    bytes::child();
     let since = SystemTime::now();
     let home = criterion_home();
     let quick_env = std::env::var_os("LIMIT_STORE_BENCH_QUICK").is_some_and(|v| v != "0");
@@ -518,6 +564,7 @@ fn main() {
         bench_one_thread(&mut g, MEMORY, memory);
         bench_one_thread(&mut g, MEMORY_NUMBER, memory_number);
         bench_one_thread(&mut g, GUARDED, guarded);
+        bench_one_thread(&mut g, LIMITS, LimitsAttempt::new);
         bench_one_thread(&mut g, GOVERNOR, Governor::new);
         bench_one_thread(&mut g, RUNLIMIT_HMAC, || Runlimit::new(false));
         bench_one_thread(&mut g, RUNLIMIT_PREHASHED, || Runlimit::new(true));
@@ -529,6 +576,7 @@ fn main() {
         g.sampling_mode(SamplingMode::Flat);
         bench_two_threads(&mut g, MEMORY, memory);
         bench_two_threads(&mut g, GUARDED, guarded);
+        bench_two_threads(&mut g, LIMITS, LimitsAttempt::new);
         bench_two_threads(&mut g, GOVERNOR, Governor::new);
         bench_two_threads(&mut g, RUNLIMIT_HMAC, || Runlimit::new(false));
         bench_two_threads(&mut g, RUNLIMIT_PREHASHED, || Runlimit::new(true));
@@ -545,4 +593,5 @@ fn main() {
 
     c.final_summary();
     print_table(&home, since);
+    bytes::print_table();
 }
