@@ -10,6 +10,10 @@
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
+//! Values are held compactly (see `stored.rs`): a number as itself, a small object
+//! or array as its JSON text inline in the slot, so a slot is 64 bytes and a
+//! `{"n": 3}` costs no `BTreeMap` node; `apply` gets the value rebuilt.
+//!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
 //! The bound is kept exactly with one atomic counter touched only when an entry
