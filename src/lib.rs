@@ -49,8 +49,12 @@ pub mod log;
 pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod seen;
 #[cfg(feature = "serve")]
 pub mod serve;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod server_clock;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -64,5 +68,7 @@ pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use store::redis::{RedisStore, RedisStoreBuilder};
 pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
 pub use transaction::in_transaction;

@@ -7,6 +7,8 @@
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod database;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use crate::StoreError;
 

@@ -7,7 +7,7 @@
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
 //!   row and writes only if it is unchanged, and on PostgreSQL a row this
 //!   store remembers is counted by one such conditional statement
-//!   (`seen.rs`); whatever changed under them falls back to the lock.
+//!   (`crate::seen`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
 //!   statement, each count still exact on its own.
@@ -22,7 +22,6 @@
 //!   most once a second, in the background.
 
 mod attempt;
-mod bound;
 mod chores;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod conns;
@@ -35,8 +34,6 @@ mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
 mod row;
-#[cfg(feature = "postgres")]
-mod seen;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweep;
@@ -47,9 +44,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use smallvec::SmallVec;
 
-use self::bound::DbBound;
 use self::row::{decide, KeyHash, Stored};
-use crate::bound::Admission;
+use crate::bound::{Admission, SharedBound};
 use crate::error::Unavailable;
 use crate::keys::Secret;
 use crate::rules::check_keys;
@@ -86,7 +82,7 @@ struct Shared {
     db: Db,
     tally: attempt::Tally,
     secret: Secret,
-    bound: DbBound,
+    bound: SharedBound,
     /// Set once, right after the sweeper is spawned with a `Weak` of this.
     sweeper: std::sync::OnceLock<tokio::task::AbortHandle>,
     /// Sweeps run, and rows they removed.
@@ -344,7 +340,7 @@ impl DatabaseStoreBuilder {
         let db = self.open().await?;
         on_backend!(&db, b => b.check_table().await)?;
         let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
-        let bound = DbBound::new(self.max_entries, live);
+        let bound = SharedBound::new("database", self.max_entries, live);
         let shared = Arc::new(Shared {
             db,
             tally: attempt::Tally::default(),

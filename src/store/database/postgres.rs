@@ -29,9 +29,10 @@ use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
-use super::seen::{DbClock, Seen, MAX_LAG_MS, MAX_LEAD_MS};
 use super::sweep::BATCH;
 use crate::error::Unavailable;
+use crate::seen::Seen;
+use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
 
 use self::replace::{Replace, Replaced, Replacer};
@@ -52,8 +53,8 @@ pub(super) struct Postgres {
     delete_if: String,
     guess: Guesses,
     replacer: Arc<Replacer>,
-    seen: Seen,
-    clock: DbClock,
+    seen: Seen<Stored>,
+    clock: ServerClock,
 }
 
 /// The one-statement tries (see `seen.rs`). Each writes only if the row is
@@ -178,7 +179,7 @@ impl Postgres {
             replacer: Replacer::new(pool.clone(), t),
             pool,
             seen: Seen::new(remember),
-            clock: DbClock::new(),
+            clock: ServerClock::new(),
             table,
         })
     }

@@ -15,7 +15,7 @@ use crate::LimitStore;
 const RULE_SERIAL: &str = "concurrent updates from both handles behave as if run one at a time";
 
 fn handle(pair: &StorePair, i: usize) -> Arc<dyn LimitStore> {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         pair.first.clone()
     } else {
         pair.second.clone()

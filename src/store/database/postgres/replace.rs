@@ -25,9 +25,9 @@ use tokio::sync::oneshot;
 use super::super::conns::Conns;
 use super::super::queue::{Holding, Joined, Queue};
 use super::super::row::{KeyHash, Stored};
-use super::super::seen::{MAX_LAG_MS, MAX_LEAD_MS};
 use super::super::CALL_LIMIT;
 use super::NOW;
+use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::Millis;
 
 /// The most guesses one statement carries.

@@ -7,6 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+mod shared;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+pub(crate) use shared::SharedBound;
+
 /// Counts the entries a store holds against its bound: exactly for an
 /// in-process store (every add and removal passes through it), as an estimate
 /// kept close by exact counts for a shared one ([`Bound::begin_refresh`]).
@@ -25,7 +30,7 @@ pub(crate) struct Bound {
     log: BoundLog,
 }
 
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
 impl Bound {
     pub(crate) fn new(max: u64, held: u64) -> Self {
         Bound {
@@ -109,7 +114,7 @@ impl Bound {
 
 /// Where an exact count of a [`Bound`] began.
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
 pub(crate) struct Refresh {
     reserved: u64,
 }
@@ -119,14 +124,14 @@ pub(crate) struct Refresh {
 /// and only the last run's entries count. Dropped before [`Admission::commit`]
 /// (the update failed, or its future was dropped), it gives its room back.
 #[derive(Debug)]
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
 pub(crate) struct Admission<'a> {
     bound: &'a Bound,
     added: u64,
     removed: u64,
 }
 
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
 impl<'a> Admission<'a> {
     pub(crate) fn new(bound: &'a Bound) -> Self {
         Admission { bound, added: 0, removed: 0 }

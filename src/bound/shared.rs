@@ -1,20 +1,21 @@
-//! The database store's bound without a table scan per request.
+//! The bound of a store that other instances share (the database and Redis
+//! stores), without a scan per request.
 //!
-//! Each instance keeps the count of the live rows of its generation in a
-//! [`Bound`] (the same one the memory store uses): an exact count (an index
-//! range scan) at start and after every sweep, plus what this instance added
+//! Each instance keeps the count of the live entries of its generation in a
+//! [`Bound`] (the same one the memory store uses): an exact count at start and
+//! after every sweep, plus what this instance added
 //! and removed since. A request only touches the count (one atomic add, one
 //! more for a removal). Near the bound the count is made exact again, at
 //! most once a second, in the background; other instances' adds are seen at
 //! that refresh, and reservations made while it ran are kept. So the bound
-//! holds to within what the other instances add in a second while the table
+//! holds to within what the other instances add in a second while the store
 //! is near full.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
-use crate::bound::{Bound, Refresh};
+use super::{Bound, Refresh};
 use crate::StoreError;
 
 /// Refresh the count at least this often, whatever the fill.
@@ -22,8 +23,11 @@ const REFRESH_MS: i64 = 30_000;
 /// And this often at or above 80% full.
 const REFRESH_NEAR_FULL_MS: i64 = 1_000;
 
+/// A [`Bound`] on entries that other instances add too, made exact again by
+/// counting now and then.
 #[derive(Debug)]
-pub(crate) struct DbBound {
+pub(crate) struct SharedBound {
+    store: &'static str,
     bound: Bound,
     refreshed_ms: AtomicI64,
     refreshing: AtomicBool,
@@ -31,9 +35,12 @@ pub(crate) struct DbBound {
     started: Instant,
 }
 
-impl DbBound {
-    pub(crate) fn new(max: u64, live: u64) -> Self {
-        DbBound {
+impl SharedBound {
+    /// A bound of `max` for the store named `store` in its log lines, of
+    /// which `live` are held now.
+    pub(crate) fn new(store: &'static str, max: u64, live: u64) -> Self {
+        SharedBound {
+            store,
             bound: Bound::new(max, live),
             refreshed_ms: AtomicI64::new(0),
             refreshing: AtomicBool::new(false),
@@ -71,7 +78,7 @@ impl DbBound {
     }
 
     /// True when the count is due to be made exact; the caller that gets
-    /// true runs it (one at a time) and then calls [`DbBound::refreshed`].
+    /// true runs it (one at a time) and then calls [`SharedBound::refreshed`].
     pub(crate) fn claim_refresh(&self) -> bool {
         let near_full = u128::from(self.estimate()) * 5 >= u128::from(self.max()) * 4;
         let every = if near_full { REFRESH_NEAR_FULL_MS } else { REFRESH_MS };
@@ -81,7 +88,7 @@ impl DbBound {
         self.refreshing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
-    /// Ends a refresh claimed with [`DbBound::claim_refresh`].
+    /// Ends a refresh claimed with [`SharedBound::claim_refresh`].
     pub(crate) fn refreshed(&self, at: Refresh, live: Option<u64>) {
         if let Some(live) = live {
             self.refresh(at, live);
@@ -89,7 +96,7 @@ impl DbBound {
         self.refreshing.store(false, Ordering::Release);
     }
 
-    /// A full store: removes expired rows with `sweep` (which refreshes the
+    /// A full store: removes expired entries with `sweep` (which refreshes the
     /// count) at most once a second; true if there is room now.
     pub(crate) async fn make_room<F, Fut>(&self, sweep: F) -> bool
     where
@@ -108,7 +115,7 @@ impl DbBound {
 
     /// Logs that a new key was refused because the store is full.
     pub(crate) fn note_full(&self) {
-        self.bound.note_full("database");
+        self.bound.note_full(self.store);
     }
 }
 
@@ -119,7 +126,7 @@ mod tests {
 
     #[test]
     fn admits_exactly_up_to_the_bound() {
-        let bound = DbBound::new(10, 7);
+        let bound = SharedBound::new("test", 10, 7);
         assert!(bound.counts().try_reserve(2));
         assert!(!bound.counts().try_reserve(2));
         assert!(bound.counts().try_reserve(1));
@@ -132,7 +139,7 @@ mod tests {
 
     #[test]
     fn an_update_holds_only_its_last_attempts_entries() {
-        let bound = DbBound::new(10, 5);
+        let bound = SharedBound::new("test", 10, 5);
         let mut update = Admission::new(bound.counts());
         assert!(update.hold(2, 0));
         assert!(update.hold(2, 0), "a second run of apply with the same new entries");
@@ -147,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_written_update_gives_back_what_it_removed() {
-        let bound = DbBound::new(10, 5);
+        let bound = SharedBound::new("test", 10, 5);
         let mut update = Admission::new(bound.counts());
         assert!(update.hold(1, 3));
         update.commit();
@@ -156,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_refresh_keeps_what_was_reserved_while_it_counted() {
-        let bound = DbBound::new(100, 50);
+        let bound = SharedBound::new("test", 100, 50);
         let at = bound.begin_refresh();
         // Meanwhile this instance adds four entries; the count saw 40 live.
         let mut update = Admission::new(bound.counts());

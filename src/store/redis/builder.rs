@@ -1,0 +1,179 @@
+//! `RedisStoreBuilder`: the settings of a Redis store, and connecting.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::chores::{self, SWEEP_EVERY};
+use super::script::Scripts;
+use super::server::ServerInfo;
+use super::{RedisStore, Shared, DEFAULT_GRACE, DEFAULT_MAX_ENTRIES, DEFAULT_PREFIX, DEFAULT_REMEMBER};
+use crate::bound::SharedBound;
+use crate::keys::Secret;
+use crate::secret::redact;
+use crate::seen::Seen;
+use crate::server_clock::ServerClock;
+use crate::{SecretString, StoreError};
+
+/// The longest one call to Redis may take: the server has no statement
+/// timeout, so the client bounds it, under the guard's 2 s deadline.
+pub const CALL_LIMIT: Duration = Duration::from_millis(1_500);
+/// The longest connecting (or reconnecting) may take.
+const CONNECT_LIMIT: Duration = Duration::from_secs(1);
+/// Lock stripes for an instance's own counts (see `Shared::stripes`).
+pub(super) const STRIPES: usize = 1_024;
+
+/// Settings of a [`RedisStore`]; [`RedisStoreBuilder::connect`] makes it.
+#[derive(Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    secret: Option<SecretString>,
+    prefix: String,
+    max_entries: u64,
+    remember: usize,
+    sweep_every: Option<Duration>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &redact(&self.url))
+            .field("secret", &self.secret)
+            .field("prefix", &self.prefix)
+            .field("max_entries", &self.max_entries)
+            .field("remember", &self.remember)
+            .field("sweep_every", &self.sweep_every)
+            .field("grace", &self.grace)
+            .finish()
+    }
+}
+
+impl RedisStoreBuilder {
+    pub(super) fn new(url: &str) -> Self {
+        RedisStoreBuilder {
+            url: url.to_owned(),
+            secret: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            max_entries: DEFAULT_MAX_ENTRIES,
+            remember: DEFAULT_REMEMBER,
+            sweep_every: Some(SWEEP_EVERY),
+            grace: DEFAULT_GRACE,
+        }
+    }
+
+    /// The site secret keys are hashed under (at least 32 bytes). Required.
+    pub fn secret(mut self, secret: &str) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// What every key starts with, before the secret's generation (default
+    /// `limit-store`): to keep two sites apart on one server.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// The bound on live entries of this generation (default 1,000,000).
+    pub fn max_entries(mut self, max_entries: u64) -> Self {
+        self.max_entries = max_entries;
+        self
+    }
+
+    /// How many keys' last entries to remember, to count them in one round
+    /// trip (default 100,000; 0 turns the guess off but for new keys).
+    pub fn remember(mut self, n: usize) -> Self {
+        self.remember = n;
+        self
+    }
+
+    /// How often to count the entries again for the bound (default every 5
+    /// minutes; `None`: only at start and near the bound).
+    pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
+    /// How long after its expiry Redis drops an entry (default 5 s). In the
+    /// grace the entry is already dead to reads and counts, and `sweep`
+    /// removes it and says so; with `Duration::ZERO` Redis drops it at its
+    /// expiry and `sweep` finds nothing to remove (it answers 0).
+    pub fn expiry_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Connects, checks the server (Redis 6.2 or later, or Valkey; not a
+    /// Cluster) and its eviction policy, and counts this generation's entries.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let url = redact(&self.url);
+        let secret = match &self.secret {
+            Some(secret) => Secret::new(secret.expose())?,
+            None => {
+                return Err(StoreError::setup(
+                    "the Redis store needs the site secret: set LIMIT_STORE_SECRET, --secret or `secret` in the \
+                     config (at least 32 bytes)",
+                ))
+            }
+        };
+        if self.prefix.is_empty() || self.prefix.len() > 64 {
+            return Err(StoreError::setup("the Redis key prefix must be 1 to 64 bytes"));
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| StoreError::Setup {
+            detail: format!("{url} is not a Redis URL: use redis://[:password@]host[:port][/db] or rediss:// for TLS"),
+            source: Some(Box::new(e)),
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(CALL_LIMIT))
+            .set_connection_timeout(Some(CONNECT_LIMIT))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500));
+        let unreachable = |e: Option<redis::RedisError>| StoreError::Setup {
+            detail: format!("can't reach Redis at {url}: check that it runs and that the URL is right"),
+            source: e.map(|e| Box::new(e) as _),
+        };
+        let mut conn = tokio::time::timeout(5 * CONNECT_LIMIT, ConnectionManager::new_with_config(client, config))
+            .await
+            .map_err(|_| unreachable(None))?
+            .map_err(|e| unreachable(Some(e)))?;
+        let info: String = redis::cmd("INFO").query_async(&mut conn).await.map_err(|e| unreachable(Some(e)))?;
+        let info = ServerInfo::parse(&info);
+        info.check(&url)?;
+        info.warn_if_evicting(&url);
+        let shared = Arc::new(Shared {
+            conn,
+            scripts: Scripts::new(),
+            names: format!("{}:{:x}:", self.prefix, secret.generation()),
+            claims: format!("{}:claim:{:x}:", self.prefix, secret.generation()),
+            token_base: random_u64(),
+            tokens: AtomicU64::new(0),
+            secret,
+            bound: SharedBound::new("redis", self.max_entries, 0),
+            clock: ServerClock::new(),
+            seen: Seen::new(self.remember),
+            policy: info.policy,
+            chores: std::sync::OnceLock::new(),
+            grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            sweeps: AtomicU64::new(0),
+            swept: AtomicU64::new(0),
+        });
+        shared.sweep().await?;
+        if let Some(every) = self.sweep_every {
+            let _ = shared.chores.set(chores::spawn(Arc::downgrade(&shared), every));
+        }
+        Ok(RedisStore { shared })
+    }
+}
+
+/// A random number from the standard library's per-process hash keys.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    hasher.finish()
+}

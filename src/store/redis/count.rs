@@ -1,0 +1,237 @@
+//! The store's calls: an update's compare-and-set loop, and a read.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::builder::CALL_LIMIT;
+use super::script::WriteCall;
+use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
+use crate::bound::Admission;
+use crate::error::Unavailable;
+use crate::rules::{check_keys, run_apply};
+use crate::seen::KeyHash;
+use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
+use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+
+/// How long an update waits when another instance's update has claimed one
+/// of its keys for its next try.
+const CLAIM_WAIT: Duration = Duration::from_micros(300);
+
+/// What an update's next `apply` runs on: the keys' raw entries and a clock.
+struct Basis {
+    held: Vec<Raw>,
+    now: Millis,
+    /// True when both came from the server in the last answer; false for a
+    /// guess (remembered entries and the estimated clock).
+    fresh: bool,
+}
+
+impl Shared {
+    /// The keys' entries and the clock, read from the server.
+    async fn read_basis(&self, names: &[String]) -> Result<Basis, StoreError> {
+        let (now, held) = self.scripts.read(&mut self.conn.clone(), names).await.map_err(failed)?;
+        self.clock.reading(now);
+        Ok(Basis { held, now, fresh: true })
+    }
+
+    /// The first basis of an update: a guess when the clock can be estimated.
+    async fn first_basis(&self, hashes: &[KeyHash], names: &[String]) -> Result<Basis, StoreError> {
+        match self.clock.estimate() {
+            Some(now) => Ok(Basis {
+                held: hashes.iter().map(|h| self.seen.get(h).unwrap_or_default()).collect(),
+                now,
+                fresh: false,
+            }),
+            None => self.read_basis(names).await,
+        }
+    }
+
+    /// Locks the stripes of `hashes`, in order. A lock that is not had
+    /// within [`CALL_LIMIT`] is gone without (a count whose future was leaked
+    /// holds it forever): the compare-and-set keeps the count exact anyway.
+    async fn lock(&self, hashes: &[KeyHash]) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> =
+            hashes.iter().map(|h| usize::from(u16::from_le_bytes([h[0], h[1]])) % self.stripes.len()).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            match tokio::time::timeout(CALL_LIMIT, self.stripes[stripe].lock()).await {
+                Ok(guard) => guards.push(guard),
+                Err(_) => break,
+            }
+        }
+        guards
+    }
+
+    /// A token no other update of any instance holds at the same time.
+    fn token(&self) -> u64 {
+        self.token_base.wrapping_add(self.tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn remember(&self, hash: &KeyHash, raw: &Raw) {
+        self.seen.set(hash, raw.is_some().then(|| raw.clone()));
+    }
+}
+
+/// The live entries of `held` at `now`; a corrupt one fails under its hash.
+fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
+    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || hex(hash))).collect()
+}
+
+fn hex(hash: &KeyHash) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The operations for `writes` on keys that hold `held`, and how many entries
+/// they add and remove.
+fn ops(writes: Vec<Write>, held: &[Raw], grace: Millis) -> (Vec<Op>, u64, u64) {
+    let (mut added, mut removed) = (0, 0);
+    let ops = writes
+        .into_iter()
+        .zip(held)
+        .map(|(write, raw)| match write {
+            Write::Keep => Op::Keep,
+            Write::Delete if raw.is_some() => {
+                removed += 1;
+                Op::Delete
+            }
+            // Deleting what is not there changes nothing; the key is still checked.
+            Write::Delete => Op::Keep,
+            Write::Put(entry) => {
+                added += u64::from(!raw.is_some());
+                Op::Put { raw: Raw::encode(&entry), pxat: entry.expires_at.saturating_add(grace) }
+            }
+        })
+        .collect();
+    (ops, added, removed)
+}
+
+impl RedisStore {
+    async fn count(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        check_keys(keys)?;
+        let started = Instant::now();
+        let shared = &*self.shared;
+        let hashes: Vec<KeyHash> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let names: Vec<String> = hashes.iter().map(|h| self.name(h, false)).collect();
+        let claims: Vec<String> = hashes.iter().map(|h| self.name(h, true)).collect();
+        let token = shared.token();
+        let mut conn = shared.conn.clone();
+        let _locks = shared.lock(&hashes).await;
+        let mut basis = shared.first_basis(&hashes, &names).await?;
+        let mut admission = Admission::new(shared.bound.counts());
+        let mut missed = 0;
+        while missed < MAX_TRIES {
+            let entries = match decode(&basis.held, &hashes, basis.now) {
+                Ok(entries) => entries,
+                // A remembered entry is only a guess: ask the server.
+                Err(_) if !basis.fresh => {
+                    basis = shared.read_basis(&names).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let writes = run_apply(apply, &entries, basis.now)?;
+            let (ops, added, removed) = ops(writes, &basis.held, shared.grace);
+            if basis.fresh && ops.iter().all(|op| matches!(op, Op::Keep)) {
+                // Read in one step and nothing to write: done, as a read.
+                return Ok(());
+            }
+            if !admission.hold(added, removed) {
+                self.refresh_bound_if_due();
+                shared.bound.note_full();
+                return Err(StoreError::unavailable(
+                    Unavailable::Full,
+                    format!("the store holds its bound of {} entries and this update needs a new one", admission.max()),
+                ));
+            }
+            let call = WriteCall {
+                names: &names,
+                claims: &claims,
+                expected: &basis.held,
+                ops: &ops,
+                at: basis.now,
+                lead: MAX_LEAD_MS,
+                lag: (!basis.fresh).then_some(MAX_LAG_MS),
+                token,
+                claim: missed > 0,
+            };
+            let answer = shared.scripts.write(&mut conn, &call).await.map_err(failed)?;
+            let (now, held) = match answer {
+                Written::Done { now } => {
+                    shared.clock.reading(now);
+                    for ((hash, op), raw) in hashes.iter().zip(&ops).zip(&basis.held) {
+                        match op {
+                            Op::Keep => shared.remember(hash, raw),
+                            Op::Delete => shared.seen.set(hash, None),
+                            Op::Put { raw, .. } => shared.seen.set(hash, Some(raw.clone())),
+                        }
+                    }
+                    admission.commit();
+                    self.refresh_bound_if_due();
+                    return Ok(());
+                }
+                Written::Changed { now, held } => {
+                    missed += 1;
+                    (now, held)
+                }
+                Written::Claimed { now, held } => {
+                    // Another instance's update goes next: let it.
+                    if started.elapsed() > CALL_LIMIT {
+                        break;
+                    }
+                    tokio::time::sleep(CLAIM_WAIT).await;
+                    (now, held)
+                }
+            };
+            shared.clock.reading(now);
+            for (hash, raw) in hashes.iter().zip(&held) {
+                shared.remember(hash, raw);
+            }
+            basis = Basis { held, now, fresh: true };
+        }
+        Err(StoreError::unavailable(
+            Unavailable::StoreFailed,
+            format!(
+                "other instances kept changing these keys ({missed} tries) while this update ran; it wrote nothing"
+            ),
+        ))
+    }
+}
+
+#[async_trait]
+impl LimitStore for RedisStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> Option<crate::StoreStats> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &*self.shared;
+        Some(crate::StoreStats::new(s.bound.estimate(), s.bound.max(), s.sweeps.load(Relaxed), s.swept.load(Relaxed)))
+    }
+
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        self.count(keys, apply).await
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        check_keys(keys)?;
+        let shared = &*self.shared;
+        let hashes: Vec<KeyHash> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let names: Vec<String> = hashes.iter().map(|h| self.name(h, false)).collect();
+        let basis = shared.read_basis(&names).await?;
+        for (hash, raw) in hashes.iter().zip(&basis.held) {
+            shared.remember(hash, raw);
+        }
+        decode(&basis.held, &hashes, basis.now)
+    }
+
+    /// Redis removes expired entries itself (`PXAT`), so there is nothing
+    /// left to remove: answers 0, and counts this generation's live entries
+    /// again for the bound.
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.shared.sweep().await
+    }
+}

@@ -1,0 +1,180 @@
+//! `RedisStore`: counts in Redis or Valkey, the store most sites with several
+//! instances already run, exact across all of them.
+//!
+//! Built on the public contract as an app's own store would be:
+//! - **Atomic read-modify-write with `apply` in Rust.** A count reads its keys
+//!   and the server's `TIME` in one script, runs `apply`, and writes with a
+//!   second script that checks every key still holds what `apply` saw (value
+//!   and expiry, in one string) and sets them all, or changes nothing and
+//!   answers what they hold now, so that `apply` runs again without another
+//!   read. Contention is retried a bounded number of times, then answered
+//!   unavailable: never a wrong count.
+//! - **One round trip when the store can guess.** A key this instance saw
+//!   last, or has never seen (a new key usually has no entry), is counted on
+//!   that guess and the estimated server clock ([`crate::server_clock`]); the
+//!   write script checks both, so a wrong guess costs the read it skipped.
+//! - **The server's clock.** `now` is Redis's `TIME`; entries are written
+//!   with `PXAT` at their expiry plus a short grace, so Redis drops them
+//!   itself; reads and counts judge expiry by the stored expiry on Redis's
+//!   clock, so an entry in its grace is already gone to them.
+//! - **Keys** are HMAC-SHA-256 under the site secret, under a prefix with the
+//!   secret's generation: `limit-store:<generation>:<hmac>`.
+//! - **The bound** is an estimate kept by counting this generation's keys
+//!   (`SCAN`) at start, every 5 minutes and near the bound, in the
+//!   background, plus this instance's own adds.
+
+mod builder;
+mod chores;
+mod count;
+mod entry;
+mod script;
+mod server;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+
+use self::entry::Raw;
+use self::script::{Op, Scripts, Written};
+use crate::bound::SharedBound;
+use crate::error::Unavailable;
+use crate::keys::Secret;
+use crate::seen::{KeyHash, Seen};
+use crate::server_clock::ServerClock;
+use crate::StoreError;
+
+pub use self::builder::RedisStoreBuilder;
+pub use self::server::KIND_EVICTS;
+
+/// The default bound of a Redis store.
+pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// The default start of every key the store writes.
+pub const DEFAULT_PREFIX: &str = "limit-store";
+/// How many keys' last entries a store remembers by default, to count them
+/// in one round trip.
+pub const DEFAULT_REMEMBER: usize = 100_000;
+/// How long after an entry's expiry Redis drops it by default: in the grace
+/// the entry is dead to every read and count, and a sweep can remove it.
+pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How many times an update tries its compare-and-set before it is answered
+/// unavailable (other instances kept changing its keys).
+pub const MAX_TRIES: usize = 32;
+
+/// Counts in Redis or Valkey, shared by every instance that connects with the
+/// same secret and prefix. Cheap to clone; clones share one connection.
+/// `shared()` is true.
+#[derive(Clone, Debug)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    conn: ConnectionManager,
+    scripts: Scripts,
+    secret: Secret,
+    /// `<prefix>:<generation>:`, what every key of this store starts with.
+    names: String,
+    /// `<prefix>:claim:<generation>:`, what claims start with.
+    claims: String,
+    /// Update tokens: a random start, and a count.
+    token_base: u64,
+    tokens: AtomicU64,
+    bound: SharedBound,
+    clock: ServerClock,
+    seen: Seen<Raw>,
+    policy: String,
+    /// Set once, right after the chores are spawned with a `Weak` of this.
+    chores: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// How long after its expiry Redis drops an entry, in ms.
+    grace: i64,
+    /// One lock per stripe of keys: an instance's own counts of a key wait
+    /// for each other rather than fail each other's compare-and-set.
+    stripes: Box<[tokio::sync::Mutex<()>]>,
+    /// Sweeps run since the store was made, and entries they removed.
+    sweeps: AtomicU64,
+    swept: AtomicU64,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(chores) = self.chores.get() {
+            chores.abort();
+        }
+    }
+}
+
+impl RedisStore {
+    /// Starts building a store on `url`: `redis://` or `rediss://` (TLS),
+    /// with a password and a database number as Redis URLs carry them.
+    pub fn builder(url: &str) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(url)
+    }
+
+    /// The server's `maxmemory-policy` when the store connected; anything but
+    /// `noeviction` may drop a lockout under memory pressure.
+    pub fn eviction_policy(&self) -> &str {
+        &self.shared.policy
+    }
+
+    /// True when the server may evict entries (see [`Self::eviction_policy`]).
+    pub fn evicts(&self) -> bool {
+        self.shared.policy != "noeviction"
+    }
+
+    /// This store's secret generation.
+    pub fn generation(&self) -> i64 {
+        self.shared.secret.generation()
+    }
+
+    /// The prefix of every key of this store's generation.
+    pub fn key_prefix(&self) -> &str {
+        &self.shared.names
+    }
+
+    /// Live entries of this generation, estimated as the bound counts them.
+    pub fn live_estimate(&self) -> u64 {
+        self.shared.bound.estimate()
+    }
+
+    /// Live entries of this generation, counted now with `SCAN` (one pass
+    /// over the server's keys, in steps: for `stats`, not for requests).
+    pub async fn live_entries(&self) -> Result<u64, StoreError> {
+        self.shared.count_live().await
+    }
+
+    /// The bound.
+    pub fn max_entries(&self) -> u64 {
+        self.shared.bound.max()
+    }
+
+    /// The key of the entry of `hash`, or of its claim (see `script.rs`),
+    /// which lies outside the generation's keys so that `SCAN` skips it.
+    fn name(&self, hash: &KeyHash, claim: bool) -> String {
+        let names = if claim { &self.shared.claims } else { &self.shared.names };
+        let mut name = String::with_capacity(names.len() + 64);
+        name.push_str(names);
+        for byte in hash {
+            use std::fmt::Write as _;
+            let _ = write!(name, "{byte:02x}");
+        }
+        name
+    }
+}
+
+/// A failed call to the server, answered unavailable; an `OOM` refusal and a
+/// timeout say so.
+fn failed(e: redis::RedisError) -> StoreError {
+    let (reason, detail) = if e.to_string().contains("OOM") {
+        (
+            Unavailable::StoreFailed,
+            "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own",
+        )
+    } else if e.is_timeout() {
+        (Unavailable::Timeout, "Redis gave no answer in time")
+    } else {
+        (Unavailable::StoreFailed, "the call to Redis failed")
+    };
+    StoreError::Unavailable { reason, detail: detail.to_owned(), source: Some(Box::new(e)) }
+}

@@ -1,0 +1,47 @@
+//! The contract suite against the Redis store: two stores (two instances,
+//! two connections) on one server, bare and through the guard, and with no
+//! remembered entries (every count reads first).
+
+use std::sync::Arc;
+
+use limit_store::testing::StorePair;
+use limit_store::{Guarded, RedisStore, RedisStoreBuilder};
+
+/// The server's URL, or `None` (the tests say they were skipped) when
+/// `LIMIT_STORE_TEST_REDIS` is not set.
+fn server() -> Option<String> {
+    std::env::var("LIMIT_STORE_TEST_REDIS").ok().filter(|u| !u.is_empty())
+}
+
+const SECRET: &str = "limit-store redis contract tests: a secret of 32+ bytes";
+
+async fn pair_with(tune: fn(RedisStoreBuilder) -> RedisStoreBuilder) -> Option<StorePair> {
+    let url = server()?;
+    let open = || async { tune(RedisStore::builder(&url).secret(SECRET).sweep_every(None)).connect().await.unwrap() };
+    Some(StorePair { first: Arc::new(open().await), second: Arc::new(open().await) })
+}
+
+mod bare {
+    use super::*;
+    async fn factory() -> Option<StorePair> {
+        pair_with(|b| b).await
+    }
+    limit_store::contract_tests!(factory);
+}
+
+mod guarded {
+    use super::*;
+    async fn factory() -> Option<StorePair> {
+        let pair = pair_with(|b| b).await?;
+        Some(StorePair { first: Arc::new(Guarded::new(pair.first)), second: Arc::new(Guarded::new(pair.second)) })
+    }
+    limit_store::contract_tests!(factory);
+}
+
+mod remembering_nothing {
+    use super::*;
+    async fn factory() -> Option<StorePair> {
+        pair_with(|b| b.remember(0)).await
+    }
+    limit_store::contract_tests!(factory);
+}
