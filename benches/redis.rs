@@ -12,7 +12,8 @@
 //!
 //! - limit-store `RedisStore`: `update` with an `apply` that reads `n` (a bare
 //!   JSON number) and writes `n + 1` with the entry's expiry, or 1 with an
-//!   hour to live (as benches/database counts); bare, and through `Guarded`.
+//!   hour to live (as benches/database counts); bare (`update_with`), and
+//!   through `Guarded` with an owned `apply` (`update_owned`, as `Limits` calls it).
 //!   With `--fresh`, also on brand-new keys (unique to the run, a minute to live).
 //! - rate-limiter-flexible's `RateLimiterRedis` on ioredis (`node
 //!   bench/node/rlf.js --db redis`).
@@ -142,10 +143,13 @@ enum Keys {
 
 /// Runs `callers` tasks, each counting one at a time, for `warmup` then
 /// `secs`; answers counts per second over the measured part and its errors.
+/// With `owned`, each count goes through `update_owned` with a boxed
+/// `apply`, as `Limits` calls a store; else through `update_with`.
 async fn drive(
     store: Arc<dyn LimitStore>,
     keys: Arc<Vec<String>>,
     which: Keys,
+    owned: bool,
     callers: usize,
     o: &Opts,
 ) -> (f64, u64) {
@@ -170,8 +174,13 @@ async fn drive(
                         }
                     };
                     let window = if matches!(which, Keys::Fresh) { MINUTE_MS } else { HOUR_MS };
-                    match update_with(&*store, &[key], |cur, now| count(cur, now, window)).await {
-                        Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    let counted = if owned {
+                        store.update_owned(&[key], Box::new(move |cur, now| count(cur, now, window).0)).await
+                    } else {
+                        update_with(&*store, &[key], |cur, now| count(cur, now, window)).await.map(drop)
+                    };
+                    match counted {
+                        Ok(()) => done.fetch_add(1, Ordering::Relaxed),
                         Err(e) => {
                             if errors.fetch_add(1, Ordering::Relaxed) == 0 {
                                 eprintln!("  error: {e}");
@@ -217,7 +226,7 @@ async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>) -> Result<(
 /// How a contender runs one point.
 enum Runner {
     /// In this process.
-    Store { store: Arc<dyn LimitStore>, keys: Keys },
+    Store { store: Arc<dyn LimitStore>, keys: Keys, owned: bool },
     /// A child speaking rlf.js's `--serve 1` protocol: one stdin line "C WARMUP SECS", one JSON line back.
     Child { child: Child, out: BufReader<ChildStdout> },
     /// One `redis-benchmark` run per point.
@@ -252,7 +261,9 @@ impl Contender {
 
     async fn point(&mut self, keys: &Arc<Vec<String>>, c: usize, o: &Opts, last: Option<f64>) -> Result<(f64, u64)> {
         match &mut self.runner {
-            Runner::Store { store, keys: which } => Ok(drive(store.clone(), keys.clone(), *which, c, o).await),
+            Runner::Store { store, keys: which, owned } => {
+                Ok(drive(store.clone(), keys.clone(), *which, *owned, c, o).await)
+            }
             Runner::Child { child, out } => {
                 let stdin = child.stdin.as_mut().context("child stdin")?;
                 writeln!(stdin, "{c} {} {}", o.warmup, o.secs)?;
@@ -419,11 +430,18 @@ fn main() -> Result<()> {
         let store = Arc::new(store.connect().await?);
         let bare: Arc<dyn LimitStore> = store.clone();
         prefill(bare.clone(), keys.clone()).await.context("limit-store's fill")?;
-        contenders.push(Contender { name: STORE, runner: Runner::Store { store: bare.clone(), keys: Keys::Live } });
+        contenders.push(Contender {
+            name: STORE,
+            runner: Runner::Store { store: bare.clone(), keys: Keys::Live, owned: false },
+        });
         let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
-        contenders.push(Contender { name: GUARDED, runner: Runner::Store { store: guarded, keys: Keys::Live } });
+        contenders
+            .push(Contender { name: GUARDED, runner: Runner::Store { store: guarded, keys: Keys::Live, owned: true } });
         if o.fresh {
-            contenders.push(Contender { name: FRESH, runner: Runner::Store { store: bare, keys: Keys::Fresh } });
+            contenders.push(Contender {
+                name: FRESH,
+                runner: Runner::Store { store: bare, keys: Keys::Fresh, owned: false },
+            });
         }
         if o.node {
             eprintln!("rate-limiter-flexible: starting, consuming every key once");
