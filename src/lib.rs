@@ -6,6 +6,8 @@
 //! - [`LimitStore`] is the contract: one atomic read-modify-write over 1 to 32
 //!   keys on the store's own clock, plus `read` and `sweep`.
 //! - [`MemoryStore`] keeps counts in this process (the default): sharded, bounded.
+//! - [`RedisStore`] (feature `redis`) keeps counts in Redis or Valkey, exact
+//!   across instances, on Redis's clock.
 //! - [`Guarded`] puts a deadline (2 s) and an in-flight cap (64) on any store.
 //! - [`Limits`] is what an app calls: presets for sign-in, password reset,
 //!   codes sent and checked, and API calls, counted on any store; settings in
@@ -69,6 +71,6 @@ pub use secret::{SecretString, SecretUrl};
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use store::redis::{RedisStore, RedisStoreBuilder};
+pub use store::redis::{RedisStore, RedisStoreBuilder, RoundTrips};
 pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
 pub use transaction::in_transaction;

@@ -93,7 +93,7 @@ fn unknown_keys_name_the_key_and_the_line() {
 #[test]
 fn bad_values_name_the_key_and_the_line() {
     for (text, line, key, says) in [
-        ("[rate_limit]\nstore = \"redis\"\n", 2, "rate_limit.store", "\"memory\" or \"database\""),
+        ("[rate_limit]\nstore = \"dynamodb\"\n", 2, "rate_limit.store", "\"memory\", \"database\" or \"redis\""),
         ("[rate_limit]\n\nsingle_instance = \"yes\"\n", 3, "rate_limit.single_instance", "true or false"),
         ("[rate_limit]\nmax_entries = 0\n", 2, "rate_limit.max_entries", "at least 1"),
         ("[rate_limit]\nmax_entries = -5\n", 2, "rate_limit.max_entries", "at least 1"),
@@ -183,4 +183,14 @@ async fn the_database_store_from_a_file_and_the_environment() {
         assert!(limits.attempt("code-verify", &[("code", "c")]).await.unwrap().allowed);
     }
     assert!(!limits.attempt("code-verify", &[("code", "c")]).await.unwrap().allowed);
+}
+
+#[test]
+fn redis_is_a_store_with_its_url_in_the_file_or_the_environment() {
+    let mut c = Config::parse("[rate_limit]\nstore = \"redis\"\nredis_url = \"redis://:pw@cache:6379/2\"\n").unwrap();
+    assert_eq!(c.store, StoreKind::Redis);
+    assert_eq!(c.redis_url.as_ref().map(|u| u.expose()), Some("redis://:pw@cache:6379/2"));
+    assert!(!format!("{c:?}").contains(":pw@"), "Debug hides the password");
+    c.apply_env(|var| (var == "LIMIT_STORE_REDIS_URL").then(|| "rediss://cache.internal:6380".to_owned()));
+    assert_eq!(c.redis_url.as_ref().map(|u| u.expose()), Some("rediss://cache.internal:6380"));
 }

@@ -15,9 +15,16 @@ fn server() -> Option<String> {
 
 const SECRET: &str = "limit-store redis contract tests: a secret of 32+ bytes";
 
+/// Two stores on one server, under a prefix of their own: cases use unique
+/// keys, but a sweep reaches every key of its generation, and the sweep
+/// case of one module must not remove what another's let expire.
 async fn pair_with(tune: fn(RedisStoreBuilder) -> RedisStoreBuilder) -> Option<StorePair> {
+    use std::hash::{BuildHasher, Hasher};
     let url = server()?;
-    let open = || async { tune(RedisStore::builder(&url).secret(SECRET).sweep_every(None)).connect().await.unwrap() };
+    let prefix = format!("lsc-{:x}", std::collections::hash_map::RandomState::new().build_hasher().finish());
+    let open = || async {
+        tune(RedisStore::builder(&url).secret(SECRET).prefix(&prefix).sweep_every(None)).connect().await.unwrap()
+    };
     Some(StorePair { first: Arc::new(open().await), second: Arc::new(open().await) })
 }
 

@@ -1,8 +1,8 @@
-//! Several OS processes, each with a pool of its own, hammer one key with a
-//! budget on one database: exactly the budget is granted in total, never one
-//! more or less. On PostgreSQL and MySQL one process runs with its clock ten
-//! minutes ahead (under `faketime`): counting on the database's clock, it
-//! still agrees with the others on when the window ends.
+//! Several OS processes, each with a pool (or a Redis connection) of its own,
+//! hammer one key with a budget on one store: exactly the budget is granted in
+//! total, never one more or less. On PostgreSQL, MySQL and Redis one process
+//! runs with its clock ten minutes ahead (under `faketime`): counting on the
+//! server's clock, it still agrees with the others on when the window ends.
 
 mod common;
 
@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::db::{server, sqlite_url, SECRET};
-use limit_store::{update_with, DatabaseStore, Entry, LimitStore, Write};
+use limit_store::clock::Clock;
+use limit_store::{update_with, DatabaseStore, Entry, LimitStore, RedisStore, Write};
 use serde_json::json;
 
 const BUDGET: u64 = 60;
@@ -28,16 +29,20 @@ fn worker() {
     let key = std::env::var("LIMIT_STORE_EXACTNESS_KEY").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let granted = runtime.block_on(async {
-        let store: Arc<dyn LimitStore> = Arc::new(
-            DatabaseStore::builder(&url)
-                .table(&table)
-                .secret(SECRET)
-                .max_connections(4)
-                .sweep_every(None)
-                .connect()
-                .await
-                .unwrap(),
-        );
+        let store: Arc<dyn LimitStore> = if url.starts_with("redis") {
+            Arc::new(RedisStore::builder(&url).secret(SECRET).sweep_every(None).connect().await.unwrap())
+        } else {
+            Arc::new(
+                DatabaseStore::builder(&url)
+                    .table(&table)
+                    .secret(SECRET)
+                    .max_connections(4)
+                    .sweep_every(None)
+                    .connect()
+                    .await
+                    .unwrap(),
+            )
+        };
         let mut tasks = Vec::new();
         for _ in 0..4 {
             let (store, key) = (store.clone(), key.clone());
@@ -80,7 +85,11 @@ fn faketime() -> Option<&'static str> {
 
 async fn exactly_the_budget(url: &str, shift_one_clock: bool) {
     let table = "limit_store_exactness";
-    DatabaseStore::builder(url).table(table).migrate().await.unwrap();
+    let redis = url.starts_with("redis");
+    if !redis {
+        DatabaseStore::builder(url).table(table).migrate().await.unwrap();
+    }
+    let started = limit_store::clock::SystemClock.now();
     let key = format!("exactness:{}", common::db::rand_suffix());
     let exe = std::env::current_exe().unwrap();
     let mut children = Vec::new();
@@ -115,9 +124,21 @@ async fn exactly_the_budget(url: &str, shift_one_clock: bool) {
         granted += line.split_whitespace().next().unwrap().parse::<u64>().unwrap();
     }
     assert_eq!(granted, BUDGET, "{url}: processes were granted {granted} attempts on a budget of {BUDGET}");
-    let store = DatabaseStore::builder(url).table(table).secret(SECRET).sweep_every(None).connect().await.unwrap();
+    let store: Arc<dyn LimitStore> = if redis {
+        Arc::new(RedisStore::builder(url).secret(SECRET).sweep_every(None).connect().await.unwrap())
+    } else {
+        Arc::new(DatabaseStore::builder(url).table(table).secret(SECRET).sweep_every(None).connect().await.unwrap())
+    };
     let got = store.read(&[&key]).await.unwrap();
     assert_eq!(got[0].as_ref().map(|e| e.value.clone()), Some(json!({ "n": BUDGET })));
+    // The window was opened on the server's clock (this machine's, here),
+    // not on the shifted worker's, ten minutes ahead.
+    let expires_at = got[0].as_ref().unwrap().expires_at;
+    let ended = limit_store::clock::SystemClock.now();
+    assert!(
+        (started + WINDOW_MS - 1_000..=ended + WINDOW_MS + 1_000).contains(&expires_at),
+        "{url}: the window ends at {expires_at}, not {WINDOW_MS} ms after the test ran ({started}..{ended})"
+    );
 }
 
 #[tokio::test]
@@ -137,6 +158,13 @@ async fn exactly_the_budget_across_processes_on_postgres() {
 #[tokio::test]
 async fn exactly_the_budget_across_processes_on_mysql() {
     if let Some(url) = server("LIMIT_STORE_TEST_MYSQL") {
+        exactly_the_budget(&url, true).await;
+    }
+}
+
+#[tokio::test]
+async fn exactly_the_budget_across_processes_on_redis() {
+    if let Some(url) = server("LIMIT_STORE_TEST_REDIS") {
         exactly_the_budget(&url, true).await;
     }
 }

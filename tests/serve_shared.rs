@@ -1,7 +1,7 @@
 //! Three `serve` processes on one database share one budget: 150 concurrent
 //! sign-in attempts for one account, spread over the three, are answered
 //! exactly 5 times 200 and 145 times 429; a reset through one lets the next
-//! attempt through another. On PostgreSQL and on one SQLite file.
+//! attempt through another. On PostgreSQL, on one SQLite file, and on Redis.
 
 mod common;
 
@@ -26,7 +26,11 @@ async fn settings(url: &str, table: &str) -> PathBuf {
 async fn three_instances_share_one_budget(url: &str) {
     let table = format!("ls_serve_{}", rand_suffix() % 1_000_000_000);
     let config = settings(url, &table).await;
-    let env = [("LIMIT_STORE_SECRET", SECRET)];
+    three_instances_share_one_budget_with(url, config, SECRET).await;
+}
+
+async fn three_instances_share_one_budget_with(url: &str, config: PathBuf, secret: &str) {
+    let env = [("LIMIT_STORE_SECRET", secret)];
     let mut instances = Vec::new();
     for _ in 0..3 {
         instances.push(Serve::start(Some(&config), &env, &[]).await);
@@ -66,4 +70,15 @@ async fn three_instances_on_postgres_share_one_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_one_sqlite_file_share_one_budget() {
     three_instances_share_one_budget(&sqlite_url("serve")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_redis_share_one_budget() {
+    let Some(url) = server("LIMIT_STORE_TEST_REDIS") else { return };
+    let path = std::env::temp_dir().join(format!("limit-store-serve-redis-{}.toml", rand_suffix()));
+    std::fs::write(&path, format!("[rate_limit]\nstore = \"redis\"\nredis_url = \"{url}\"\n")).unwrap();
+    // A secret of this run's own: its keys are new on a server that keeps
+    // earlier runs' counts.
+    let secret = format!("{SECRET} {}", rand_suffix());
+    three_instances_share_one_budget_with(&url, path, &secret).await;
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use limit_store::testing::{contract, StorePair};
-use limit_store::{DatabaseStore, MemoryStore, SecretString, SecretUrl};
+use limit_store::{DatabaseStore, MemoryStore, RedisStore, SecretString, SecretUrl};
 
 /// Options of `contract`.
 #[derive(Debug, clap::Args)]
 pub struct ContractArgs {
-    /// `memory`, or a database URL: sqlite://PATH, postgres://… or mysql://…
+    /// `memory`, a database URL (sqlite://PATH, postgres://…, mysql://…) or
+    /// a Redis URL (redis://…, rediss://…)
     store_url: SecretUrl,
     /// The table to run against (created if missing); cases use random keys,
     /// so a table holding other data is fine.
@@ -28,6 +29,10 @@ async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
         return Ok(StorePair { first: Arc::new(store.clone()), second: Arc::new(store) });
     }
     let secret = args.secret.clone().unwrap_or_else(|| "limit-store contract run: not a site secret".into());
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let open = || async { RedisStore::builder(url).secret(secret.expose()).sweep_every(None).connect().await };
+        return Ok(StorePair { first: Arc::new(open().await?), second: Arc::new(open().await?) });
+    }
     DatabaseStore::builder(url).table(&args.table).migrate().await?;
     let open = || async {
         DatabaseStore::builder(url).table(&args.table).secret(secret.expose()).sweep_every(None).connect().await

@@ -1,9 +1,10 @@
-//! `migrate`, `sweep` and `stats`: the database store's chores.
+//! `migrate`, `sweep` and `stats`: the database store's chores (`sweep` and
+//! `stats` run on the Redis store when the settings choose it).
 
 use anyhow::Context;
 use std::path::PathBuf;
 
-use limit_store::config::Config;
+use limit_store::config::{Config, StoreKind};
 use limit_store::{DatabaseStore, LimitStore, SecretString, SecretUrl};
 
 /// Where the database is: the settings (file, then environment), then
@@ -54,6 +55,11 @@ pub struct StoreArgs {
     /// The bound on live entries, for the fill level.
     #[arg(long)]
     max_entries: Option<u64>,
+    /// Run on the Redis store at this URL instead (redis:// or rediss://;
+    /// also `store = "redis"` with `redis_url` in the settings, or
+    /// LIMIT_STORE_REDIS_URL).
+    #[arg(long)]
+    redis_url: Option<SecretUrl>,
 }
 
 fn table(config: &Config) -> &str {
@@ -61,11 +67,33 @@ fn table(config: &Config) -> &str {
 }
 
 impl StoreArgs {
-    async fn open(&self) -> anyhow::Result<DatabaseStore> {
+    fn config(&self) -> anyhow::Result<Config> {
         let mut config = self.database.settings()?;
         if let Some(secret) = &self.secret {
             config.secret = Some(secret.clone());
         }
+        if let Some(url) = &self.redis_url {
+            config.store = StoreKind::Redis;
+            config.redis_url = Some(url.clone());
+        }
+        Ok(config)
+    }
+
+    /// The Redis store, when the settings or the flags choose it.
+    async fn redis(&self) -> anyhow::Result<Option<limit_store::RedisStore>> {
+        let config = self.config()?;
+        if config.store != StoreKind::Redis {
+            return Ok(None);
+        }
+        let url = config.redis_url.as_ref().context(
+            "store = \"redis\" needs the server: set redis_url in the settings, LIMIT_STORE_REDIS_URL or --redis-url",
+        )?;
+        let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
+        Ok(Some(super::redis::open(url, secret, self.max_entries.or(config.max_entries)).await?))
+    }
+
+    async fn open(&self) -> anyhow::Result<DatabaseStore> {
+        let config = self.config()?;
         let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
         let max_entries =
             self.max_entries.or(config.max_entries).unwrap_or(limit_store::store::database::DEFAULT_MAX_ENTRIES);
@@ -90,6 +118,9 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 
 /// `limit-store sweep`.
 pub async fn sweep(args: StoreArgs) -> anyhow::Result<()> {
+    if let Some(store) = args.redis().await? {
+        return super::redis::sweep(store).await;
+    }
     let removed = args.open().await?.sweep().await?;
     println!("removed {removed} expired entries");
     Ok(())
@@ -97,6 +128,9 @@ pub async fn sweep(args: StoreArgs) -> anyhow::Result<()> {
 
 /// `limit-store stats`.
 pub async fn stats(args: StoreArgs) -> anyhow::Result<()> {
+    if let Some(store) = args.redis().await? {
+        return super::redis::stats(store).await;
+    }
     let store = args.open().await?;
     let live = store.live_entries().await?;
     let max = store.max_entries();

@@ -3,6 +3,7 @@
 mod contract;
 mod database;
 mod demo;
+mod redis;
 mod serve;
 
 use std::path::Path;
@@ -41,12 +42,14 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Create or upgrade the limit store's table in a database.
     Migrate(database::MigrateArgs),
-    /// Remove expired entries from a database store now.
+    /// Remove expired entries from a database or Redis store now.
     Sweep(database::StoreArgs),
-    /// Show a database store's live entries, fill level and generations.
+    /// Show a database or Redis store's live entries, fill level and
+    /// generations (and, on Redis, whether it may evict entries).
     Stats(database::StoreArgs),
-    /// Run the contract suite against a store: memory, sqlite://, postgres://
-    /// or mysql://, with two handles (two pools) as two instances hold it.
+    /// Run the contract suite against a store: memory, sqlite://, postgres://,
+    /// mysql:// or redis://, with two handles (two pools or connections) as
+    /// two instances hold it.
     Contract(contract::ContractArgs),
 }
 

@@ -64,6 +64,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let store = match config.store {
         StoreKind::Memory => "memory".to_owned(),
         StoreKind::Database => format!("database {}", config.database_url),
+        StoreKind::Redis => format!("redis {}", config.redis_url.as_ref().map(|u| u.redacted()).unwrap_or_default()),
     };
     tracing::info!(
         listen = %listener.local_addr()?,

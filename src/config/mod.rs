@@ -1,11 +1,12 @@
 //! Settings: in code ([`Config`]'s fields, or [`Limits::builder`] directly) and
-//! in `limit-store.toml`, with the database URL and the secret overridable
-//! from the environment.
+//! in `limit-store.toml`, with the database and Redis URLs and the secret
+//! overridable from the environment.
 //!
 //! ```toml
 //! [rate_limit]
-//! store = "database"                        # or "memory" (the default)
+//! store = "database"                        # or "memory" (the default), or "redis"
 //! database_url = "sqlite://limit-store.db"  # the default
+//! # redis_url = "redis://127.0.0.1:6379"    # with store = "redis"
 //! max_entries = 1000000                     # experimental
 //! deadline = "2s"                           # a store call's deadline
 //! max_in_flight = 64                        # store calls at once
@@ -38,6 +39,8 @@ use crate::{LimitStore, MemoryStore};
 pub const FILE: &str = "limit-store.toml";
 /// Overrides `rate_limit.database_url`.
 pub const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
+/// Overrides `rate_limit.redis_url`.
+pub const ENV_REDIS_URL: &str = "LIMIT_STORE_REDIS_URL";
 /// Overrides `rate_limit.secret`.
 pub const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
 /// The database URL when none is set.
@@ -51,6 +54,8 @@ pub enum StoreKind {
     Memory,
     /// In the app's SQL database (`DatabaseStore`): shared.
     Database,
+    /// In Redis or Valkey (`RedisStore`, feature `redis`): shared.
+    Redis,
 }
 
 /// Every setting. `Config::default()` is what an empty file means.
@@ -61,6 +66,9 @@ pub struct Config {
     pub store: StoreKind,
     /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
     pub database_url: SecretUrl,
+    /// `rate_limit.redis_url` (or `LIMIT_STORE_REDIS_URL`): the Redis store's
+    /// server, `redis://` or `rediss://`.
+    pub redis_url: Option<SecretUrl>,
     /// `rate_limit.table`: the database store's table (`limit_store` when `None`).
     pub table: Option<String>,
     /// `rate_limit.single_instance`: the site runs as one instance, so the
@@ -93,6 +101,7 @@ impl Default for Config {
         Config {
             store: StoreKind::Memory,
             database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
+            redis_url: None,
             table: None,
             single_instance: false,
             max_entries: None,
@@ -111,6 +120,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("store", &self.store)
             .field("database_url", &self.database_url)
+            .field("redis_url", &self.redis_url)
             .field("table", &self.table)
             .field("single_instance", &self.single_instance)
             .field("max_entries", &self.max_entries)
@@ -187,10 +197,14 @@ impl Config {
     }
 
     /// Applies the overrides `var` finds (`LIMIT_STORE_DATABASE_URL`,
-    /// `LIMIT_STORE_SECRET`); [`Config::load`] reads them from the process.
+    /// `LIMIT_STORE_REDIS_URL`, `LIMIT_STORE_SECRET`); [`Config::load`] reads
+    /// them from the process.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
         if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
             self.database_url = SecretUrl::new(url);
+        }
+        if let Some(url) = var(ENV_REDIS_URL).filter(|v| !v.is_empty()) {
+            self.redis_url = Some(SecretUrl::new(url));
         }
         if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
             self.secret = Some(SecretString::new(secret));
@@ -248,13 +262,14 @@ impl Config {
                 None => MemoryStore::new(),
             }),
             StoreKind::Database => self.database().await?,
+            StoreKind::Redis => self.redis().await?,
         })
     }
 
     /// True when `other` opens the same store: only the limits' settings differ.
     pub fn same_store(&self, other: &Config) -> bool {
-        (self.store, &self.database_url, &self.table, &self.secret, self.max_entries)
-            == (other.store, &other.database_url, &other.table, &other.secret, other.max_entries)
+        (self.store, &self.database_url, &self.redis_url, &self.table, &self.secret, self.max_entries)
+            == (other.store, &other.database_url, &other.redis_url, &other.table, &other.secret, other.max_entries)
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
@@ -278,5 +293,30 @@ impl Config {
             "rate_limit.store = \"database\" needs limit-store built with a database feature (sqlite, postgres or mysql)",
         )
         .into())
+    }
+
+    #[cfg(feature = "redis")]
+    async fn redis(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
+        let Some(url) = &self.redis_url else {
+            return Err(crate::StoreError::setup(format!(
+                "rate_limit.store = \"redis\" needs the server: set rate_limit.redis_url or {ENV_REDIS_URL} \
+                 (redis://host:6379, or rediss:// for TLS)"
+            ))
+            .into());
+        };
+        let mut builder = crate::RedisStore::builder(url.expose());
+        if let Some(secret) = &self.secret {
+            builder = builder.secret(secret.expose());
+        }
+        if let Some(n) = self.max_entries {
+            builder = builder.max_entries(n);
+        }
+        Ok(Arc::new(builder.connect().await?))
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn redis(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
+        Err(crate::StoreError::setup("rate_limit.store = \"redis\" needs limit-store built with the redis feature")
+            .into())
     }
 }

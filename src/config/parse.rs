@@ -11,7 +11,7 @@ use crate::limits::{presets, Policy};
 use crate::secret::{SecretString, SecretUrl};
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, table, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
+    "store, database_url, redis_url, table, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -134,16 +134,18 @@ impl<'t> Parser<'t> {
                     config.store = match self.string(item, &path)? {
                         "memory" => StoreKind::Memory,
                         "database" => StoreKind::Database,
+                        "redis" => StoreKind::Redis,
                         other => {
                             return Err(self.error(
                                 item.0.span().start,
                                 &path,
-                                format!("`{other}` is not a store: use \"memory\" or \"database\" (an app's own store is set in code)"),
+                                format!("`{other}` is not a store: use \"memory\", \"database\" or \"redis\" (an app's own store is set in code)"),
                             ))
                         }
                     }
                 }
                 "database_url" => config.database_url = SecretUrl::new(self.string(item, &path)?),
+                "redis_url" => config.redis_url = Some(SecretUrl::new(self.string(item, &path)?)),
                 "table" => config.table = Some(self.string(item, &path)?.to_owned()),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),

@@ -4,6 +4,8 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod relay;
 #[cfg(feature = "serve")]
 pub mod serve;

@@ -84,7 +84,9 @@ impl RedisStoreBuilder {
     }
 
     /// How many keys' last entries to remember, to count them in one round
-    /// trip (default 100,000; 0 turns the guess off but for new keys).
+    /// trip (default 100,000). A key not remembered is guessed to hold
+    /// nothing, which a new key usually doesn't. 0 turns guessing off: every
+    /// update reads, then writes.
     pub fn remember(mut self, n: usize) -> Self {
         self.remember = n;
         self
@@ -154,6 +156,8 @@ impl RedisStoreBuilder {
             bound: SharedBound::new("redis", self.max_entries, 0),
             clock: ServerClock::new(),
             seen: Seen::new(self.remember),
+            guess: self.remember > 0,
+            trips: super::Trips::default(),
             policy: info.policy,
             chores: std::sync::OnceLock::new(),
             grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),

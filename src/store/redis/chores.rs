@@ -3,7 +3,7 @@
 //! the background.
 //!
 //! Redis drops an entry itself at its expiry plus a short grace
-//! ([`super::DEFAULT_GRACE`]); in the grace the entry is already dead to every
+//! ([`DEFAULT_GRACE`](super::DEFAULT_GRACE)); in the grace the entry is already dead to every
 //! read and count, which judge expiry on Redis's clock. A sweep removes the
 //! expired entries still in their grace and says how many; with no grace it
 //! finds none and answers 0.

@@ -35,9 +35,10 @@ impl Shared {
         Ok(Basis { held, now, fresh: true })
     }
 
-    /// The first basis of an update: a guess when the clock can be estimated.
+    /// The first basis of an update: a guess when the store guesses and the
+    /// clock can be estimated.
     async fn first_basis(&self, hashes: &[KeyHash], names: &[String]) -> Result<Basis, StoreError> {
-        match self.clock.estimate() {
+        match self.clock.estimate().filter(|_| self.guess) {
             Some(now) => Ok(Basis {
                 held: hashes.iter().map(|h| self.seen.get(h).unwrap_or_default()).collect(),
                 now,
@@ -120,6 +121,7 @@ impl RedisStore {
         let mut conn = shared.conn.clone();
         let _locks = shared.lock(&hashes).await;
         let mut basis = shared.first_basis(&hashes, &names).await?;
+        let mut trips = u64::from(basis.fresh);
         let mut admission = Admission::new(shared.bound.counts());
         let mut missed = 0;
         while missed < MAX_TRIES {
@@ -128,6 +130,7 @@ impl RedisStore {
                 // A remembered entry is only a guess: ask the server.
                 Err(_) if !basis.fresh => {
                     basis = shared.read_basis(&names).await?;
+                    trips += 1;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -136,6 +139,7 @@ impl RedisStore {
             let (ops, added, removed) = ops(writes, &basis.held, shared.grace);
             if basis.fresh && ops.iter().all(|op| matches!(op, Op::Keep)) {
                 // Read in one step and nothing to write: done, as a read.
+                shared.trips.note(trips);
                 return Ok(());
             }
             if !admission.hold(added, removed) {
@@ -158,6 +162,7 @@ impl RedisStore {
                 claim: missed > 0,
             };
             let answer = shared.scripts.write(&mut conn, &call).await.map_err(failed)?;
+            trips += 1;
             let (now, held) = match answer {
                 Written::Done { now } => {
                     shared.clock.reading(now);
@@ -169,6 +174,7 @@ impl RedisStore {
                         }
                     }
                     admission.commit();
+                    shared.trips.note(trips);
                     self.refresh_bound_if_due();
                     return Ok(());
                 }

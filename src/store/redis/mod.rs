@@ -11,7 +11,7 @@
 //!   unavailable: never a wrong count.
 //! - **One round trip when the store can guess.** A key this instance saw
 //!   last, or has never seen (a new key usually has no entry), is counted on
-//!   that guess and the estimated server clock ([`crate::server_clock`]); the
+//!   that guess and an estimate of the server clock (`server_clock.rs`); the
 //!   write script checks both, so a wrong guess costs the read it skipped.
 //! - **The server's clock.** `now` is Redis's `TIME`; entries are written
 //!   with `PXAT` at their expiry plus a short grace, so Redis drops them
@@ -84,6 +84,9 @@ struct Shared {
     bound: SharedBound,
     clock: ServerClock,
     seen: Seen<Raw>,
+    /// False: every update reads before it writes (`remember(0)`).
+    guess: bool,
+    trips: Trips,
     policy: String,
     /// Set once, right after the chores are spawned with a `Weak` of this.
     chores: std::sync::OnceLock<tokio::task::AbortHandle>,
@@ -149,6 +152,13 @@ impl RedisStore {
         self.shared.bound.max()
     }
 
+    /// How many round trips this store's updates took, since it was made.
+    pub fn round_trips(&self) -> RoundTrips {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t = &self.shared.trips;
+        RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) }
+    }
+
     /// The key of the entry of `hash`, or of its claim (see `script.rs`),
     /// which lies outside the generation's keys so that `SCAN` skips it.
     fn name(&self, hash: &KeyHash, claim: bool) -> String {
@@ -160,6 +170,38 @@ impl RedisStore {
             let _ = write!(name, "{byte:02x}");
         }
         name
+    }
+}
+
+/// Updates answered, by the round trips to the server they took: one (the
+/// guess held, see [`RedisStoreBuilder::remember`]), two (read, then write;
+/// or a guess that missed), or more (other instances changed the keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RoundTrips {
+    /// Updates done in one round trip.
+    pub one: u64,
+    /// Updates done in two.
+    pub two: u64,
+    /// Updates that took three or more.
+    pub more: u64,
+}
+
+#[derive(Debug, Default)]
+struct Trips {
+    one: AtomicU64,
+    two: AtomicU64,
+    more: AtomicU64,
+}
+
+impl Trips {
+    fn note(&self, trips: u64) {
+        let slot = match trips {
+            0 | 1 => &self.one,
+            2 => &self.two,
+            _ => &self.more,
+        };
+        slot.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -1,0 +1,123 @@
+//! A Redis server of a test's own, on a free port, for what no test may do
+//! to the shared one: pause it, shut it down, or change its settings. It is
+//! stopped when dropped, even when the test fails.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The shared server's URL, or `None` (the test says it was skipped) when
+/// `LIMIT_STORE_TEST_REDIS` is not set.
+pub fn server() -> Option<String> {
+    let url = std::env::var("LIMIT_STORE_TEST_REDIS").ok().filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: LIMIT_STORE_TEST_REDIS is not set");
+    }
+    url
+}
+
+/// A site secret for tests.
+pub const SECRET: &str = "limit-store redis tests: a secret of 32 bytes or more";
+
+/// A `redis-server` process of this test's own.
+pub struct OwnRedis {
+    port: u16,
+    args: Vec<String>,
+    tls: bool,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    /// Starts one with `args` added to a memory-only setup; `None` (skipped)
+    /// where `redis-server` is not installed.
+    pub fn start(args: &[&str]) -> Option<OwnRedis> {
+        if Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut own = OwnRedis { port, args: args.iter().map(|a| (*a).to_owned()).collect(), tls: false, child: None };
+        own.run();
+        Some(own)
+    }
+
+    /// Starts one that speaks only TLS, with the certificate and key in
+    /// `dir` (`server.pem`, `server.key`, `ca.pem`).
+    pub fn start_tls(dir: &std::path::Path) -> Option<OwnRedis> {
+        let file = |name: &str| dir.join(name).display().to_string();
+        let mut own = OwnRedis::start_later(&[
+            "--tls-cert-file",
+            &file("server.pem"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])?;
+        own.tls = true;
+        own.run();
+        Some(own)
+    }
+
+    fn start_later(args: &[&str]) -> Option<OwnRedis> {
+        if Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Some(OwnRedis { port, args: args.iter().map(|a| (*a).to_owned()).collect(), tls: false, child: None })
+    }
+
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
+    pub fn url(&self) -> String {
+        format!("{}://127.0.0.1:{}", if self.tls { "rediss" } else { "redis" }, self.port)
+    }
+
+    fn run(&mut self) {
+        let port = self.port.to_string();
+        let ports: [&str; 4] =
+            if self.tls { ["--port", "0", "--tls-port", &port] } else { ["--port", &port, "--tls-port", "0"] };
+        let child = Command::new("redis-server")
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "redis-server did not start on {}", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server (as a crash or `SHUTDOWN` would: its data is gone).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.run();
+    }
+
+    /// Runs `redis-cli` on it with `args`; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out =
+            Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().expect("run redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
