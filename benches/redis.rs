@@ -226,7 +226,8 @@ async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>) -> Result<(
 /// How a contender runs one point.
 enum Runner {
     /// In this process.
-    Store { store: Arc<dyn LimitStore>, keys: Keys, owned: bool },
+    /// `redis` is the store under `store`, which says how many round trips its updates took.
+    Store { store: Arc<dyn LimitStore>, redis: Arc<RedisStore>, keys: Keys, owned: bool },
     /// A child speaking rlf.js's `--serve 1` protocol: one stdin line "C WARMUP SECS", one JSON line back.
     Child { child: Child, out: BufReader<ChildStdout> },
     /// One `redis-benchmark` run per point.
@@ -260,9 +261,21 @@ impl Contender {
     }
 
     async fn point(&mut self, keys: &Arc<Vec<String>>, c: usize, o: &Opts, last: Option<f64>) -> Result<(f64, u64)> {
+        let name = self.name;
         match &mut self.runner {
-            Runner::Store { store, keys: which, owned } => {
-                Ok(drive(store.clone(), keys.clone(), *which, *owned, c, o).await)
+            Runner::Store { store, redis, keys: which, owned } => {
+                let before = redis.round_trips();
+                let r = drive(store.clone(), keys.clone(), *which, *owned, c, o).await;
+                let after = redis.round_trips();
+                let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
+                let all = (one + two + more).max(1) as f64;
+                eprintln!(
+                    "  {name} C={c}: round trips per update: one {:.0}%, two {:.0}%, more {:.0}%",
+                    100.0 * one as f64 / all,
+                    100.0 * two as f64 / all,
+                    100.0 * more as f64 / all
+                );
+                Ok(r)
             }
             Runner::Child { child, out } => {
                 let stdin = child.stdin.as_mut().context("child stdin")?;
@@ -432,15 +445,17 @@ fn main() -> Result<()> {
         prefill(bare.clone(), keys.clone()).await.context("limit-store's fill")?;
         contenders.push(Contender {
             name: STORE,
-            runner: Runner::Store { store: bare.clone(), keys: Keys::Live, owned: false },
+            runner: Runner::Store { store: bare.clone(), redis: store.clone(), keys: Keys::Live, owned: false },
         });
         let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
-        contenders
-            .push(Contender { name: GUARDED, runner: Runner::Store { store: guarded, keys: Keys::Live, owned: true } });
+        contenders.push(Contender {
+            name: GUARDED,
+            runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, owned: true },
+        });
         if o.fresh {
             contenders.push(Contender {
                 name: FRESH,
-                runner: Runner::Store { store: bare, keys: Keys::Fresh, owned: false },
+                runner: Runner::Store { store: bare, redis: store.clone(), keys: Keys::Fresh, owned: false },
             });
         }
         if o.node {
