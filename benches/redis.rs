@@ -14,7 +14,9 @@
 //!   JSON number) and writes `n + 1` with the entry's expiry, or 1 with an
 //!   hour to live (as benches/database counts); bare (`update_with`), and
 //!   through `Guarded` with an owned `apply` (`update_owned`, as `Limits` calls it).
-//!   With `--fresh`, also on brand-new keys (unique to the run, a minute to live).
+//!   With `--fresh`, also on brand-new keys (unique to the run, a minute to
+//!   live), with a store of its own so that they do not crowd the live keys
+//!   out of the other store's memory of the entries it last wrote.
 //! - rate-limiter-flexible's `RateLimiterRedis` on ioredis (`node
 //!   bench/node/rlf.js --db redis`).
 //! - limitador's `AsyncRedisStorage` (`bench/limitador`, its own cargo
@@ -436,11 +438,12 @@ fn main() -> Result<()> {
         eprintln!("limit-store: connecting, counting every key once");
         // Keys under a prefix of the bench's own; a bound no run reaches (the
         // new-key contender adds an entry per count).
-        let mut store = RedisStore::builder(&o.url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
+        let mut builder =
+            RedisStore::builder(&o.url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
         if let Some(n) = o.remember {
-            store = store.remember(n);
+            builder = builder.remember(n);
         }
-        let store = Arc::new(store.connect().await?);
+        let store = Arc::new(builder.clone().connect().await?);
         let bare: Arc<dyn LimitStore> = store.clone();
         prefill(bare.clone(), keys.clone()).await.context("limit-store's fill")?;
         contenders.push(Contender {
@@ -453,9 +456,13 @@ fn main() -> Result<()> {
             runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, owned: true },
         });
         if o.fresh {
+            // A store of its own: the new keys it remembers would otherwise
+            // push the live keys out of the other rows' store's memory, and
+            // their counts would take two round trips.
+            let fresh = Arc::new(builder.connect().await?);
             contenders.push(Contender {
                 name: FRESH,
-                runner: Runner::Store { store: bare, redis: store.clone(), keys: Keys::Fresh, owned: false },
+                runner: Runner::Store { store: fresh.clone(), redis: fresh, keys: Keys::Fresh, owned: false },
             });
         }
         if o.node {
