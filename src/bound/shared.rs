@@ -18,9 +18,9 @@ use std::time::Instant;
 use super::{Bound, Refresh};
 use crate::StoreError;
 
-/// Refresh the count at least this often, whatever the fill.
+/// Refresh the count at least this often, whatever the fill (by default).
 const REFRESH_MS: i64 = 30_000;
-/// And this often at or above 80% full.
+/// And this often at or above 80% full (by default).
 const REFRESH_NEAR_FULL_MS: i64 = 1_000;
 
 /// A [`Bound`] on entries that other instances add too, made exact again by
@@ -29,6 +29,9 @@ const REFRESH_NEAR_FULL_MS: i64 = 1_000;
 pub(crate) struct SharedBound {
     store: &'static str,
     bound: Bound,
+    /// How often to refresh: whatever the fill, and near full (ms).
+    every_ms: i64,
+    near_full_ms: i64,
     refreshed_ms: AtomicI64,
     refreshing: AtomicBool,
     made_room_ms: AtomicI64,
@@ -41,12 +44,23 @@ impl SharedBound {
     pub(crate) fn new(store: &'static str, max: u64, live: u64) -> Self {
         SharedBound {
             store,
+            every_ms: REFRESH_MS,
+            near_full_ms: REFRESH_NEAR_FULL_MS,
             bound: Bound::new(max, live),
             refreshed_ms: AtomicI64::new(0),
             refreshing: AtomicBool::new(false),
             made_room_ms: AtomicI64::new(i64::MIN),
             started: Instant::now(),
         }
+    }
+
+    /// Refreshes every `every` whatever the fill, and every `near_full` at
+    /// or above 80%: for a store whose exact count costs more than an index
+    /// scan.
+    pub(crate) fn refreshing_every(mut self, every: std::time::Duration, near_full: std::time::Duration) -> Self {
+        self.every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX);
+        self.near_full_ms = i64::try_from(near_full.as_millis()).unwrap_or(i64::MAX);
+        self
     }
 
     /// The count itself, for the updates' [`Admission`](crate::bound::Admission)s.
@@ -81,7 +95,7 @@ impl SharedBound {
     /// true runs it (one at a time) and then calls [`SharedBound::refreshed`].
     pub(crate) fn claim_refresh(&self) -> bool {
         let near_full = u128::from(self.estimate()) * 5 >= u128::from(self.max()) * 4;
-        let every = if near_full { REFRESH_NEAR_FULL_MS } else { REFRESH_MS };
+        let every = if near_full { self.near_full_ms } else { self.every_ms };
         if self.ms() - self.refreshed_ms.load(Ordering::Relaxed) < every {
             return false;
         }

@@ -153,7 +153,10 @@ impl RedisStoreBuilder {
             token_base: random_u64(),
             tokens: AtomicU64::new(0),
             secret,
-            bound: SharedBound::new("redis", self.max_entries, 0),
+            // Counting is a SCAN over the server's keys: less often than a
+            // database's index count.
+            bound: SharedBound::new("redis", self.max_entries, 0)
+                .refreshing_every(Duration::from_secs(60), Duration::from_secs(5)),
             clock: ServerClock::new(),
             seen: Seen::new(self.remember),
             guess: self.remember > 0,
