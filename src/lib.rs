@@ -17,6 +17,49 @@
 //! - `serve` (feature `serve`) is the HTTP service behind `limit-store serve`,
 //!   and [`ratelimit_fields`] writes the `RateLimit-Policy`/`RateLimit`
 //!   header fields of a [`Decision`] for any HTTP layer.
+//! - `layer` (feature `axum`) puts a limit in front of an axum router or any
+//!   tower service, and turns a decision into an answer inside a handler.
+//!
+//! ## What to use for what
+//!
+//! | you want to | use |
+//! | --- | --- |
+//! | limit sign-ins, password resets, codes sent or guessed, API calls | [`Limits`] and its presets: `limits.attempt("sign-in", &[("account", a), ("ip", ip)])` |
+//! | limit whole routes of an axum (or tower) app | `layer::LimitLayer` with a key: peer IP, a trusted proxy's header, an API key, a closure |
+//! | limit inside a handler (the account is in the form) | `layer::attempt`, whose refusal is an axum response |
+//! | a limit of your own | [`Limit`] with [`limits::Part`]s and an [`limits::Algorithm`], given to [`LimitsBuilder::limit`](limits::LimitsBuilder::limit) |
+//! | settings in a file | [`config::Config::load`]`("limit-store.toml")?.build_limits()` |
+//! | limits for an app in another language | `limit-store serve`, the HTTP JSON service |
+//! | your own counting on the store | [`update_with`] on any [`LimitStore`] |
+//! | your own store (DynamoDB, etcd, ...) | implement [`LimitStore`], check it with [`testing`] |
+//!
+//! ## Features
+//!
+//! | feature | default | adds |
+//! | --- | --- | --- |
+//! | `testing` | yes | [`testing`]: the contract suite and `contract_tests!` |
+//! | `sqlite`, `postgres`, `mysql` | yes | `DatabaseStore` on that database |
+//! | `redis` | yes | `RedisStore` on Redis or Valkey |
+//! | `serve` | yes | `serve`: the HTTP service behind `limit-store serve` |
+//! | `axum` | no | `layer`: the tower layer and the handler helper |
+//!
+//! Without default features the crate is the contract, the memory store, the
+//! guard and [`Limits`].
+//!
+//! ## From one process to many instances
+//!
+//! 1. One process: the memory store (the default). Say so with
+//!    [`LimitsBuilder::single_instance`](limits::LimitsBuilder::single_instance),
+//!    or startup warns (`kind = "limit-store-not-shared"`): on several
+//!    instances each would count alone, and every budget would multiply.
+//! 2. Several instances: give [`Limits`] a shared store (the database the app
+//!    already has, through `DatabaseStore`, or another shared store). Nothing
+//!    else changes: the same limits, layers and handlers count one budget
+//!    across every instance, on the store's clock.
+//! 3. Decide per limit what an unavailable store means ([`Policy`]): `deny`
+//!    for sign-in and codes, `allow` for the API, so an outage of the store
+//!    is not an outage of the site. [`Guarded`] answers every call within its
+//!    deadline either way.
 //!
 //! The crate is `#![forbid(unsafe_code)]`: a caller may drop or leak (`mem::forget`) a
 //! call's future, and nothing then reaches what its `apply` borrows.
@@ -39,6 +82,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bound;
 pub mod clock;
@@ -46,6 +90,9 @@ pub mod config;
 pub mod error;
 pub mod guard;
 pub mod keys;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod layer;
 pub mod limits;
 pub mod log;
 pub mod ratelimit_fields;
@@ -54,11 +101,13 @@ pub mod secret;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod seen;
 #[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod server_clock;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transaction;
 
@@ -68,9 +117,22 @@ pub use limits::{Decision, Limit, LimitError, Limits, Policy};
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))))]
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use store::redis::{RedisStore, RedisStoreBuilder, RoundTrips};
 pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
 pub use transaction::in_transaction;
+
+/// The README's Rust snippets, compiled and run as doctests.
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis",
+    feature = "testing"
+))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

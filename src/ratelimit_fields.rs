@@ -30,8 +30,15 @@ pub struct RateLimitFields {
 
 /// The fields for `decision` on limit `limit`, which counts `parts` parts.
 pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields {
-    let name = if parts > 1 { format!("{limit}/{}", decision.part) } else { limit.to_owned() };
-    let name = sf_string(&name);
+    use std::fmt::Write as _;
+    let mut name = String::with_capacity(limit.len() + decision.part.len() + 24);
+    name.push('"');
+    push_sf(&mut name, limit);
+    if parts > 1 {
+        name.push('/');
+        push_sf(&mut name, &decision.part);
+    }
+    name.push('"');
     let window = seconds_up(decision.window);
     let reset = seconds_up(decision.reset_at.saturating_sub(decision.now));
     let retry = decision.retry_after.map(|d| seconds_up(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
@@ -40,10 +47,54 @@ pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields
         Some(retry) if !decision.allowed => reset.max(retry),
         _ => reset,
     };
+    let mut policy = String::with_capacity(name.len() + 24);
+    policy.push_str(&name);
+    let _ = write!(policy, ";q={};w={window}", decision.budget);
+    let mut ratelimit = name;
+    let _ = write!(ratelimit, ";r={};t={t}", decision.remaining);
     RateLimitFields {
-        policy: format!("{name};q={};w={window}", decision.budget),
-        ratelimit: format!("{name};r={};t={t}", decision.remaining),
+        policy,
+        ratelimit,
         retry_after: retry.filter(|_| !decision.allowed).map(|r| t.max(r).to_string()),
+    }
+}
+
+#[cfg(any(feature = "serve", feature = "axum"))]
+impl RateLimitFields {
+    /// Writes the fields into `headers`. `RateLimit-Policy` and `RateLimit`
+    /// are appended, so the answers of stacked limits list every policy;
+    /// `Retry-After` is set.
+    pub fn write_to(self, headers: &mut axum::http::HeaderMap) {
+        use axum::body::Bytes;
+        use axum::http::{header, HeaderName, HeaderValue};
+        const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+        const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+        // The names are quoted printable ASCII, so every value is valid; the
+        // text moves into the value uncopied.
+        let value = |text: String| HeaderValue::from_maybe_shared(Bytes::from(text));
+        headers.reserve(3);
+        if let Ok(value) = value(self.policy) {
+            headers.append(POLICY, value);
+        }
+        if let Ok(value) = value(self.ratelimit) {
+            headers.append(RATELIMIT, value);
+        }
+        if let Some(Ok(value)) = self.retry_after.map(value) {
+            headers.insert(header::RETRY_AFTER, value);
+        }
+    }
+}
+
+/// The status of a refused decision: 429 when it ran out of budget, 503 when
+/// the store was unavailable and the limit's policy denies; `None` when the
+/// attempt may go ahead.
+#[cfg(any(feature = "serve", feature = "axum"))]
+pub fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
+    use axum::http::StatusCode;
+    match (decision.allowed, decision.degraded) {
+        (true, _) => None,
+        (false, Some(_)) => Some(StatusCode::SERVICE_UNAVAILABLE),
+        (false, None) => Some(StatusCode::TOO_MANY_REQUESTS),
     }
 }
 
@@ -53,19 +104,16 @@ fn seconds_up(ms: Millis) -> i64 {
     ms / 1_000 + i64::from(ms % 1_000 != 0)
 }
 
-/// A structured-field string: quoted, with `"` and `\` escaped. Limit and
-/// part names are printable ASCII, which is all a string may hold.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
+/// `s` as the inside of a structured-field string, with `"` and `\`
+/// escaped. Limit and part names are printable ASCII, which is all a string
+/// may hold.
+fn push_sf(out: &mut String, s: &str) {
     for c in s.chars().filter(|c| (' '..='~').contains(c)) {
         if c == '"' || c == '\\' {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -79,7 +127,12 @@ mod tests {
 
     #[test]
     fn names_are_quoted_and_escaped() {
-        assert_eq!(sf_string("sign-in"), "\"sign-in\"");
-        assert_eq!(sf_string("a\"b\\c\u{e9}"), "\"a\\\"b\\\\c\"");
+        let sf = |s: &str| {
+            let mut out = String::new();
+            push_sf(&mut out, s);
+            out
+        };
+        assert_eq!(sf("sign-in"), "sign-in");
+        assert_eq!(sf("a\"b\\c\u{e9}"), "a\\\"b\\\\c");
     }
 }

@@ -59,9 +59,12 @@ impl KeyRules {
                 }
             }
             Normalize::Ip => {
-                let ip: IpAddr = value.trim().parse().map_err(|_| NotAnIp)?;
+                let trimmed = value.trim();
+                let ip: IpAddr = trimmed.parse().map_err(|_| NotAnIp)?;
                 Ok(Cow::Owned(match ip {
-                    IpAddr::V4(v4) => v4.to_string(),
+                    // The parser takes IPv4 only in its one form (no leading
+                    // zeros), so the text is already the address's own.
+                    IpAddr::V4(_) => return Ok(Cow::Borrowed(trimmed)),
                     IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                         Some(v4) => v4.to_string(),
                         None if self.ipv6_prefix >= 128 => v6.to_string(),
@@ -70,6 +73,26 @@ impl KeyRules {
                 }))
             }
         }
+    }
+}
+
+/// The address `ip` counts as: an IPv4-mapped IPv6 address as its IPv4
+/// address, another IPv6 address as the first address of its network of
+/// `ipv6_prefix` bits (64: what one client is handed), IPv4 as it is. For
+/// code that keys a part counted [`Normalize::Exact`] by client address.
+///
+/// ```
+/// use limit_store::limits::normalize::client_network;
+/// let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
+/// assert_eq!(ip.to_string(), "2001:db8:1:2::");
+/// ```
+pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(network(v6, ipv6_prefix)),
+        },
     }
 }
 
@@ -101,6 +124,7 @@ mod tests {
     fn ips_count_per_client() {
         let rules = KeyRules::default();
         assert_eq!(one(rules, Normalize::Ip, "192.0.2.7"), "192.0.2.7");
+        assert_eq!(one(rules, Normalize::Ip, " 192.0.2.7 "), "192.0.2.7");
         assert_eq!(one(rules, Normalize::Ip, "::ffff:192.0.2.7"), "192.0.2.7");
         assert_eq!(one(rules, Normalize::Ip, "2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
         assert_eq!(one(rules, Normalize::Ip, "2001:DB8:1:2:ffff:1:2:3"), "2001:db8:1:2::/64");
@@ -110,7 +134,7 @@ mod tests {
         let per_48 = KeyRules { ipv6_prefix: 48, ..rules };
         assert_eq!(one(per_48, Normalize::Ip, "2001:db8:1:2::1"), "2001:db8:1::/48");
         assert_eq!(one(KeyRules { ipv6_prefix: 0, ..rules }, Normalize::Ip, "2001:db8::1"), "::/0");
-        for bad in ["not-an-ip", "", "192.0.2.256", "2001:db8::1/64"] {
+        for bad in ["not-an-ip", "", "192.0.2.256", "2001:db8::1/64", "192.0.2.07", "0192.0.2.7"] {
             assert!(rules.apply(Normalize::Ip, bad).is_err(), "{bad}");
         }
     }

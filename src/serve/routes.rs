@@ -5,7 +5,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -16,7 +16,7 @@ use super::bodies::{ErrorBody, KeysBody};
 use super::error::ApiError;
 use super::App;
 use crate::limits::Algorithm;
-use crate::ratelimit_fields::fields;
+use crate::ratelimit_fields::{fields, refusal_status};
 use crate::Decision;
 
 /// The largest body taken, in bytes.
@@ -207,12 +207,7 @@ fn strings(keys: Map<String, Value>) -> Result<Vec<(String, String)>, String> {
 
 /// A decision as the API answers it.
 fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
-    let fields = fields(limit, parts, d);
-    let status = match (d.allowed, d.degraded) {
-        (true, _) => StatusCode::OK,
-        (false, Some(_)) => StatusCode::SERVICE_UNAVAILABLE,
-        (false, None) => StatusCode::TOO_MANY_REQUESTS,
-    };
+    let status = refusal_status(d).unwrap_or(StatusCode::OK);
     let unavailable = status == StatusCode::SERVICE_UNAVAILABLE;
     let body = DecisionBody {
         allowed: d.allowed,
@@ -228,16 +223,6 @@ fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
         error: unavailable.then(|| "the limit store is unavailable and this limit's policy is deny".to_owned()),
     };
     let mut response = (status, Json(body)).into_response();
-    let headers = response.headers_mut();
-    let mut set = |name: &'static str, value: &str| {
-        if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(name, value);
-        }
-    };
-    set("ratelimit-policy", &fields.policy);
-    set("ratelimit", &fields.ratelimit);
-    if let Some(retry) = &fields.retry_after {
-        set("retry-after", retry);
-    }
+    fields(limit, parts, d).write_to(response.headers_mut());
     response
 }

@@ -4,6 +4,7 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
+pub mod http;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod relay;

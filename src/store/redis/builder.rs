@@ -92,8 +92,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How often to count the entries again for the bound (default every 5
-    /// minutes; `None`: only at start and near the bound).
+    /// How often to sweep: remove the expired entries Redis still holds in
+    /// their grace, and count the entries again for the bound (default every
+    /// 5 minutes; `None`: never, but for a count at start and near the bound).
     pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
         self.sweep_every = every;
         self
@@ -108,8 +109,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects, checks the server (Redis 6.2 or later, or Valkey; not a
-    /// Cluster) and its eviction policy, and counts this generation's entries.
+    /// Connects, and checks the server (Redis 6.2 or later, or Valkey; not a
+    /// Cluster) and its eviction policy. This generation's entries are
+    /// counted for the bound right after, in the background.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         let url = redact(&self.url);
         let secret = match &self.secret {
@@ -168,10 +170,9 @@ impl RedisStoreBuilder {
             sweeps: AtomicU64::new(0),
             swept: AtomicU64::new(0),
         });
-        shared.sweep().await?;
-        if let Some(every) = self.sweep_every {
-            let _ = shared.chores.set(chores::spawn(Arc::downgrade(&shared), every));
-        }
+        // The first count walks every key of the database: in the background,
+        // so that connecting costs a few round trips however big it is.
+        let _ = shared.chores.set(chores::spawn(Arc::downgrade(&shared), self.sweep_every));
         Ok(RedisStore { shared })
     }
 }

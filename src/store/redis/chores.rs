@@ -1,6 +1,6 @@
 //! Sweeping and the bound's estimate: a walk over this generation's keys with
-//! `SCAN`, at start, every 5 minutes and (counting only) near the bound, in
-//! the background.
+//! `SCAN`, in the background: counting only at start and near the bound, and
+//! removing what expired every 5 minutes.
 //!
 //! Redis drops an entry itself at its expiry plus a short grace
 //! ([`DEFAULT_GRACE`](super::DEFAULT_GRACE)); in the grace the entry is already dead to every
@@ -93,15 +93,23 @@ impl RedisStore {
     }
 }
 
-/// Counts again every [`SWEEP_EVERY`], holding the store only weakly; the
-/// store aborts it when dropped.
-pub(super) fn spawn(store: Weak<Shared>, every: Duration) -> tokio::task::AbortHandle {
+/// Counts the entries for the bound at once, then sweeps every `every`,
+/// holding the store only weakly; the store aborts it when dropped.
+pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
+        if let Some(shared) = store.upgrade() {
+            let at = shared.bound.begin_refresh();
+            match shared.count_live().await {
+                Ok(live) => shared.bound.refresh(at, live),
+                Err(e) => tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
+            }
+        }
+        let Some(every) = every else { return };
         loop {
             tokio::time::sleep(every).await;
             let Some(shared) = store.upgrade() else { return };
             if let Err(e) = shared.sweep().await {
-                tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "counting the Redis store's entries failed; retrying at the next interval");
+                tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "sweeping the Redis store failed; retrying at the next interval");
             }
         }
     })

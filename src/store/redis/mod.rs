@@ -165,9 +165,10 @@ impl RedisStore {
         let names = if claim { &self.shared.claims } else { &self.shared.names };
         let mut name = String::with_capacity(names.len() + 64);
         name.push_str(names);
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         for byte in hash {
-            use std::fmt::Write as _;
-            let _ = write!(name, "{byte:02x}");
+            name.push(char::from(HEX[usize::from(byte >> 4)]));
+            name.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
         name
     }

@@ -44,12 +44,14 @@ local n = #KEYS / 2
 local at, lead, lag = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local token, claim = ARGV[4], ARGV[5] == '1'
 local ok = now >= at - lead and (lag < 0 or now <= at + lag)
-local held, status = {}, 1
+local held, mine, status = {}, {}, 1
 for i = 1, n do
   held[i] = redis.call('GET', KEYS[i]) or ''
   if held[i] ~= ARGV[5 + i] then ok = false end
   local owner = redis.call('GET', KEYS[n + i])
-  if owner and owner ~= token then status = 2 end
+  if owner then
+    if owner == token then mine[i] = true else status = 2 end
+  end
 end
 if status == 1 and not ok then
   status = 0
@@ -69,7 +71,7 @@ for i = 1, n do
   elseif op ~= 'K' then
     redis.call('SET', KEYS[i], op, 'PXAT', ARGV[5 + 2 * n + i])
   end
-  redis.call('DEL', KEYS[n + i])
+  if mine[i] then redis.call('DEL', KEYS[n + i]) end
 end
 return {1, now}
 ";

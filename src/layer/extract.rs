@@ -1,0 +1,160 @@
+//! Key extractors: where a layer finds the value it counts a request by (the
+//! client's address, an API key, anything in the request's head).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::ConnectInfo;
+use axum::http::header::HeaderName;
+use axum::http::request::Parts;
+
+use crate::limits::normalize::{client_network, DEFAULT_IPV6_PREFIX};
+
+/// Finds the value a request is counted by. `None` is a missing key, which the
+/// layer answers as its [`MissingKey`](super::MissingKey) says.
+///
+/// Any `Fn(&Parts) -> Option<String>` closure is one:
+///
+/// ```
+/// use axum::http::request::Parts;
+/// use limit_store::layer::KeyExtractor;
+///
+/// // Count per tenant, from the path `/t/{tenant}/...`.
+/// let tenant = |parts: &Parts| parts.uri.path().strip_prefix("/t/")?.split('/').next().map(str::to_owned);
+/// fn is_extractor(_: &impl KeyExtractor) {}
+/// is_extractor(&tenant);
+/// ```
+pub trait KeyExtractor: Clone + Send + Sync + 'static {
+    /// The value of the request with head `parts`, or `None` when it has none.
+    fn extract(&self, parts: &Parts) -> Option<String>;
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(&Parts) -> Option<String> + Clone + Send + Sync + 'static,
+{
+    fn extract(&self, parts: &Parts) -> Option<String> {
+        self(parts)
+    }
+}
+
+/// The peer address of the connection, from axum's
+/// [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo): serve the router
+/// with `into_make_service_with_connect_info::<SocketAddr>()`. Behind a
+/// proxy, use [`ClientIp`](super::ClientIp) instead.
+///
+/// IPv6 clients count per /64 (see [`PeerIp::ipv6_prefix`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        PeerIp { ipv6_prefix: DEFAULT_IPV6_PREFIX }
+    }
+}
+
+impl PeerIp {
+    /// The peer address, IPv6 per /64.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// IPv6 addresses count per network of this many bits (128: per address).
+    #[must_use]
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.ipv6_prefix = bits.min(128);
+        self
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, parts: &Parts) -> Option<String> {
+        peer(parts).map(|ip| client_key(ip, self.ipv6_prefix))
+    }
+}
+
+/// `kind` of the warning, once per process, that requests come without
+/// their peer address, so a layer keyed by it finds no key.
+pub const KIND_NO_PEER: &str = "limit-layer-no-peer-address";
+
+/// The connection's peer address, when the server recorded it.
+pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let found = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    if found.is_none() && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            kind = KIND_NO_PEER,
+            "a request has no peer address, so a layer keyed by the client's IP finds no key: serve the router with into_make_service_with_connect_info::<SocketAddr>()"
+        );
+    }
+    found
+}
+
+/// An address as the layer counts it: text of its client network, which an
+/// `ip` part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
+pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> String {
+    match client_network(ip, ipv6_prefix) {
+        IpAddr::V4(v4) => ipv4_text(v4),
+        v6 => v6.to_string(),
+    }
+}
+
+/// `ip` as `Display` writes it, without the formatter: formatting
+/// addresses was a large share of a counted request's cost.
+fn ipv4_text(ip: Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
+}
+
+/// The value of a request header, as an API key: `HeaderKey::new("x-api-key")`.
+/// A request without it (or with an empty or non-text value) has no key.
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+impl HeaderKey {
+    /// The header `name` (any case).
+    ///
+    /// # Panics
+    /// When `name` is not a valid header name: a mistake in the code, found
+    /// at startup.
+    pub fn new(name: &str) -> Self {
+        let name = HeaderName::from_bytes(name.as_bytes()).unwrap_or_else(|e| panic!("header name {name:?}: {e}"));
+        HeaderKey { name }
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, parts: &Parts) -> Option<String> {
+        let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
+        (!value.is_empty()).then(|| value.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in ["0.0.0.0", "9.10.99.100", "192.0.2.7", "255.255.255.255", "10.200.0.1"] {
+            let ip: Ipv4Addr = ip.parse().unwrap();
+            assert_eq!(ipv4_text(ip), ip.to_string());
+        }
+    }
+}
