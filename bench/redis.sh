@@ -8,7 +8,7 @@
 #   bash bench/redis.sh                       # 2 rounds of 4 s points, about 3 minutes
 #   bash bench/redis.sh --secs 2 --warmup 1   # a rough pass
 #   bash bench/redis.sh --fresh               # also limit-store on brand-new keys
-#   (more: --rounds N, --callers 1,8,32, --remember N, --no-node, --no-limitador, --no-incr)
+#   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node, --no-limitador, --no-incr)
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's

@@ -27,7 +27,7 @@
 //!
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
-//! [--fresh] [--remember N] [--no-node] [--no-limitador] [--no-incr]`. Server:
+//! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]`. Server:
 //! `LIMIT_STORE_BENCH_REDIS` (default redis://127.0.0.1:6379). Every key the
 //! bench writes has an expiry; only `redis-benchmark`'s `lsbench:incr:*` keys
 //! have none, and bench/redis.sh removes them after the run.
@@ -70,6 +70,9 @@ pub(crate) struct Opts {
     /// The store's `remember` (keys whose last entry it keeps, to count them
     /// in one round trip); `None`: the store's default.
     pub(crate) remember: Option<usize>,
+    /// tokio's threads for limit-store's callers: 1 (a current-thread
+    /// runtime, as Node's one event loop runs rate-limiter-flexible) or more.
+    pub(crate) threads: usize,
     pub(crate) url: String,
 }
 
@@ -85,6 +88,7 @@ impl Opts {
             limitador: true,
             incr: true,
             remember: None,
+            threads: 1,
             url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
         };
         let mut args = std::env::args().skip(1);
@@ -100,6 +104,7 @@ impl Opts {
                 "--no-limitador" => o.limitador = false,
                 "--no-incr" => o.incr = false,
                 "--remember" => o.remember = Some(value()?.parse()?),
+                "--threads" => o.threads = value()?.parse()?,
                 "--bench" => {} // cargo bench passes it
                 other => bail!("unknown argument {other:?}"),
             }
@@ -142,7 +147,10 @@ impl Rng {
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = match o.threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
+    };
     rt.block_on(async {
         let began = Instant::now();
         let keys = Arc::new(keys());

@@ -37,8 +37,11 @@ pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
     let find = |name: &str, c: usize| res.iter().find(|p| p.name == name && p.callers == c);
     println!();
     println!(
-        "Counts per second: median of {} rounds (lowest-highest), {} s per point after {} s of warm-up, keys uniform over 100,000.",
-        o.rounds, o.secs, o.warmup
+        "Counts per second: median of {} rounds (lowest-highest), {} s per point after {} s of warm-up, keys uniform over 100,000; limit-store's callers on {}.",
+        o.rounds,
+        o.secs,
+        o.warmup,
+        if o.threads <= 1 { "one thread (a current-thread runtime)".to_owned() } else { format!("{} tokio threads", o.threads) }
     );
     println!();
     let head: Vec<String> = o.callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
