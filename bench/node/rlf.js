@@ -1,19 +1,23 @@
-// rate-limiter-flexible's Postgres and MySQL stores, counted the way
-// benches/database.rs counts limit-store: keys drawn uniformly from the same
-// 100,000 strings, C callers (promises) in flight, a fixed time per point.
+// rate-limiter-flexible's Postgres, MySQL and Redis stores, counted the way
+// benches/database.rs and benches/redis.rs count limit-store: keys drawn
+// uniformly from the same 100,000 strings, C callers (promises) in flight, a
+// fixed time per point.
 //
-//   node rlf.js --db postgres|mysql --url URL --callers 1,8,32 --secs 5 --warmup 2
-//   node rlf.js --db postgres|mysql --url URL --callers 32 --serve 1
-//     (as benches/database.rs runs it: one point per stdin line "C WARMUP SECS")
+//   node rlf.js --db postgres|mysql|redis --url URL --callers 1,8,32 --secs 5 --warmup 2
+//   node rlf.js --db postgres|mysql|redis --url URL --callers 32 --serve 1
+//     (as the benches run it: one point per stdin line "C WARMUP SECS")
 //
 // Prints one JSON line per caller count: {"callers":C,"counts":N,"secs":S,"errors":E}.
-// Before the points it drops its table, lets rate-limiter-flexible create it,
-// and fills it with a live row for every key (bulk SQL, not timed), so every
-// measured count updates an existing row, as in the Rust contenders.
+// SQL: before the points it drops its table, lets rate-limiter-flexible create
+// it, and fills it with a live row for every key (bulk SQL, not timed).
+// Redis (RateLimiterRedis on one ioredis connection, keys under
+// "lsbench:rlf:"): before the points it consumes every key once, 64 in
+// flight, not timed. Either way every measured count updates an existing
+// entry, as in the Rust contenders.
 'use strict';
 
 const crypto = require('crypto');
-const { RateLimiterPostgres, RateLimiterMySQL } = require('rate-limiter-flexible');
+const { RateLimiterPostgres, RateLimiterMySQL, RateLimiterRedis } = require('rate-limiter-flexible');
 
 function args() {
   const out = { db: 'postgres', callers: '1,8,32', secs: '5', warmup: '2', keys: '100000', table: 'limit_store_bench_rlf' };
@@ -34,6 +38,18 @@ function keys(n) {
 
 async function open(a, poolSize, ks) {
   const opts = { points: 1e9, duration: 3600, tableName: a.table, keyPrefix: 'rlflx' };
+  if (a.db === 'redis') {
+    // One connection, as every Redis client here multiplexes its callers on one.
+    const Redis = require('ioredis');
+    const client = new Redis(a.url || 'redis://127.0.0.1:6379', { enableOfflineQueue: true });
+    const limiter = new RateLimiterRedis({ points: 1e9, duration: 3600, keyPrefix: 'lsbench:rlf', storeClient: client });
+    let next = 0;
+    const fill = async () => {
+      while (next < ks.length) await limiter.consume(ks[next++]);
+    };
+    await Promise.all(Array.from({ length: 64 }, fill));
+    return { limiter, close: () => client.quit() };
+  }
   if (a.db === 'postgres') {
     const { Pool } = require('pg');
     const pool = new Pool({ connectionString: a.url, max: poolSize });

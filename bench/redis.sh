@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the Redis benchmark: limit-store's RedisStore (bare and guarded) beside
+# rate-limiter-flexible's RateLimiterRedis, limitador's AsyncRedisStorage and
+# redis-benchmark's INCR (the ceiling), at 1, 8 and 32 callers, rounds
+# interleaved, and prints one side-by-side table (markdown) on stdout with
+# limit-store's ratios against issue 13's aim; progress goes to stderr.
+#
+#   bash bench/redis.sh                       # 2 rounds of 4 s points, about 3 minutes
+#   bash bench/redis.sh --secs 2 --warmup 1   # a rough pass
+#   bash bench/redis.sh --fresh               # also limit-store on brand-new keys
+#   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node, --no-limitador, --no-incr)
+#
+# Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
+# writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's
+# namespace lsbench_limitador, lsbench:incr:*), all with an expiry but
+# redis-benchmark's, which it removes after the run. It never flushes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+URL="${LIMIT_STORE_BENCH_REDIS:-redis://127.0.0.1:6379}"
+for tool in cargo node npm redis-benchmark redis-cli; do
+  command -v "$tool" >/dev/null || { echo "bench/redis.sh: $tool is not installed" >&2; exit 1; }
+done
+redis-cli -u "$URL" ping >/dev/null || { echo "bench/redis.sh: no Redis at $URL" >&2; exit 1; }
+if [ ! -d bench/node/node_modules ] || [ ! -d bench/node/node_modules/ioredis ]; then
+  (cd bench/node && npm ci --no-audit --no-fund >&2)
+fi
+# limitador is its own cargo project (its own lock file and target/). Its
+# crate needs RocksDB; link Debian's rather than build RocksDB's C++ for an hour.
+libdir=/usr/lib/x86_64-linux-gnu
+have_clang() { compgen -G "$libdir/libclang*.so*" >/dev/null || compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null; }
+if [ ! -e "$libdir/librocksdb.so" ] || [ ! -e "$libdir/libsnappy.so" ] || ! have_clang; then
+  echo "bench/redis.sh: limitador needs librocksdb-dev, libsnappy-dev and libclang-dev; installing" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librocksdb-dev libsnappy-dev libclang-dev >&2
+fi
+(cd bench/limitador && ROCKSDB_LIB_DIR=$libdir SNAPPY_LIB_DIR=$libdir cargo build --release --locked -q >&2)
+# Build the bench before the header, so the load it shows is the run's.
+cargo bench --features redis --bench redis --no-run >&2
+
+{
+  echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+  echo "# $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); redis $(redis-cli -u "$URL" info server | tr -d '\r' | sed -n 's/^redis_version://p') ($(redis-cli -u "$URL" config get maxmemory-policy | tr -d '\r' | tail -1)); $(redis-benchmark --version); node $(node --version)"
+} >&2
+
+# Noise: every 5 s, the load average and the other clients connected to Redis
+# (the test suites share it).
+samples="$(mktemp)"
+(
+  while sleep 5; do
+    echo "$(cut -d' ' -f1 /proc/loadavg) $(redis-cli -u "$URL" info clients 2>/dev/null | tr -d '\r' | sed -n 's/^connected_clients://p')"
+  done
+) >"$samples" &
+sampler=$!
+cleanup() {
+  kill "$sampler" 2>/dev/null || true
+  rm -f "$samples"
+  # redis-benchmark's keys are the only ones without an expiry.
+  redis-cli -u "$URL" --scan --pattern 'lsbench:incr:*' | xargs -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
+}
+trap cleanup EXIT
+
+cargo bench --features redis --bench redis -- "$@"
+
+awk '{ n++; load += $1; if ($1 > max) max = $1; cl += $2; if ($2 > clmax) clmax = $2 }
+     END { if (n) printf "\nNoise over %d samples (every 5 s): load average mean %.2f, max %.2f (2 cores); Redis clients connected: mean %.1f, max %d (this bench holds about 4, and 32 more during the INCR points at 32).\n", n, load / n, max, cl / n, clmax }' "$samples"

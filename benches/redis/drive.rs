@@ -1,0 +1,102 @@
+//! Counting with limit-store's store in this process: C callers for a fixed
+//! time, and the untimed fill before the points.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use limit_store::{update_with, LimitStore};
+
+use super::{count, Opts, Rng, HOUR_MS, MINUTE_MS};
+
+/// Which keys a store contender counts on.
+#[derive(Clone, Copy)]
+pub(crate) enum Keys {
+    /// The 100,000 pre-filled keys, uniformly.
+    Live,
+    /// A key no one counted before: the run's tag and a sequence number.
+    Fresh,
+}
+
+/// Runs `callers` tasks, each counting one at a time, for `warmup` then
+/// `secs`; answers counts per second over the measured part and its errors.
+/// With `owned`, each count goes through `update_owned` with a boxed
+/// `apply`, as `Limits` calls a store; else through `update_with`.
+pub(crate) async fn drive(
+    store: Arc<dyn LimitStore>,
+    keys: Arc<Vec<String>>,
+    which: Keys,
+    owned: bool,
+    callers: usize,
+    o: &Opts,
+) -> (f64, u64) {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tag = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let (store, keys, tag) = (store.clone(), keys.clone(), tag.clone());
+            let (done, errors, stop) = (done.clone(), errors.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                while !stop.load(Ordering::Relaxed) {
+                    let fresh;
+                    let key = match which {
+                        Keys::Live => keys[rng.next(keys.len())].as_str(),
+                        Keys::Fresh => {
+                            fresh = format!("new:{tag}:{}", SEQ.fetch_add(1, Ordering::Relaxed));
+                            fresh.as_str()
+                        }
+                    };
+                    let window = if matches!(which, Keys::Fresh) { MINUTE_MS } else { HOUR_MS };
+                    let counted = if owned {
+                        store.update_owned(&[key], Box::new(move |cur, now| count(cur, now, window).0)).await
+                    } else {
+                        update_with(&*store, &[key], |cur, now| count(cur, now, window)).await.map(drop)
+                    };
+                    match counted {
+                        Ok(()) => done.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => {
+                            if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                                eprintln!("  error: {e}");
+                            }
+                            0
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(o.warmup)).await;
+    let (n0, e0, t0) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(Duration::from_secs_f64(o.secs)).await;
+    let (n1, e1, t1) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    ((n1 - n0) as f64 / (t1 - t0).as_secs_f64(), e1 - e0)
+}
+
+/// Counts every key once, 32 in flight, untimed.
+pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>) -> Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, keys, next) = (store.clone(), keys.clone(), next.clone());
+            tokio::spawn(async move {
+                while let Some(key) = keys.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    update_with(&*store, &[key.as_str()], |cur, now| count(cur, now, HOUR_MS)).await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! `RedisStore` counting requests, side by side in one run with the peers a
+//! site would pick instead and with Redis's own ceiling. See BENCHMARKS.md,
+//! "Redis store", and issue 13's aim: at least 1.0× rate-limiter-flexible and
+//! limitador at 8 and 32 callers, at least 0.4× `redis-benchmark` INCR at 32.
+//!
+//! Every contender counts one request per op against a key drawn uniformly
+//! from the same 100,000 keys (`user:` + 16 hex digits of SHA-256 of the
+//! index), with C concurrent callers (tokio tasks; promises for the Node peer)
+//! for C in 1, 8 and 32, each point a fixed time after a warm-up. Before its
+//! points, every contender counts each key once (untimed), so every measured
+//! count updates a live entry.
+//!
+//! - limit-store `RedisStore`: `update` with an `apply` that reads `n` (a bare
+//!   JSON number) and writes `n + 1` with the entry's expiry, or 1 with an
+//!   hour to live (as benches/database counts); bare (`update_with`), and
+//!   through `Guarded` with an owned `apply` (`update_owned`, as `Limits` calls it).
+//!   With `--fresh`, also on brand-new keys (unique to the run, a minute to
+//!   live), with a store of its own so that they do not crowd the live keys
+//!   out of the other store's memory of the entries it last wrote.
+//! - rate-limiter-flexible's `RateLimiterRedis` on ioredis (`node
+//!   bench/node/rlf.js --db redis`).
+//! - limitador's `AsyncRedisStorage` (`bench/limitador`, its own cargo
+//!   project; `bash bench/redis.sh` builds it).
+//! - `redis-benchmark -P 1 -c C -r 100000 INCR lsbench:incr:__rand_int__`:
+//!   one plain command per round trip, the ceiling for anything that counts
+//!   with one round trip per count.
+//!
+//! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
+//! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
+//! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]`. Server:
+//! `LIMIT_STORE_BENCH_REDIS` (default redis://127.0.0.1:6379). Every key the
+//! bench writes has an expiry; only `redis-benchmark`'s `lsbench:incr:*` keys
+//! have none, and bench/redis.sh removes them after the run.
+
+mod drive;
+mod peers;
+mod table;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use limit_store::{Entry, Guarded, LimitStore, Millis, RedisStore, Write};
+use sha2::{Digest, Sha256};
+
+use self::drive::{prefill, Keys};
+use self::peers::{Contender, Runner};
+use self::table::{median, print_table, Point};
+
+pub(crate) const KEY_COUNT: usize = 100_000;
+pub(crate) const HOUR_MS: Millis = 3_600_000;
+pub(crate) const MINUTE_MS: Millis = 60_000;
+pub(crate) const STORE: &str = "limit-store `RedisStore`";
+pub(crate) const GUARDED: &str = "limit-store `Guarded<RedisStore>`";
+pub(crate) const FRESH: &str = "limit-store `RedisStore`, new keys";
+pub(crate) const RLF: &str = "rate-limiter-flexible `RateLimiterRedis`";
+pub(crate) const LIMITADOR: &str = "limitador `AsyncRedisStorage`";
+pub(crate) const INCR: &str = "`redis-benchmark` INCR (ceiling)";
+
+pub(crate) struct Opts {
+    pub(crate) secs: f64,
+    pub(crate) warmup: f64,
+    pub(crate) rounds: usize,
+    pub(crate) callers: Vec<usize>,
+    pub(crate) fresh: bool,
+    pub(crate) node: bool,
+    pub(crate) limitador: bool,
+    pub(crate) incr: bool,
+    /// The store's `remember` (keys whose last entry it keeps, to count them
+    /// in one round trip); `None`: the store's default.
+    pub(crate) remember: Option<usize>,
+    /// tokio's threads for limit-store's callers: 1 (a current-thread
+    /// runtime, as Node's one event loop runs rate-limiter-flexible) or more.
+    pub(crate) threads: usize,
+    pub(crate) url: String,
+}
+
+impl Opts {
+    pub(crate) fn parse() -> Result<Opts> {
+        let mut o = Opts {
+            secs: 4.0,
+            warmup: 1.0,
+            rounds: 2,
+            callers: vec![1, 8, 32],
+            fresh: false,
+            node: true,
+            limitador: true,
+            incr: true,
+            remember: None,
+            threads: 1,
+            url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut value = || args.next().context(format!("{a} needs a value"));
+            match a.as_str() {
+                "--secs" => o.secs = value()?.parse()?,
+                "--warmup" => o.warmup = value()?.parse()?,
+                "--rounds" => o.rounds = value()?.parse()?,
+                "--callers" => o.callers = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+                "--fresh" => o.fresh = true,
+                "--no-node" => o.node = false,
+                "--no-limitador" => o.limitador = false,
+                "--no-incr" => o.incr = false,
+                "--remember" => o.remember = Some(value()?.parse()?),
+                "--threads" => o.threads = value()?.parse()?,
+                "--bench" => {} // cargo bench passes it
+                other => bail!("unknown argument {other:?}"),
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// `user:` + 16 hex digits of SHA-256 of the index; rlf.js and bench/limitador build the same list.
+fn keys() -> Vec<String> {
+    (0..KEY_COUNT)
+        .map(|i| {
+            let d = Sha256::digest(i.to_string().as_bytes());
+            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("user:{hex}")
+        })
+        .collect()
+}
+
+/// The fixed-window count: `n + 1` with the entry's expiry, or 1 with `window` to live.
+pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (Vec<Write>, u64) {
+    let (n, expires_at) = match &current[0] {
+        Some(e) => (e.value.as_u64().unwrap_or(0), e.expires_at),
+        None => (0, now + window),
+    };
+    (vec![Write::Put(Entry { value: (n + 1).into(), expires_at })], n + 1)
+}
+
+/// A small xorshift per caller: uniform key indexes without a shared RNG.
+pub(crate) struct Rng(u64);
+impl Rng {
+    pub(crate) fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        usize::try_from(self.0 % n as u64).unwrap()
+    }
+}
+
+fn main() -> Result<()> {
+    let o = Opts::parse()?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rt = match o.threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
+    };
+    rt.block_on(async {
+        let began = Instant::now();
+        let keys = Arc::new(keys());
+        let mut contenders = Vec::new();
+
+        eprintln!("limit-store: connecting, counting every key once");
+        // Keys under a prefix of the bench's own; a bound no run reaches (the
+        // new-key contender adds an entry per count).
+        let mut builder =
+            RedisStore::builder(&o.url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
+        if let Some(n) = o.remember {
+            builder = builder.remember(n);
+        }
+        let store = Arc::new(builder.clone().connect().await?);
+        let bare: Arc<dyn LimitStore> = store.clone();
+        prefill(bare.clone(), keys.clone()).await.context("limit-store's fill")?;
+        contenders.push(Contender {
+            name: STORE,
+            runner: Runner::Store { store: bare.clone(), redis: store.clone(), keys: Keys::Live, owned: false },
+        });
+        let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
+        contenders.push(Contender {
+            name: GUARDED,
+            runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, owned: true },
+        });
+        if o.fresh {
+            // A store of its own: the new keys it remembers would otherwise
+            // push the live keys out of the other rows' store's memory, and
+            // their counts would take two round trips.
+            let fresh = Arc::new(builder.connect().await?);
+            contenders.push(Contender {
+                name: FRESH,
+                runner: Runner::Store { store: fresh.clone(), redis: fresh, keys: Keys::Fresh, owned: false },
+            });
+        }
+        if o.node {
+            eprintln!("rate-limiter-flexible: starting, consuming every key once");
+            let dir = root.join("bench").join("node");
+            if !dir.join("node_modules").exists() {
+                bail!("run `npm ci` in {} first (bash bench/redis.sh does)", dir.display());
+            }
+            let n = KEY_COUNT.to_string();
+            contenders.push(Contender::child(
+                RLF,
+                &dir,
+                "node",
+                &["rlf.js", "--db", "redis", "--url", &o.url, "--keys", &n],
+            )?);
+        }
+        if o.limitador {
+            eprintln!("limitador: starting, counting every key once");
+            let dir = root.join("bench").join("limitador");
+            let bin = dir.join("target").join("release").join("limit-store-bench-limitador");
+            if !bin.exists() {
+                bail!("build {} first (bash bench/redis.sh does), or pass --no-limitador", bin.display());
+            }
+            contenders.push(Contender::child(LIMITADOR, &dir, bin.to_str().context("path")?, &["--url", &o.url])?);
+        }
+        if o.incr {
+            contenders.push(Contender { name: INCR, runner: Runner::Incr });
+        }
+
+        // Rounds: for each caller count, every contender in turn, so a slow
+        // spell of the shared machine hits all of them.
+        let mut res: Vec<Point> = Vec::new();
+        for round in 1..=o.rounds {
+            eprintln!(" round {round}/{}", o.rounds);
+            for &c in &o.callers {
+                for k in contenders.iter_mut() {
+                    let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
+                    match k.point(&keys, c, &o, last).await {
+                        Ok((r, e)) => {
+                            eprintln!(
+                                "  {:<44} C={c:<3} {r:>9.0}/s{}",
+                                k.name,
+                                if e > 0 { format!("  ({e} errors)") } else { String::new() }
+                            );
+                            match res.iter_mut().find(|p| p.name == k.name && p.callers == c) {
+                                Some(p) => {
+                                    p.rounds.push(r);
+                                    p.errors += e;
+                                }
+                                None => res.push(Point { name: k.name, callers: c, rounds: vec![r], errors: e }),
+                            }
+                        }
+                        Err(e) => eprintln!("  {} C={c}: {e:#}", k.name),
+                    }
+                }
+            }
+        }
+        let names: Vec<&'static str> = contenders.iter().map(|k| k.name).collect();
+        drop(contenders);
+        print_table(&o, &res, &names);
+        eprintln!("took {:.0} s", began.elapsed().as_secs_f64());
+        Ok(())
+    })
+}
