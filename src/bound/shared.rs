@@ -12,7 +12,7 @@
 //! is near full.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::{Bound, Refresh};
@@ -36,6 +36,9 @@ pub(crate) struct SharedBound {
     refreshing: AtomicBool,
     made_room_ms: AtomicI64,
     started: Instant,
+    /// Sweeps run since the store was made, and entries they removed.
+    sweeps: AtomicU64,
+    swept: AtomicU64,
 }
 
 impl SharedBound {
@@ -51,6 +54,8 @@ impl SharedBound {
             refreshing: AtomicBool::new(false),
             made_room_ms: AtomicI64::new(i64::MIN),
             started: Instant::now(),
+            sweeps: AtomicU64::new(0),
+            swept: AtomicU64::new(0),
         }
     }
 
@@ -78,6 +83,22 @@ impl SharedBound {
 
     fn ms(&self) -> i64 {
         i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Notes a sweep that removed `removed` entries.
+    pub(crate) fn note_sweep(&self, removed: u64) {
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
+        self.swept.fetch_add(removed, Ordering::Relaxed);
+    }
+
+    /// The store's fill and sweeps, for [`LimitStore::stats`](crate::LimitStore::stats).
+    pub(crate) fn stats(&self) -> crate::StoreStats {
+        crate::StoreStats::new(
+            self.estimate(),
+            self.max(),
+            self.sweeps.load(Ordering::Relaxed),
+            self.swept.load(Ordering::Relaxed),
+        )
     }
 
     /// Starts an exact count (see [`Bound::begin_refresh`]).

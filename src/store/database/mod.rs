@@ -85,9 +85,6 @@ struct Shared {
     bound: SharedBound,
     /// Set once, right after the sweeper is spawned with a `Weak` of this.
     sweeper: std::sync::OnceLock<tokio::task::AbortHandle>,
-    /// Sweeps run, and rows they removed.
-    sweeps: std::sync::atomic::AtomicU64,
-    swept: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Shared {
@@ -341,15 +338,8 @@ impl DatabaseStoreBuilder {
         on_backend!(&db, b => b.check_table().await)?;
         let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
         let bound = SharedBound::new("database", self.max_entries, live);
-        let shared = Arc::new(Shared {
-            db,
-            tally: attempt::Tally::default(),
-            secret,
-            bound,
-            sweeper: Default::default(),
-            sweeps: Default::default(),
-            swept: Default::default(),
-        });
+        let shared =
+            Arc::new(Shared { db, tally: attempt::Tally::default(), secret, bound, sweeper: Default::default() });
         if let Some(every) = self.sweep_every {
             // The sweeper holds a `Weak`, so `Arc::get_mut` would fail here:
             // the handle goes in a cell that is set once.
@@ -410,8 +400,7 @@ impl Shared {
     /// bound's estimate is refreshed from an exact count.
     async fn sweep(&self) -> Result<u64, StoreError> {
         let removed = on_backend!(&self.db, b => b.sweep().await)?;
-        self.sweeps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.swept.fetch_add(removed, std::sync::atomic::Ordering::Relaxed);
+        self.bound.note_sweep(removed);
         let at = self.bound.begin_refresh();
         let live = on_backend!(&self.db, b => b.count_live(self.secret.generation()).await)?;
         self.bound.refresh(at, live);
@@ -426,9 +415,7 @@ impl LimitStore for DatabaseStore {
     }
 
     fn stats(&self) -> Option<crate::StoreStats> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let s = &*self.shared;
-        Some(crate::StoreStats::new(s.bound.estimate(), s.bound.max(), s.sweeps.load(Relaxed), s.swept.load(Relaxed)))
+        Some(self.shared.bound.stats())
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {

@@ -167,8 +167,6 @@ impl RedisStoreBuilder {
             chores: std::sync::OnceLock::new(),
             grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-            sweeps: AtomicU64::new(0),
-            swept: AtomicU64::new(0),
         });
         // The first count walks every key of the database: in the background,
         // so that connecting costs a few round trips however big it is.

@@ -8,7 +8,6 @@
 //! expired entries still in their grace and says how many; with no grace it
 //! finds none and answers 0.
 
-use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -66,8 +65,7 @@ impl Shared {
         let at = self.bound.begin_refresh();
         let (live, removed) = self.walk(true).await?;
         self.bound.refresh(at, live);
-        self.sweeps.fetch_add(1, Ordering::Relaxed);
-        self.swept.fetch_add(removed, Ordering::Relaxed);
+        self.bound.note_sweep(removed);
         tracing::debug!(
             live,
             removed,

@@ -213,9 +213,7 @@ impl LimitStore for RedisStore {
     }
 
     fn stats(&self) -> Option<crate::StoreStats> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let s = &*self.shared;
-        Some(crate::StoreStats::new(s.bound.estimate(), s.bound.max(), s.sweeps.load(Relaxed), s.swept.load(Relaxed)))
+        Some(self.shared.bound.stats())
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {

@@ -95,9 +95,6 @@ struct Shared {
     /// One lock per stripe of keys: an instance's own counts of a key wait
     /// for each other rather than fail each other's compare-and-set.
     stripes: Box<[tokio::sync::Mutex<()>]>,
-    /// Sweeps run since the store was made, and entries they removed.
-    sweeps: AtomicU64,
-    swept: AtomicU64,
 }
 
 impl Drop for Shared {
