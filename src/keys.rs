@@ -55,6 +55,23 @@ impl Secret {
     }
 }
 
+/// `hash` in lowercase hex, appended to `out`: how stores name a key hash in
+/// keys and in errors.
+pub(crate) fn push_hex(out: &mut String, hash: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for byte in hash {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+}
+
+/// `hash` in lowercase hex.
+pub(crate) fn hex(hash: &[u8]) -> String {
+    let mut out = String::with_capacity(hash.len() * 2);
+    push_hex(&mut out, hash);
+    out
+}
+
 /// The first 6 bytes of SHA-256 over a label and the secret, as a positive
 /// number (it fits every database's integer type and reads well in `stats`).
 fn generation_of(secret: &str) -> i64 {

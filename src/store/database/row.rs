@@ -41,7 +41,7 @@ pub(super) fn live_entry(
     match row {
         Some(row) if row.generation == generation && row.expires_at > now => {
             let value = serde_json::from_str(&row.value).map_err(|e| StoreError::Corrupt {
-                key_hash: hex(hash),
+                key_hash: crate::keys::hex(hash),
                 detail: format!("its value is not JSON ({e})"),
                 source: Some(Box::new(e)),
             })?;
@@ -87,11 +87,6 @@ pub(super) fn decide(
             Write::Keep | Write::Delete => RowWrite::Keep,
         })
         .collect())
-}
-
-/// Lower-case hex of a key hash, for messages.
-pub(super) fn hex(hash: &KeyHash) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The one conditional statement an optimistic single-key update needs: it

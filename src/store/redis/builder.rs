@@ -163,7 +163,7 @@ impl RedisStoreBuilder {
             seen: Seen::new(self.remember),
             guess: self.remember > 0,
             trips: super::Trips::default(),
-            policy: info.policy,
+            server: info,
             chores: std::sync::OnceLock::new(),
             grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),

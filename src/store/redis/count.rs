@@ -78,11 +78,7 @@ impl Shared {
 
 /// The live entries of `held` at `now`; a corrupt one fails under its hash.
 fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
-    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || hex(hash))).collect()
-}
-
-fn hex(hash: &KeyHash) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::keys::hex(hash))).collect()
 }
 
 /// The operations for `writes` on keys that hold `held`, and how many entries

@@ -45,6 +45,7 @@ use crate::server_clock::ServerClock;
 use crate::StoreError;
 
 pub use self::builder::RedisStoreBuilder;
+use self::server::ServerInfo;
 pub use self::server::KIND_EVICTS;
 
 /// The default bound of a Redis store.
@@ -87,7 +88,8 @@ struct Shared {
     /// False: every update reads before it writes (`remember(0)`).
     guess: bool,
     trips: Trips,
-    policy: String,
+    /// What the server said of itself at connect.
+    server: ServerInfo,
     /// Set once, right after the chores are spawned with a `Weak` of this.
     chores: std::sync::OnceLock<tokio::task::AbortHandle>,
     /// How long after its expiry Redis drops an entry, in ms.
@@ -115,12 +117,12 @@ impl RedisStore {
     /// The server's `maxmemory-policy` when the store connected; anything but
     /// `noeviction` may drop a lockout under memory pressure.
     pub fn eviction_policy(&self) -> &str {
-        &self.shared.policy
+        &self.shared.server.policy
     }
 
     /// True when the server may evict entries (see [`Self::eviction_policy`]).
     pub fn evicts(&self) -> bool {
-        self.shared.policy != "noeviction"
+        self.shared.server.evicts()
     }
 
     /// This store's secret generation.
@@ -162,11 +164,7 @@ impl RedisStore {
         let names = if claim { &self.shared.claims } else { &self.shared.names };
         let mut name = String::with_capacity(names.len() + 64);
         name.push_str(names);
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        for byte in hash {
-            name.push(char::from(HEX[usize::from(byte >> 4)]));
-            name.push(char::from(HEX[usize::from(byte & 0xf)]));
-        }
+        crate::keys::push_hex(&mut name, hash);
         name
     }
 }
@@ -206,7 +204,7 @@ impl Trips {
 /// A failed call to the server, answered unavailable; an `OOM` refusal and a
 /// timeout say so.
 fn failed(e: redis::RedisError) -> StoreError {
-    let (reason, detail) = if e.to_string().contains("OOM") {
+    let (reason, detail) = if e.code() == Some("OOM") {
         (
             Unavailable::StoreFailed,
             "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own",
