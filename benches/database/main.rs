@@ -43,12 +43,15 @@ use sha2::{Digest, Sha256};
 use sqlx::{Connection, Executor, Row};
 
 mod databases;
+#[path = "../common/figures.rs"]
+mod figures;
 mod peers;
 mod raw;
 mod store;
 mod table;
 
 use databases::*;
+use figures::{fmt_rate, median};
 use peers::*;
 use raw::*;
 use store::*;
@@ -310,17 +313,6 @@ impl Results {
                 }
             }
         }
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

@@ -2,18 +2,6 @@
 
 use super::*;
 
-pub(crate) fn fmt_rate(r: f64) -> String {
-    let s = format!("{:.0}", r.max(0.0));
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 pub(crate) fn print_tables(o: &Opts, res: &Results) {
     // Per round, limit-store's counts/s over this row's; the median of those.
     let ratio = |p: &Point| -> Option<f64> {

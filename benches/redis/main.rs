@@ -33,6 +33,8 @@
 //! have none, and bench/redis.sh removes them after the run.
 
 mod drive;
+#[path = "../common/figures.rs"]
+mod figures;
 mod peers;
 mod table;
 
@@ -45,8 +47,9 @@ use limit_store::{Entry, Guarded, LimitStore, Millis, RedisStore, Write};
 use sha2::{Digest, Sha256};
 
 use self::drive::{prefill, Keys};
+use self::figures::median;
 use self::peers::{Contender, Runner};
-use self::table::{median, print_table, Point};
+use self::table::{print_table, Point};
 
 pub(crate) const KEY_COUNT: usize = 100_000;
 pub(crate) const HOUR_MS: Millis = 3_600_000;

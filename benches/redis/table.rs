@@ -1,5 +1,6 @@
 //! The side-by-side table: medians, ranges and the aim's ratios.
 
+use super::figures::fmt_rate;
 use super::*;
 
 /// One figure of the table: counts/s of every round.
@@ -8,29 +9,6 @@ pub(crate) struct Point {
     pub(crate) callers: usize,
     pub(crate) rounds: Vec<f64>,
     pub(crate) errors: u64,
-}
-
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-pub(crate) fn fmt_rate(r: f64) -> String {
-    let s = format!("{:.0}", r.max(0.0));
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
