@@ -235,3 +235,49 @@ impl LimitStore for RedisStore {
         self.shared.sweep().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{update_with, Entry, LimitStore, RedisStore, Write};
+
+    /// Adds one with a minute to live from `now`; the `now` `apply` saw last.
+    async fn count(store: &RedisStore) -> i64 {
+        update_with(store, &["k"], |current, now| {
+            let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
+            (vec![Write::Put(Entry { value: n.into(), expires_at: now + 60_000 })], now)
+        })
+        .await
+        .unwrap()
+    }
+
+    fn trips(store: &RedisStore) -> (u64, u64) {
+        let t = store.round_trips();
+        (t.one, t.two)
+    }
+
+    /// A guess made on a clock estimate outside [estimate - 2 ms, estimate +
+    /// 50 ms] of Redis's clock writes nothing: the script answers the keys
+    /// and `TIME`, and `apply` runs again on Redis's clock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_guess_on_a_wrong_clock_estimate_writes_nothing() {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS") else { return };
+        let prefix = format!("lst-clock-{}", std::process::id());
+        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
+        store.read(&["k"]).await.unwrap();
+        count(&store).await;
+        assert_eq!(trips(&store), (1, 0), "a fresh estimate: one round trip");
+        store.shared.clock.shift(-10_000);
+        let behind = count(&store).await;
+        assert_eq!(trips(&store), (1, 1), "an estimate 10 s behind is refused");
+        store.shared.clock.shift(10_000);
+        let ahead = count(&store).await;
+        assert_eq!(trips(&store), (1, 2), "an estimate 10 s ahead is refused");
+        let last = count(&store).await;
+        assert_eq!(trips(&store), (2, 2), "the estimate follows Redis's clock again");
+        let server = store.read(&["k"]).await.unwrap()[0].clone().unwrap();
+        assert_eq!(server.value, serde_json::json!(4), "every count landed once");
+        for now in [behind, ahead, last] {
+            assert!((server.expires_at - 60_000 - now).abs() < 5_000, "apply ran on Redis's clock: {now}");
+        }
+    }
+}

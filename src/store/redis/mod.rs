@@ -20,8 +20,9 @@
 //! - **Keys** are HMAC-SHA-256 under the site secret, under a prefix with the
 //!   secret's generation: `limit-store:<generation>:<hmac>`.
 //! - **The bound** is an estimate kept by counting this generation's keys
-//!   (`SCAN`) at start, every 5 minutes and near the bound, in the
-//!   background, plus this instance's own adds.
+//!   (`SCAN`) in the background: at start, at every sweep (5 minutes), and
+//!   when a count finds it due (every minute, every 5 s at 80% full), plus
+//!   this instance's own adds.
 
 mod builder;
 mod chores;
