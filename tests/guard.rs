@@ -244,3 +244,54 @@ async fn unavailable_is_logged_once_a_minute_per_reason() {
     assert!(lines[0].contains("timeout") && lines[1].contains("overloaded"), "{lines:#?}");
     slow.gate.add_permits(10);
 }
+
+/// A store that answers at once, here and now, and whose `update_now` panics.
+struct PanicsNow;
+
+#[async_trait::async_trait]
+impl LimitStore for PanicsNow {
+    fn shared(&self) -> bool {
+        false
+    }
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+    fn update_now(&self, _: &[&str], _: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
+        panic!("the store's own code panics on purpose");
+    }
+    async fn update(&self, _: &[&str], _: &mut Apply<'_>) -> Result<(), StoreError> {
+        unreachable!("a caller with update_now on offer takes it");
+    }
+    async fn read(&self, _: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        Ok(vec![None])
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+#[test]
+fn a_store_panicking_here_and_now_is_unavailable_and_needs_no_runtime() {
+    let guard = Guarded::new(Arc::new(PanicsNow));
+    let mut apply = |current: &[Option<Entry>], _: Millis| vec![Write::Keep; current.len()];
+    let answer = guard.update_now(&["k"], &mut apply).expect("the guard offers the inner store's path");
+    assert_eq!(answer.unwrap_err().unavailable_reason(), Some(Unavailable::StoreFailed));
+    // Through the async call too, polled once without a runtime.
+    let updated = futures_util::FutureExt::now_or_never(guard.update(&["k"], &mut apply)).expect("answered at once");
+    assert_eq!(updated.unwrap_err().unavailable_reason(), Some(Unavailable::StoreFailed));
+    assert_eq!(guard.in_flight(), 0);
+}
+
+#[test]
+fn the_memory_store_counts_here_and_now_through_the_guard() {
+    let guard = Guarded::new(Arc::new(MemoryStore::new()));
+    let mut apply = |current: &[Option<Entry>], now: Millis| {
+        let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0);
+        vec![Write::Put(Entry { value: json!(n + 1), expires_at: now + 60_000 })]
+    };
+    for _ in 0..3 {
+        guard.update_now(&["k"], &mut apply).expect("offered").unwrap();
+    }
+    let read = futures_util::FutureExt::now_or_never(guard.read(&["k"])).expect("answered at once").unwrap();
+    assert_eq!(read[0].as_ref().map(|e| e.value.clone()), Some(json!(3)));
+}

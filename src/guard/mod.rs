@@ -311,8 +311,24 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         self.inner.stats()
     }
 
+    /// The inner store's own `update_now`, with a panic answered unavailable.
+    /// It never waits, so it needs neither the deadline nor an in-flight place.
+    fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
+        if !self.inner.answers_at_once() {
+            return None;
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.update_now(keys, apply))) {
+            Ok(None) => None,
+            Ok(Some(answer)) => Some(self.settle(Ok(answer))),
+            Err(panic) => Some(self.settle::<()>(Err(panic))),
+        }
+    }
+
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         if self.inner.answers_at_once() {
+            if let Some(answer) = self.update_now(keys, apply) {
+                return answer;
+            }
             return self.at_once(self.inner.update(keys, apply)).await;
         }
         let slot = self.slot()?;
@@ -321,6 +337,9 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
 
     async fn update_owned(&self, keys: &[&str], mut apply: Box<OwnedApply>) -> Result<(), StoreError> {
         if self.inner.answers_at_once() {
+            if let Some(answer) = self.update_now(keys, &mut *apply) {
+                return answer;
+            }
             return self.at_once(self.inner.update(keys, &mut *apply)).await;
         }
         let slot = self.slot()?;

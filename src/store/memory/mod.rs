@@ -465,6 +465,10 @@ impl LimitStore for MemoryStore {
         Some(crate::StoreStats::new(inner.bound.held(), inner.bound.max(), sweeps, swept))
     }
 
+    fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
+        Some(self.inner.update(keys, apply))
+    }
+
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         self.inner.update(keys, apply)
     }
