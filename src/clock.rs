@@ -21,7 +21,12 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Millis {
         let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Millis::try_from(since.as_millis()).unwrap_or(Millis::MAX)
+        // Seconds and the milliseconds within: no 128-bit arithmetic per count.
+        Millis::try_from(since.as_secs())
+            .ok()
+            .and_then(|secs| secs.checked_mul(1_000))
+            .and_then(|ms| ms.checked_add(Millis::from(since.subsec_millis())))
+            .unwrap_or(Millis::MAX)
     }
 }
 
