@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::{Entry, Millis, Write};
 
 pub use super::outcome::{join, Outcome, Verdict};
@@ -176,9 +178,17 @@ pub fn decide<'a>(
     entries: &[Option<Entry>],
     now: Millis,
 ) -> (Vec<Write>, Verdict) {
-    let outcomes: Vec<Outcome> =
+    let mut parts = parts;
+    if let ([entry], (1, Some(1))) = (entries, parts.size_hint()) {
+        // One part, the most common limit: its outcome is the verdict.
+        if let Some(algorithm) = parts.next() {
+            return super::outcome::join_one(algorithm.check(entry.as_ref(), now));
+        }
+    }
+    // Most limits have one to four parts: no list is allocated for them.
+    let outcomes: SmallVec<[Outcome; 4]> =
         parts.zip(entries).map(|(algorithm, entry)| algorithm.check(entry.as_ref(), now)).collect();
-    join(outcomes, now)
+    super::outcome::join_all(outcomes, now)
 }
 
 #[cfg(test)]

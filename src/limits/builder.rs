@@ -1,7 +1,6 @@
 //! `LimitsBuilder`: the store, the presets, changes to them, limits of the
 //! app's own, and the earlier contract, put together once at startup.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,7 +191,7 @@ impl LimitsBuilder {
             );
         }
         let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l, self.deadline, self.max_in_flight)));
-        let counted: HashMap<String, Counted> = limits
+        let counted: hashbrown::HashMap<String, Counted> = limits
             .into_iter()
             .map(|limit| {
                 let backend = match &legacy {

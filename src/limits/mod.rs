@@ -33,9 +33,9 @@ pub mod lockout;
 pub mod normalize;
 pub mod outcome;
 pub mod presets;
+mod tally;
 pub mod window;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,8 +57,10 @@ pub use limit::{Limit, Part, Policy};
 pub use normalize::Normalize;
 
 use algorithm::{Outcome, Verdict};
+use key::CallKeys;
 use legacy::GuardedLegacy;
 use normalize::KeyRules;
+use tally::Tally;
 
 /// `kind` of the warning that a limit answered by its policy because its
 /// store was unavailable.
@@ -82,18 +84,16 @@ struct Counted {
     /// The parts' algorithms, shared with the `apply` of calls that may
     /// outlive their caller.
     algorithms: Arc<[Algorithm]>,
+    /// Each part's `{limit}:{part}`, the start of its keys.
+    stems: Box<[String]>,
     backend: Backend,
-    allowed: AtomicU64,
-    limited: AtomicU64,
+    allowed: Tally,
+    limited: Tally,
     degraded: AtomicU64,
     shadow_refused: AtomicU64,
     degraded_log: Throttle,
     shadow_log: Throttle,
 }
-
-/// The store key of each part a call names, with the part's index: most
-/// limits have one to four parts, so no list is allocated.
-type PartKeys = SmallVec<[(usize, String); 4]>;
 
 /// Whether a call needs every part, or only those a reset clears.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,8 @@ enum Need {
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
-    limits: Arc<HashMap<String, Counted>>,
+    /// By name; foldhash, since the names are the app's own, not a client's.
+    limits: Arc<hashbrown::HashMap<String, Counted>>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -127,8 +128,12 @@ impl Limits {
     pub async fn attempt(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
         refuse_in_transaction()?;
         let counted = self.get(name)?;
-        let keys = counted.keys(parts, Need::All)?;
-        let refs: SmallVec<[&str; 4]> = keys.iter().map(|(_, k)| k.as_str()).collect();
+        if let Some(answered) = counted.attempt_now(parts) {
+            return answered;
+        }
+        let mut keys = CallKeys::new();
+        counted.keys(parts, Need::All, &mut keys)?;
+        let refs = keys.refs();
         let answered = match &counted.backend {
             Backend::Store(store) if store.answers_at_once() => {
                 let algorithms = &counted.algorithms;
@@ -138,8 +143,6 @@ impl Limits {
                 })
                 .await
             }
-            // A store that may wait takes an apply of its own along, so a call
-            // that outlives its deadline needs nothing from this caller.
             Backend::Store(store) => {
                 let algorithms = counted.algorithms.clone();
                 let answer = Arc::new(parking_lot::Mutex::new(None));
@@ -156,11 +159,7 @@ impl Limits {
             }
             Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
         };
-        match answered {
-            Ok((verdict, now)) => Ok(counted.answer(verdict, now)),
-            Err(e) if e.is_unavailable() => Ok(counted.degraded(&e)),
-            Err(e) => Err(e.into()),
-        }
+        counted.settle(answered)
     }
 
     /// Clears limit `name`'s counts for the given parts: call it on a success
@@ -171,18 +170,14 @@ impl Limits {
     pub async fn reset(&self, name: &str, parts: &[(&str, &str)]) -> Result<(), LimitError> {
         refuse_in_transaction()?;
         let counted = self.get(name)?;
-        let keys: SmallVec<[String; 4]> = counted
-            .keys(parts, Need::Resetting)?
-            .into_iter()
-            .filter(|&(i, _)| counted.limit.parts[i].resets)
-            .map(|(_, k)| k)
-            .collect();
+        let mut keys = CallKeys::new();
+        counted.keys(parts, Need::Resetting, &mut keys)?;
         if keys.is_empty() {
             return Ok(());
         }
         match &counted.backend {
             Backend::Store(store) => {
-                let refs: SmallVec<[&str; 4]> = keys.iter().map(String::as_str).collect();
+                let refs = keys.refs();
                 store
                     .update_owned(
                         &refs,
@@ -191,8 +186,8 @@ impl Limits {
                     .await?;
             }
             Backend::Legacy(legacy) => {
-                for key in keys {
-                    legacy.reset(key).await?;
+                for (_, key) in keys.iter() {
+                    legacy.reset(key.to_owned()).await?;
                 }
             }
         }
@@ -234,8 +229,8 @@ impl Limits {
     /// How often limit `name` gave each answer.
     pub fn counters(&self, name: &str) -> Option<LimitCounters> {
         self.limits.get(name).map(|c| LimitCounters {
-            allowed: c.allowed.load(Ordering::Relaxed),
-            limited: c.limited.load(Ordering::Relaxed),
+            allowed: c.allowed.total(),
+            limited: c.limited.total(),
             degraded: c.degraded.load(Ordering::Relaxed),
             shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
         })
@@ -256,10 +251,11 @@ impl Counted {
         Counted {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
+            stems: limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect(),
             limit,
             backend,
-            allowed: AtomicU64::new(0),
-            limited: AtomicU64::new(0),
+            allowed: Tally::default(),
+            limited: Tally::default(),
             degraded: AtomicU64::new(0),
             shadow_refused: AtomicU64::new(0),
             degraded_log: Throttle::new(),
@@ -267,9 +263,41 @@ impl Counted {
         }
     }
 
-    /// The store key of each part the call needs, with the part's index, in
-    /// the limit's order of parts.
-    fn keys(&self, given: &[(&str, &str)], need: Need) -> Result<PartKeys, LimitError> {
+    /// The attempt counted here and now, on a store that
+    /// [answers at once](LimitStore::update_now): no future, and nothing
+    /// kept across an await. `None` when the store has no such path.
+    fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        let Backend::Store(store) = &self.backend else { return None };
+        if !store.answers_at_once() {
+            return None;
+        }
+        let mut keys = CallKeys::new();
+        if let Err(e) = self.keys(parts, Need::All, &mut keys) {
+            return Some(Err(e));
+        }
+        let refs = keys.refs();
+        let mut last = None;
+        let mut apply = |current: &[Option<crate::Entry>], now: Millis| {
+            let (writes, verdict) = algorithm::decide(self.algorithms.iter(), current, now);
+            last = Some((verdict, now));
+            writes
+        };
+        let done = store.update_now(&refs, &mut apply)?;
+        Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
+    }
+
+    /// The decision of an attempt the store answered (or failed).
+    fn settle(&self, answered: Result<(Verdict, Millis), StoreError>) -> Result<Decision, LimitError> {
+        match answered {
+            Ok((verdict, now)) => Ok(self.answer(verdict, now)),
+            Err(e) if e.is_unavailable() => Ok(self.degraded(&e)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds to `keys` the store key of each part the call needs, with the
+    /// part's index, in the limit's order of parts.
+    fn keys(&self, given: &[(&str, &str)], need: Need, keys: &mut CallKeys) -> Result<(), LimitError> {
         let limit = &self.limit;
         let mut values: SmallVec<[Option<&str>; 4]> = smallvec::smallvec![None; limit.parts.len()];
         for &(part, value) in given {
@@ -284,7 +312,6 @@ impl Counted {
                 return Err(LimitError::DuplicatePart { limit: limit.name.clone(), part: part.to_owned() });
             }
         }
-        let mut keys = PartKeys::with_capacity(values.len());
         for (i, (part, value)) in limit.parts.iter().zip(values).enumerate() {
             match value {
                 Some(value) => {
@@ -293,7 +320,10 @@ impl Counted {
                         part: part.name.clone(),
                         expected: "an IP address (IPv4 or IPv6)",
                     })?;
-                    keys.push((i, key::key(&limit.name, &part.name, &value)));
+                    // A reset clears only the parts that reset.
+                    if need == Need::All || part.resets {
+                        keys.push(i, &self.stems[i], &value);
+                    }
                 }
                 None if need == Need::Resetting && !part.resets => {}
                 None => {
@@ -305,22 +335,18 @@ impl Counted {
                 }
             }
         }
-        Ok(keys)
+        Ok(())
     }
 
     /// The earlier contract: increment every part, allowed while each count
     /// is within its budget.
-    async fn legacy_attempt(
-        &self,
-        legacy: &GuardedLegacy,
-        keys: &[(usize, String)],
-    ) -> Result<(Verdict, Millis), StoreError> {
+    async fn legacy_attempt(&self, legacy: &GuardedLegacy, keys: &CallKeys) -> Result<(Verdict, Millis), StoreError> {
         let mut outcomes = Vec::with_capacity(keys.len());
         let mut now = SystemClock.now();
-        for (i, key) in keys {
-            let algorithm = &self.limit.parts[*i].algorithm;
+        for (i, key) in keys.iter() {
+            let algorithm = &self.limit.parts[i].algorithm;
             let window = Duration::from_millis(u64::try_from(algorithm.window()).unwrap_or(0));
-            let (count, reset_at) = legacy.increment(key.clone(), window).await?;
+            let (count, reset_at) = legacy.increment(key.to_owned(), window).await?;
             now = SystemClock.now();
             let budget = algorithm.budget();
             outcomes.push(if count <= budget {
@@ -348,7 +374,7 @@ impl Counted {
             shadow_refused: false,
         };
         if verdict.allowed {
-            self.allowed.fetch_add(1, Ordering::Relaxed);
+            self.allowed.add_one();
             return decision;
         }
         decision.limited_by = Some(part.name.clone());
@@ -367,7 +393,7 @@ impl Counted {
             decision.shadow_refused = true;
             return decision;
         }
-        self.limited.fetch_add(1, Ordering::Relaxed);
+        self.limited.add_one();
         let wait = verdict.retry_after.unwrap_or(1).max(1);
         decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
         decision

@@ -55,6 +55,38 @@ pub struct Verdict {
 /// Joins the parts' outcomes of one attempt into the writes (every part's
 /// write when all allow, else `Keep` everywhere) and one verdict.
 pub fn join(outcomes: Vec<Outcome>, now: Millis) -> (Vec<Write>, Verdict) {
+    join_all(outcomes, now)
+}
+
+/// [`join`] over any owned list of outcomes: `decide` keeps them on the stack.
+pub(crate) fn join_all<L>(outcomes: L, now: Millis) -> (Vec<Write>, Verdict)
+where
+    L: AsRef<[Outcome]> + IntoIterator<Item = Outcome>,
+{
+    let verdict = verdict(outcomes.as_ref(), now);
+    let mut writes = Vec::with_capacity(outcomes.as_ref().len());
+    if verdict.allowed {
+        writes.extend(outcomes.into_iter().map(|o| o.write));
+    } else {
+        writes.resize(outcomes.as_ref().len(), Write::Keep);
+    }
+    (writes, verdict)
+}
+
+/// [`join`] of a limit of one part, without a list.
+pub(crate) fn join_one(outcome: Outcome) -> (Vec<Write>, Verdict) {
+    let verdict = Verdict {
+        allowed: outcome.allowed,
+        remaining: outcome.remaining,
+        reset_at: outcome.reset_at,
+        retry_after: outcome.retry_after,
+        part: 0,
+    };
+    (vec![outcome.write], verdict)
+}
+
+/// The verdict of one attempt over its parts' outcomes.
+fn verdict(outcomes: &[Outcome], now: Millis) -> Verdict {
     let allowed = outcomes.iter().all(|o| o.allowed);
     let part = if allowed {
         // The tightest part speaks for the attempt.
@@ -64,14 +96,28 @@ pub fn join(outcomes: Vec<Outcome>, now: Millis) -> (Vec<Write>, Verdict) {
     } else {
         (0..outcomes.len()).filter(|&i| !outcomes[i].allowed).max_by_key(|&i| outcomes[i].retry_after).unwrap_or(0)
     };
-    let verdict = Verdict {
+    Verdict {
         allowed,
         remaining: outcomes.iter().map(|o| o.remaining).min().unwrap_or(0),
         reset_at: outcomes.get(part).map_or(now, |o| o.reset_at),
         retry_after: outcomes.get(part).and_then(|o| o.retry_after),
         part,
-    };
-    let writes =
-        if allowed { outcomes.into_iter().map(|o| o.write).collect() } else { vec![Write::Keep; outcomes.len()] };
-    (writes, verdict)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Entry;
+
+    #[test]
+    fn one_part_joins_as_a_list_of_one_does() {
+        let outcomes = [
+            Outcome::counted(3, 1_000, Entry { value: 7.into(), expires_at: 1_000 }),
+            Outcome::refused(0, 2_000, 1_500, 1_000),
+        ];
+        for outcome in outcomes {
+            assert_eq!(join_one(outcome.clone()), join(vec![outcome], 1_000));
+        }
+    }
 }
