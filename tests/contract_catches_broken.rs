@@ -317,4 +317,13 @@ caught! {
     keep_deleting: KeepDeletes by keep_leaves_the_entry_as_it_was;
     delete_ignored: DeleteIgnored by delete_removes_the_entry;
     lossy_numbers: LossyNumbers by values_round_trip_exactly;
+    lost_update_history: LostUpdate by single_key_histories_are_linearizable;
+    lost_update_multi_key_history: LostUpdate by multi_key_histories_are_linearizable;
+    racy_first_update_history: RacyFirstUpdate by single_key_histories_are_linearizable;
+    racy_first_update_multi_key_history: RacyFirstUpdate by multi_key_histories_are_linearizable;
+    torn_multi_key_history: TornMultiKey by multi_key_histories_are_linearizable;
+    values_compared_folded_history: ComparesFolded by single_key_histories_are_linearizable;
+    values_compared_folded_multi_key_history: ComparesFolded by multi_key_histories_are_linearizable;
+    handles_not_sharing_history: HandlesDontShare by single_key_histories_are_linearizable;
+    handles_not_sharing_multi_key_history: HandlesDontShare by multi_key_histories_are_linearizable;
 }

@@ -8,46 +8,13 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::db::{server, SECRET};
+use common::servers::{postgres, RestartsPostgres};
 use limit_store::{DatabaseStore, Entry, LimitStore, Millis, StoreError, Write};
 use serde_json::json;
-
-fn cluster(action: &str, extra: &[&str]) -> bool {
-    let version = std::fs::read_dir("/etc/postgresql")
-        .ok()
-        .and_then(|mut d| d.next())
-        .and_then(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned());
-    let Some(version) = version else { return false };
-    Command::new("pg_ctlcluster")
-        .args(["--skip-systemctl-redirect", &version, "main", action])
-        .args(extra)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Starts PostgreSQL again when dropped, whatever happened.
-struct Restarts;
-
-impl Drop for Restarts {
-    fn drop(&mut self) {
-        cluster("start", &[]);
-        wait_until_up();
-    }
-}
-
-fn wait_until_up() {
-    for _ in 0..100 {
-        if Command::new("pg_isready").args(["-h", "127.0.0.1", "-q"]).status().is_ok_and(|s| s.success()) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 async fn add_one(store: &DatabaseStore, key: &str) -> Result<(), StoreError> {
     store
@@ -87,8 +54,8 @@ async fn after_a_restart_no_call_fails() {
     // Eight connections in the pool, all unused now.
     assert!(counts(&store, 8, 3).await.is_empty());
 
-    let restarts = Restarts;
-    assert!(cluster("stop", &["-m", "fast"]), "pg_ctlcluster stop");
+    let restarts = RestartsPostgres;
+    assert!(postgres("stop", &["-m", "fast"]), "pg_ctlcluster stop");
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(restarts); // start, and wait until it answers
 

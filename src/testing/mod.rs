@@ -21,6 +21,7 @@
 
 #[doc(hidden)]
 pub mod cases;
+pub mod linearizable;
 mod support;
 
 use std::fmt;

@@ -1,12 +1,15 @@
 //! What the cases share: unique keys, small store calls that turn errors into
 //! violations, and waiting on the store's own clock.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use serde_json::{json, Value};
 
-use super::ContractViolation;
+use tokio::task::JoinSet;
+
+use super::{ContractViolation, StorePair};
 use crate::{Entry, LimitStore, Millis, StoreError, Write};
 
 pub(crate) type Outcome = Result<(), ContractViolation>;
@@ -150,4 +153,34 @@ pub(crate) async fn increment(store: &dyn LimitStore, keys: &[&str]) -> Outcome 
 
 pub(crate) fn show(entries: &[Option<Entry>]) -> String {
     format!("{entries:?}")
+}
+
+/// The rule concurrent calls break when they interleave.
+pub(crate) const RULE_SERIAL: &str = "concurrent updates from both handles behave as if run one at a time";
+
+/// The first handle for even `i`, the second for odd: tasks split over both.
+pub(crate) fn handle(pair: &StorePair, i: usize) -> Arc<dyn LimitStore> {
+    if i.is_multiple_of(2) {
+        pair.first.clone()
+    } else {
+        pair.second.clone()
+    }
+}
+
+/// Waits for every task; the first violation (or a panic, or a deadlock) wins.
+pub(crate) async fn join_all(mut tasks: JoinSet<Outcome>) -> Outcome {
+    let all = async {
+        while let Some(joined) = tasks.join_next().await {
+            joined.map_err(|e| {
+                ContractViolation::new(RULE_ANSWERS, "every task finishes", format!("a task failed: {e}"))
+            })??;
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(Duration::from_secs(120), all).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            Err(ContractViolation::new(RULE_SERIAL, "concurrent updates finish", "no progress for 120 s: a deadlock?"))
+        }
+    }
 }

@@ -5,11 +5,14 @@
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod db;
 pub mod http;
+pub mod load;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod relay;
 #[cfg(feature = "serve")]
 pub mod serve;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod servers;
 
 use std::cell::RefCell;
 use std::io::Write;

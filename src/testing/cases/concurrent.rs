@@ -3,42 +3,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::super::support::*;
-use super::super::{ContractViolation, StorePair};
-use crate::LimitStore;
-
-const RULE_SERIAL: &str = "concurrent updates from both handles behave as if run one at a time";
-
-fn handle(pair: &StorePair, i: usize) -> Arc<dyn LimitStore> {
-    if i.is_multiple_of(2) {
-        pair.first.clone()
-    } else {
-        pair.second.clone()
-    }
-}
-
-/// Waits for every task; the first violation (or a panic, or a deadlock) wins.
-async fn join_all(mut tasks: JoinSet<Outcome>) -> Outcome {
-    let all = async {
-        while let Some(joined) = tasks.join_next().await {
-            joined.map_err(|e| {
-                ContractViolation::new(RULE_ANSWERS, "every task finishes", format!("a task failed: {e}"))
-            })??;
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(Duration::from_secs(120), all).await {
-        Ok(outcome) => outcome,
-        Err(_) => {
-            Err(ContractViolation::new(RULE_SERIAL, "concurrent updates finish", "no progress for 120 s: a deadlock?"))
-        }
-    }
-}
+use super::super::StorePair;
 
 /// Many tasks on both handles count one key: the total is exact.
 pub async fn concurrent_counts_from_both_handles_are_exact(pair: StorePair) -> Outcome {

@@ -6,12 +6,14 @@ mod concurrent;
 mod entries;
 mod exact_values;
 mod expiry;
+mod linearizable;
 mod refused;
 
 pub use concurrent::*;
 pub use entries::*;
 pub use exact_values::*;
 pub use expiry::*;
+pub use linearizable::*;
 pub use refused::*;
 
 /// Calls `$callback!{ (args) case case ... }` with every case's name.
@@ -44,6 +46,8 @@ macro_rules! __contract_cases {
             first_update_of_a_key_is_never_lost
             multi_key_updates_are_never_seen_torn
             overlapping_multi_key_updates_are_exact
+            single_key_histories_are_linearizable
+            multi_key_histories_are_linearizable
         }
     };
 }

@@ -1,0 +1,36 @@
+//! A real PostgreSQL outage under load: the server stopped (`pg_ctlcluster
+//! stop -m fast`) for 5 s while 16 tasks count through `Guarded`, then
+//! started again. Every call is answered within 2.5 s, counting resumes on the
+//! same store (no new store, no new pool), and no acknowledged count is lost.
+//!
+//! This binary holds one test, so that no other test of it uses the server
+//! while it is down; a guard starts the server again even if the test fails.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::db::{rand_suffix, server, SECRET};
+use common::load::{check_after_outage, Load};
+use common::servers::{postgres, RestartsPostgres};
+use limit_store::{DatabaseStore, Guarded, LimitStore};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_stopped_for_five_seconds_under_load_loses_no_acknowledged_count() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = "limit_store_outage_stop";
+    DatabaseStore::builder(&url).table(table).migrate().await.unwrap();
+    let store = DatabaseStore::builder(&url).table(table).secret(SECRET).sweep_every(None).connect().await.unwrap();
+    let store = Arc::new(Guarded::new(Arc::new(store) as Arc<dyn LimitStore>));
+    let load = Load::start(store.clone(), &format!("pg-stop-{}", rand_suffix()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    {
+        let _restarts = RestartsPostgres;
+        assert!(postgres("stop", &["-m", "fast"]), "pg_ctlcluster stop");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    } // started again here, and answering
+    load.server_is_back();
+    let tallies = load.finish().await;
+    check_after_outage(&store, &tallies).await;
+}
