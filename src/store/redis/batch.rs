@@ -16,6 +16,7 @@
 //! own. Only a failure of the whole call (the connection, a timeout) fails
 //! every count in it, as it fails every command in flight on the connection.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -90,6 +91,8 @@ pub(super) struct Batcher {
     names: String,
     claims: String,
     waiting: Mutex<Vec<Pending>>,
+    /// Updates sent in a call with others so far.
+    batched: AtomicU64,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -100,7 +103,20 @@ impl std::fmt::Debug for Batcher {
 
 impl Batcher {
     pub(super) fn new(conn: ConnectionManager, names: String, claims: String) -> Arc<Self> {
-        Arc::new(Batcher { conn, script: Script::new(WRITE), names, claims, waiting: Mutex::new(Vec::new()) })
+        Arc::new(Batcher {
+            conn,
+            script: Script::new(WRITE),
+            names,
+            claims,
+            waiting: Mutex::new(Vec::new()),
+            batched: AtomicU64::new(0),
+        })
+    }
+
+    /// Updates sent in a call with others so far.
+    #[cfg(test)]
+    pub(super) fn batched(&self) -> u64 {
+        self.batched.load(Ordering::Relaxed)
     }
 
     /// Sends `call` in the next batch and answers how it went. A count that
@@ -144,6 +160,9 @@ impl Batcher {
 
     /// One script call for `batch`, and each of its updates answered.
     async fn send(&self, batch: Vec<Pending>) {
+        if batch.len() > 1 {
+            self.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
         let cmd = self.command(&batch);
         let mut conn = self.conn.clone();
         let mut reply = cmd.query_async::<Value>(&mut conn).await;
@@ -174,7 +193,8 @@ impl Batcher {
     /// `EVALSHA` of the write script with every update of `batch`.
     fn command(&self, batch: &[Pending]) -> redis::Cmd {
         let keys: usize = batch.iter().map(|p| 2 * p.call.hashes.len()).sum();
-        let mut cmd = redis::Cmd::with_capacity(3 + keys + batch.iter().map(|p| 6 + 3 * p.call.hashes.len()).sum::<usize>(), 0);
+        let mut cmd =
+            redis::Cmd::with_capacity(3 + keys + batch.iter().map(|p| 6 + 3 * p.call.hashes.len()).sum::<usize>(), 0);
         cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
         let mut name = String::with_capacity(self.claims.len().max(self.names.len()) + 64);
         for Pending { call, .. } in batch {

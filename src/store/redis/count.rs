@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::builder::CALL_LIMIT;
 use super::batch::WriteCall;
+use super::builder::CALL_LIMIT;
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
 use crate::bound::Admission;
 use crate::error::Unavailable;
@@ -251,6 +251,16 @@ mod tests {
         .unwrap()
     }
 
+    /// Adds one to `key`; the count it wrote.
+    async fn add_one(store: &RedisStore, key: &str) -> u64 {
+        update_with(store, &[key], |current, now| {
+            let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
+            (vec![Write::Put(Entry { value: n.into(), expires_at: now + 60_000 })], n)
+        })
+        .await
+        .unwrap()
+    }
+
     fn trips(store: &RedisStore) -> (u64, u64) {
         let t = store.round_trips();
         (t.one, t.two)
@@ -280,5 +290,26 @@ mod tests {
         for now in [behind, ahead, last] {
             assert!((server.expires_at - 60_000 - now).abs() < 5_000, "apply ran on Redis's clock: {now}");
         }
+    }
+
+    /// Counts ready at once go in one script call, and each is checked and
+    /// written there on its own: the one whose key another instance changed
+    /// misses and goes again, alone; the others in its call are written.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_miss_in_a_batch_leaves_the_others_written() {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS") else { return };
+        let prefix = format!("lst-batch-{}", std::process::id());
+        let open = || RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect();
+        let (store, other) = (open().await.unwrap(), open().await.unwrap());
+        for key in ["a", "b", "c"] {
+            assert_eq!(add_one(&store, key).await, 1);
+        }
+        assert_eq!(add_one(&other, "b").await, 2, "b changes behind the first store's back");
+        let (batched, before) = (store.shared.batcher.batched(), trips(&store));
+        let counted = tokio::join!(add_one(&store, "a"), add_one(&store, "b"), add_one(&store, "c"));
+        assert_eq!(counted, (2, 3, 2), "every count landed once");
+        assert_eq!(store.shared.batcher.batched() - batched, 3, "the three went in one call");
+        let after = trips(&store);
+        assert_eq!((after.0 - before.0, after.1 - before.1), (2, 1), "a and c in one round trip, b in two");
     }
 }

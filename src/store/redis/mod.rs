@@ -37,8 +37,8 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 
-use self::entry::Raw;
 use self::batch::{Batcher, Op, Written};
+use self::entry::Raw;
 use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
@@ -216,16 +216,11 @@ fn failed(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable { reason, detail: detail.to_owned(), source: Some(Box::new(e)) }
 }
 
-const OOM: &str =
-    "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own";
+const OOM: &str = "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own";
 
 /// An update's command that Redis refused in the write script (its error
 /// text): nothing of the update was written. An `OOM` refusal says so.
 fn refused(error: String) -> StoreError {
     let detail = if error.starts_with("OOM") { OOM } else { "Redis refused the update's write" };
-    StoreError::Unavailable {
-        reason: Unavailable::StoreFailed,
-        detail: detail.to_owned(),
-        source: Some(error.into()),
-    }
+    StoreError::Unavailable { reason: Unavailable::StoreFailed, detail: detail.to_owned(), source: Some(error.into()) }
 }
