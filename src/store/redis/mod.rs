@@ -13,6 +13,8 @@
 //!   last, or has never seen (a new key usually has no entry), is counted on
 //!   that guess and an estimate of the server clock (`server_clock.rs`); the
 //!   write script checks both, so a wrong guess costs the read it skipped.
+//! - **Counts ready at once share one script call** (`batch.rs`), each
+//!   checked and written on its own in it.
 //! - **The server's clock.** `now` is Redis's `TIME`; entries are written
 //!   with `PXAT` at their expiry plus a short grace, so Redis drops them
 //!   itself; reads and counts judge expiry by the stored expiry on Redis's
