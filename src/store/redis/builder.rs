@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::batch::Batcher;
 use super::chores::{self, SWEEP_EVERY};
 use super::script::Scripts;
 use super::server::ServerInfo;
@@ -147,11 +148,14 @@ impl RedisStoreBuilder {
         let info = ServerInfo::parse(&info);
         info.check(&url)?;
         info.warn_if_evicting(&url);
+        let names = format!("{}:{:x}:", self.prefix, secret.generation());
+        let claims = format!("{}:claim:{:x}:", self.prefix, secret.generation());
         let shared = Arc::new(Shared {
+            // Claims lie outside the generation's keys, so that `SCAN` skips them.
+            batcher: Batcher::new(conn.clone(), names.clone(), claims),
             conn,
             scripts: Scripts::new(),
-            names: format!("{}:{:x}:", self.prefix, secret.generation()),
-            claims: format!("{}:claim:{:x}:", self.prefix, secret.generation()),
+            names,
             token_base: random_u64(),
             tokens: AtomicU64::new(0),
             secret,

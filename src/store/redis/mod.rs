@@ -13,6 +13,8 @@
 //!   last, or has never seen (a new key usually has no entry), is counted on
 //!   that guess and an estimate of the server clock (`server_clock.rs`); the
 //!   write script checks both, so a wrong guess costs the read it skipped.
+//! - **Counts ready at once share one script call** (`batch.rs`), each
+//!   checked and written on its own in it.
 //! - **The server's clock.** `now` is Redis's `TIME`; entries are written
 //!   with `PXAT` at their expiry plus a short grace, so Redis drops them
 //!   itself; reads and counts judge expiry by the stored expiry on Redis's
@@ -24,6 +26,7 @@
 //!   when a count finds it due (every minute, every 5 s at 80% full), plus
 //!   this instance's own adds.
 
+mod batch;
 mod builder;
 mod chores;
 mod count;
@@ -36,8 +39,9 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 
+use self::batch::{Batcher, Op, Written};
 use self::entry::Raw;
-use self::script::{Op, Scripts, Written};
+use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
 use crate::keys::Secret;
@@ -75,11 +79,11 @@ pub struct RedisStore {
 struct Shared {
     conn: ConnectionManager,
     scripts: Scripts,
+    /// Sends the compare-and-sets, those ready at once together.
+    batcher: Arc<Batcher>,
     secret: Secret,
     /// `<prefix>:<generation>:`, what every key of this store starts with.
     names: String,
-    /// `<prefix>:claim:<generation>:`, what claims start with.
-    claims: String,
     /// Update tokens: a random start, and a count.
     token_base: u64,
     tokens: AtomicU64,
@@ -159,10 +163,9 @@ impl RedisStore {
         RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) }
     }
 
-    /// The key of the entry of `hash`, or of its claim (see `script.rs`),
-    /// which lies outside the generation's keys so that `SCAN` skips it.
-    fn name(&self, hash: &KeyHash, claim: bool) -> String {
-        let names = if claim { &self.shared.claims } else { &self.shared.names };
+    /// The key of the entry of `hash`.
+    fn name(&self, hash: &KeyHash) -> String {
+        let names = &self.shared.names;
         let mut name = String::with_capacity(names.len() + 64);
         name.push_str(names);
         crate::keys::push_hex(&mut name, hash);
@@ -206,14 +209,20 @@ impl Trips {
 /// timeout say so.
 fn failed(e: redis::RedisError) -> StoreError {
     let (reason, detail) = if e.code() == Some("OOM") {
-        (
-            Unavailable::StoreFailed,
-            "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own",
-        )
+        (Unavailable::StoreFailed, OOM)
     } else if e.is_timeout() {
         (Unavailable::Timeout, "Redis gave no answer in time")
     } else {
         (Unavailable::StoreFailed, "the call to Redis failed")
     };
     StoreError::Unavailable { reason, detail: detail.to_owned(), source: Some(Box::new(e)) }
+}
+
+const OOM: &str = "Redis refused the write for memory (OOM): raise maxmemory, or give the store an instance of its own";
+
+/// An update's command that Redis refused in the write script (its error
+/// text): nothing of the update was written. An `OOM` refusal says so.
+fn refused(error: String) -> StoreError {
+    let detail = if error.starts_with("OOM") { OOM } else { "Redis refused the update's write" };
+    StoreError::Unavailable { reason: Unavailable::StoreFailed, detail: detail.to_owned(), source: Some(error.into()) }
 }
