@@ -12,8 +12,9 @@
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's
-# namespace lsbench_limitador, lsbench:incr:*), all with an expiry but
-# redis-benchmark's, which it removes after the run. It never flushes.
+# namespace lsbench_limitador, lsbench:incr:*) and removes them all after the
+# run: hundreds of thousands of keys left to expire would slow every SCAN of the
+# server (the store's sweep and count) for an hour. It never flushes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +55,9 @@ sampler=$!
 cleanup() {
   kill "$sampler" 2>/dev/null || true
   rm -f "$samples"
-  # redis-benchmark's keys are the only ones without an expiry.
-  redis-cli -u "$URL" --scan --pattern 'lsbench:incr:*' | xargs -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
+  for pattern in 'lsbench*' '*lsbench_limitador*'; do
+    redis-cli -u "$URL" --scan --pattern "$pattern" | xargs -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
+  done
 }
 trap cleanup EXIT
 
