@@ -56,7 +56,7 @@ cleanup() {
   kill "$sampler" 2>/dev/null || true
   rm -f "$samples"
   for pattern in 'lsbench*' '*lsbench_limitador*'; do
-    redis-cli -u "$URL" --scan --pattern "$pattern" | xargs -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
+    redis-cli -u "$URL" --scan --pattern "$pattern" | xargs -d '\n' -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
   done
 }
 trap cleanup EXIT
