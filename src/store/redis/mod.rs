@@ -27,7 +27,7 @@
 mod builder;
 mod chores;
 mod count;
-mod entry;
+pub(crate) mod entry;
 mod script;
 mod server;
 

@@ -1,0 +1,55 @@
+//! The proptest twin of the `stored_row` fuzz target
+//! (`fuzz/fuzz_targets/stored_row.rs`): the same properties
+//! (`properties/stored_row.rs`) on generated rows: corrupt JSON, wrong
+//! generations, huge and negative expiries, values of every algorithm's shape.
+
+#[path = "properties/stored_row.rs"]
+mod stored_row;
+
+use proptest::prelude::*;
+use stored_row::MAX_NOW;
+
+/// A number an algorithm might find where it keeps a count or a time.
+fn number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|n| n.to_string()),
+        (0..=MAX_NOW).prop_map(|n| n.to_string()),
+        prop::sample::select(vec!["0", "-1", "1e400", "1.5", "-0", "18446744073709551616"]).prop_map(str::to_owned),
+    ]
+}
+
+/// A value column: every algorithm's shape with extreme numbers, and corrupt text.
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        number(),
+        prop::collection::vec(number(), 0..6).prop_map(|n| format!("[{}]", n.join(","))),
+        prop::collection::vec(number(), 300..320).prop_map(|n| format!("[{}]", n.join(","))),
+        prop::sample::select(vec!["", "{", "[1,", "null", "\"3\"", "{\"n\":1}", "[[1]]", "nan", "[1,2]x"])
+            .prop_map(str::to_owned),
+        "\\PC{0,30}",
+    ]
+}
+
+/// An expiry: any, or near the clock.
+fn expiry(now: i64) -> impl Strategy<Value = i64> {
+    prop_oneof![
+        any::<i64>(),
+        (-100_000i64..100_000).prop_map(move |d| now.saturating_add(d)),
+        Just(i64::MAX),
+        Just(i64::MIN)
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_row_decodes_and_counts_without_a_panic(
+        (now, expires_at) in (0..=MAX_NOW).prop_flat_map(|now| (Just(now), expiry(now))),
+        value in value(),
+        generation in any::<i64>(),
+        same_generation in any::<bool>(),
+    ) {
+        let store_generation = if same_generation { generation } else { generation.wrapping_add(1) };
+        stored_row::check(&stored_row::Input { generation, value: &value, expires_at, now, store_generation });
+    }
+}
