@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use limit_store::fuzzing::{decode_redis_value, decode_sql_row};
+use limit_store::limits::algorithm::MAX_SLIDING_WINDOW;
 use limit_store::limits::{presets, Algorithm};
 use limit_store::{Entry, Millis, Write, MAX_VALUE_BYTES};
 
@@ -45,16 +46,19 @@ impl<'a> Input<'a> {
 }
 
 /// The algorithms a decoded entry is counted with: every preset's parts, and
-/// the extremes a builder accepts.
+/// the extremes a builder accepts (and GCRAs it refuses, which must not panic
+/// either).
 pub fn algorithms() -> Vec<Algorithm> {
     let mut all: Vec<Algorithm> =
         presets::all().iter().flat_map(|l| l.parts().iter().map(|p| p.algorithm().clone())).collect();
     let (ms, long) = (Duration::from_millis(1), Duration::from_millis(u64::MAX));
+    let century = Duration::from_millis(MAX_SLIDING_WINDOW.unsigned_abs());
     all.extend([
         Algorithm::fixed_window(1, ms),
         Algorithm::fixed_window(u64::MAX, long),
         Algorithm::fixed_window_with_cooldown(u64::MAX, long, long),
-        Algorithm::sliding_window(256, long),
+        Algorithm::sliding_window(256, century),
+        Algorithm::sliding_window(256, Duration::from_secs(900)),
         Algorithm::sliding_window(1, ms),
         Algorithm::lockout(u64::MAX, long, long),
         Algorithm::lockout(1, ms, ms),
