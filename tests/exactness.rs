@@ -172,7 +172,7 @@ async fn one_process_ten_minutes_ahead_on_sqlite_opens_at_most_one_more_window()
     let n = entry.value["n"].as_u64().unwrap();
     assert!((1..=BUDGET).contains(&n), "{url}: the last window counted {n}");
     // The window that holds the key was opened on one of the two clocks.
-    let opened_on = |shift: i64| (started + shift + WINDOW_MS - 1_000..=ended + shift + WINDOW_MS + 1_000);
+    let opened_on = |shift: i64| started + shift + WINDOW_MS - 1_000..=ended + shift + WINDOW_MS + 1_000;
     assert!(
         opened_on(0).contains(&entry.expires_at) || opened_on(600_000).contains(&entry.expires_at),
         "{url}: the window ends at {}, on neither clock ({started}..{ended})",

@@ -70,7 +70,7 @@ impl Service {
     pub fn check(&mut self, input: &Input<'_>) {
         self.requests += 1;
         self.clock.advance(Duration::from_secs(86_400));
-        if self.requests % 10_000 == 0 {
+        if self.requests.is_multiple_of(10_000) {
             self.runtime.block_on(LimitStore::sweep(&*self.store)).expect("swept");
         }
         let route = if input.attempt { "attempt" } else { "reset" };
