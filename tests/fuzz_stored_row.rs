@@ -6,6 +6,11 @@
 #[path = "properties/stored_row.rs"]
 mod stored_row;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use limit_store::limits::{Algorithm, Part};
+use limit_store::{Limit, Limits, MemoryStore};
 use proptest::prelude::*;
 use stored_row::MAX_NOW;
 
@@ -63,4 +68,10 @@ fn what_the_fuzzer_found_stays_fixed() {
     // years are refused.
     let crash = include_bytes!("fuzz_regressions/stored_row-sliding-value-too-large");
     stored_row::check(&stored_row::Input::from_bytes(crash).expect("a stored_row input"));
+    // The window it was found on (i64::MAX ms) is refused now; the times that
+    // are a window ahead are `sliding_value_fits_the_store_whatever_times_it_read`.
+    let forever =
+        Limit::new("forever").part(Part::new("key", Algorithm::sliding_window(256, Duration::from_millis(u64::MAX))));
+    let built = Limits::builder().store(Arc::new(MemoryStore::new())).without_presets().limit(forever).build();
+    assert!(built.is_err_and(|e| e.to_string().contains("100 years")));
 }
