@@ -88,6 +88,9 @@ mod bound;
 pub mod clock;
 pub mod config;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod keys;
 #[cfg(feature = "axum")]

@@ -17,6 +17,10 @@ use super::{gcra, lockout, window};
 /// Most attempts a sliding window keeps: its stored value is the list of them,
 /// and it must stay well under the store's 4096-byte value limit.
 pub const MAX_SLIDING_BUDGET: u64 = 256;
+/// Longest sliding window: 100 years. Its stored value keeps each attempt as
+/// an offset from the oldest, at most two windows, so 256 of them stay under
+/// the store's 4096-byte value limit only for windows up to about 150 years.
+pub const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
 
 /// How one part of a limit counts attempts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +149,9 @@ impl Algorithm {
             Algorithm::SlidingWindow { budget, .. } if budget > MAX_SLIDING_BUDGET => Some(format!(
                 "a sliding window keeps every attempt, so its budget is at most {MAX_SLIDING_BUDGET} (this one is {budget}): use a fixed window or GCRA for larger budgets"
             )),
+            Algorithm::SlidingWindow { window, .. } if window > MAX_SLIDING_WINDOW => Some(format!(
+                "a sliding window keeps every attempt's time, so its window is at most 100 years ({MAX_SLIDING_WINDOW} ms; this one is {window} ms): use a fixed window for longer ones"
+            )),
             Algorithm::Gcra { budget, window } if gcra::interval(budget, window) == 0 => Some(format!(
                 "GCRA refills one attempt every window/budget ms, and {window} ms / {budget} is under 1 ms: lower the budget or lengthen the window"
             )),
@@ -249,6 +256,9 @@ mod tests {
         assert!(Algorithm::fixed_window(1, Duration::ZERO).problem().is_some());
         assert!(Algorithm::sliding_window(257, Duration::from_secs(1)).problem().is_some());
         assert!(Algorithm::sliding_window(256, Duration::from_secs(1)).problem().is_none());
+        let century = Duration::from_millis(MAX_SLIDING_WINDOW.unsigned_abs());
+        assert!(Algorithm::sliding_window(256, century).problem().is_none());
+        assert!(Algorithm::sliding_window(256, century + Duration::from_millis(1)).problem().is_some());
         assert!(Algorithm::gcra(2_000, Duration::from_secs(1)).problem().is_some());
         assert!(Algorithm::gcra(1_000, Duration::from_secs(1)).problem().is_none());
     }

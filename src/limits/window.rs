@@ -86,8 +86,13 @@ fn attempts(value: &Value) -> Vec<Millis> {
 /// never pushes its own window out, and nothing is ever rolled back.
 pub fn sliding(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
     let mut times = entry.filter(|e| e.expires_at > now).map(|e| attempts(&e.value)).unwrap_or_default();
-    // An attempt at `t` counts while `now < t + window`.
+    // An attempt at `t` counts while `now < t + window`. One recorded more
+    // than a window ahead of the clock is no attempt a clock made (a step
+    // back is seconds): it counts as made a window ahead, so a corrupt or
+    // foreign value can't grow the offsets past what the store can hold.
     times.retain(|&t| t.saturating_add(window) > now);
+    let latest = now.saturating_add(window);
+    times.iter_mut().for_each(|t| *t = (*t).min(latest));
     times.sort_unstable();
     let count = u64::try_from(times.len()).unwrap_or(u64::MAX);
     let left = budget.saturating_sub(count);
@@ -234,6 +239,21 @@ mod tests {
         let o = sliding(Some(&e), T0 + 100, 1, W);
         assert!(!o.allowed);
         assert_eq!(o.reset_at, T0 + 20 + W);
+    }
+
+    #[test]
+    fn sliding_value_fits_the_store_whatever_times_it_read() {
+        // A corrupt or foreign value: attempts recorded far in the future.
+        let budget = crate::limits::algorithm::MAX_SLIDING_BUDGET;
+        let mut value = vec![json!(T0)];
+        value.extend((0..budget - 1).map(|i| json!(i64::MAX - i64::try_from(i).unwrap())));
+        let e = Entry { value: json!(value), expires_at: i64::MAX };
+        let o = sliding(Some(&e), T0, budget, 15 * W);
+        assert!(o.allowed);
+        let size = crate::rules::value_size(&entry(&o).value);
+        assert!(size <= crate::MAX_VALUE_BYTES, "{size} bytes");
+        // They still count: none left after this one.
+        assert_eq!(o.remaining, 0);
     }
 
     #[test]

@@ -33,7 +33,7 @@ mod mysql;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
-mod row;
+pub(crate) mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweep;

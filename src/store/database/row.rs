@@ -51,6 +51,20 @@ pub(super) fn live_entry(
     }
 }
 
+/// [`live_entry`] of a row as the columns hold it, under a zero key hash: the
+/// fuzz targets' way in (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn decode_columns(
+    generation: i64,
+    value: &str,
+    expires_at: Millis,
+    now: Millis,
+    store_generation: i64,
+) -> Result<Option<Entry>, StoreError> {
+    let row = Stored { generation, value: value.to_owned(), expires_at };
+    live_entry(Some(&row), &[0; 32], now, store_generation)
+}
+
 /// Runs `apply` over the rows of one locked update and answers the row writes,
 /// or `unavailable (full)` when the writes need room the bound does not have.
 pub(super) fn decide(

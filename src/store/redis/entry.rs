@@ -10,7 +10,7 @@ use crate::{Entry, Millis, StoreError};
 /// A key's stored bytes as read or written; empty when the key holds nothing
 /// (a stored entry is never empty).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Raw(Vec<u8>);
+pub(crate) struct Raw(Vec<u8>);
 
 impl Raw {
     /// No entry.
@@ -18,7 +18,7 @@ impl Raw {
         Raw(Vec::new())
     }
 
-    pub(super) fn from_bytes(bytes: Vec<u8>) -> Self {
+    pub(crate) fn from_bytes(bytes: Vec<u8>) -> Self {
         Raw(bytes)
     }
 
@@ -42,7 +42,7 @@ impl Raw {
 
     /// The live entry at `now`, if any; a string that does not parse is
     /// corrupt data under `key_hash`.
-    pub(super) fn decode(&self, now: Millis, key_hash: impl FnOnce() -> String) -> Result<Option<Entry>, StoreError> {
+    pub(crate) fn decode(&self, now: Millis, key_hash: impl FnOnce() -> String) -> Result<Option<Entry>, StoreError> {
         if self.0.is_empty() {
             return Ok(None);
         }

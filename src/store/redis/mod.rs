@@ -30,7 +30,7 @@ mod batch;
 mod builder;
 mod chores;
 mod count;
-mod entry;
+pub(crate) mod entry;
 mod script;
 mod server;
 

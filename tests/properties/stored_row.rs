@@ -1,0 +1,132 @@
+//! A stored row as each database holds it, whatever it holds: corrupt JSON, a
+//! wrong generation, a huge or negative expiry, a value of another shape.
+//! Decoding never panics, answers a live entry exactly when the row is live
+//! and of this store's generation, and `corrupt` exactly when such a row is not
+//! JSON; and every algorithm counts on what was decoded without panicking or
+//! overflowing, answering within its budget.
+
+#![allow(dead_code)] // each user takes what it needs
+
+use std::time::Duration;
+
+use limit_store::fuzzing::{decode_redis_value, decode_sql_row};
+use limit_store::limits::algorithm::MAX_SLIDING_WINDOW;
+use limit_store::limits::{presets, Algorithm};
+use limit_store::{Entry, Millis, Write, MAX_VALUE_BYTES};
+
+/// A store's clock stays in this range: from the epoch to the year 5138.
+pub const MAX_NOW: Millis = 100_000_000_000_000;
+
+/// One row, and the clock and generation of the store that reads it.
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    /// The row's `generation` column.
+    pub generation: i64,
+    /// The row's `value` column (Redis: the part after `<expires_at>|`).
+    pub value: &'a str,
+    /// The row's `expires_at` column.
+    pub expires_at: Millis,
+    /// The database's clock, in `0..=MAX_NOW`.
+    pub now: Millis,
+    /// The reading store's generation.
+    pub store_generation: i64,
+}
+
+impl<'a> Input<'a> {
+    /// The fuzzer's bytes: three little-endian i64 (generation, expiry, now),
+    /// a flag choosing the store's generation, then the value.
+    pub fn from_bytes(data: &'a [u8]) -> Option<Self> {
+        let number = |at: usize| Some(i64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?));
+        let (generation, expires_at, now) = (number(0)?, number(8)?, number(16)?);
+        let flag = *data.get(24)?;
+        let value = std::str::from_utf8(&data[25..]).ok()?;
+        let store_generation = if flag & 1 == 0 { generation } else { generation.wrapping_add(1) };
+        Some(Input { generation, value, expires_at, now: now.rem_euclid(MAX_NOW + 1), store_generation })
+    }
+}
+
+/// The algorithms a decoded entry is counted with: every preset's parts, and
+/// the extremes a builder accepts (and GCRAs it refuses, which must not panic
+/// either).
+pub fn algorithms() -> Vec<Algorithm> {
+    let mut all: Vec<Algorithm> =
+        presets::all().iter().flat_map(|l| l.parts().iter().map(|p| p.algorithm().clone())).collect();
+    let (ms, long) = (Duration::from_millis(1), Duration::from_millis(u64::MAX));
+    let century = Duration::from_millis(MAX_SLIDING_WINDOW.unsigned_abs());
+    all.extend([
+        Algorithm::fixed_window(1, ms),
+        Algorithm::fixed_window(u64::MAX, long),
+        Algorithm::fixed_window_with_cooldown(u64::MAX, long, long),
+        Algorithm::sliding_window(256, century),
+        Algorithm::sliding_window(256, Duration::from_secs(900)),
+        Algorithm::sliding_window(1, ms),
+        Algorithm::lockout(u64::MAX, long, long),
+        Algorithm::lockout(1, ms, ms),
+        Algorithm::gcra(1, long),
+        Algorithm::gcra(1, ms),
+        Algorithm::gcra(u64::MAX / 2, long),
+    ]);
+    all
+}
+
+/// Checks every property on one input, for the SQL stores and for Redis.
+pub fn check(input: &Input<'_>) {
+    let live = input.generation == input.store_generation && input.expires_at > input.now;
+    let json = serde_json::from_str::<serde_json::Value>(input.value).ok();
+    let sql = decode_sql_row(input.generation, input.value, input.expires_at, input.now, input.store_generation);
+    match (&sql, live, &json) {
+        (Ok(None), false, _) => {}
+        (Ok(Some(entry)), true, Some(value)) => {
+            assert_eq!(entry, &Entry { value: value.clone(), expires_at: input.expires_at })
+        }
+        (Err(e), true, None) => assert!(e.is_corrupt(), "{e}"),
+        other => panic!("SQL row {input:?}: {other:?}"),
+    }
+    let stored = format!("{}|{}", input.expires_at, input.value);
+    let redis = decode_redis_value(stored.as_bytes(), input.now);
+    let live = input.expires_at > input.now;
+    match (&redis, live, &json) {
+        (Ok(None), false, Some(_)) => {}
+        (Ok(Some(entry)), true, Some(value)) => {
+            assert_eq!(entry, &Entry { value: value.clone(), expires_at: input.expires_at })
+        }
+        (Err(e), _, None) => assert!(e.is_corrupt(), "{e}"),
+        other => panic!("Redis value {stored:?}: {other:?}"),
+    }
+    // Raw bytes as Redis may hold them: never a panic.
+    let _ = decode_redis_value(input.value.as_bytes(), input.now);
+    let entry = match (sql, json) {
+        (Ok(Some(entry)), _) => entry,
+        // Count on the value as if live, whatever its expiry: the algorithms
+        // must hold up on any JSON a store hands them.
+        (_, Some(value)) => Entry { value, expires_at: input.expires_at.max(input.now.saturating_add(1)) },
+        (_, None) => return,
+    };
+    for algorithm in algorithms() {
+        count(&algorithm, &entry, input.now);
+    }
+}
+
+/// One attempt on `entry`: an answer within the budget, a wait of at least
+/// 1 ms when refused, and a value that fits the store when allowed.
+fn count(algorithm: &Algorithm, entry: &Entry, now: Millis) {
+    let outcome = algorithm.check(Some(entry), now);
+    assert!(
+        outcome.remaining < algorithm.budget() || !outcome.allowed && outcome.remaining <= algorithm.budget(),
+        "{algorithm:?} on {entry:?} at {now}: {outcome:?}"
+    );
+    match (&outcome.write, outcome.allowed) {
+        (Write::Put(e), true) => {
+            let size = serde_json::to_vec(&e.value).map_or(usize::MAX, |v| v.len());
+            assert!(size <= MAX_VALUE_BYTES, "{algorithm:?}: a value of {size} bytes");
+        }
+        (Write::Keep, false) => {
+            assert!(outcome.retry_after.is_some_and(|w| w >= 1), "{algorithm:?} on {entry:?} at {now}: {outcome:?}")
+        }
+        _ => panic!("{algorithm:?} on {entry:?} at {now}: {outcome:?}"),
+    }
+    // The next attempt on what was written, a moment later: never a panic.
+    if let Write::Put(e) = &outcome.write {
+        let _ = algorithm.check(Some(e), now.saturating_add(1));
+    }
+}
