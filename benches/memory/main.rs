@@ -43,10 +43,12 @@
 //! fast rough pass. After the runs it reads criterion's
 //! `<criterion home>/<group>/<function>/new/estimates.json` (mean) and prints a
 //! markdown table with ns/op, ops/s and each row's throughput over governor's,
-//! then the bytes-per-entry table (`bytes.rs`).
+//! then the bytes-per-entry table (`bytes.rs`). `bash bench/instructions.sh`
+//! counts instructions per op instead (`probe.rs`), which noise can't move.
 
 mod bytes;
 mod contenders;
+mod probe;
 mod table;
 
 use contenders::{guarded, memory, memory_number, Contender, Governor, LimitsAttempt, Runlimit};
@@ -214,6 +216,7 @@ fn bench_cold<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, 
 
 fn main() {
     bytes::child();
+    probe::child();
     let since = SystemTime::now();
     let home = table::criterion_home();
     let quick_env = std::env::var_os("LIMIT_STORE_BENCH_QUICK").is_some_and(|v| v != "0");

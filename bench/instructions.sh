@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Instructions per op of the memory bench's contenders, counted by cachegrind
+# rather than timed: the one figure a shared, noisy machine can't move.
+#
+#   bash bench/instructions.sh [--ops N] [contender ...]
+#
+# Each contender runs twice under `valgrind --tool=cachegrind` (benches/memory/
+# probe.rs): warmed with one count per key, then N ops (default 100,000) or none;
+# the difference over N is its cost per op, with setup and warm-up cancelled.
+# Prints a markdown table with each row's instructions over governor's.
+# Needs valgrind (`apt-get install -y valgrind`). About 3 minutes once built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ops=100000
+contenders=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ops) ops=$2; shift 2 ;;
+    *) contenders+=("$1"); shift ;;
+  esac
+done
+[ ${#contenders[@]} -gt 0 ] || contenders=(governor limits_attempt memory_store memory_store_number memory_store_guarded runlimit_prehashed runlimit_hmac)
+command -v valgrind >/dev/null || { echo "bench/instructions.sh needs valgrind: apt-get install -y valgrind" >&2; exit 1; }
+
+bin=$(cargo bench --bench memory --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$bin" ] || { echo "could not build the memory bench" >&2; exit 1; }
+
+# "<instructions> <D1 misses> <last-level misses>" of one probe run.
+counts() {
+  LIMIT_STORE_BENCH_PROBE="$1:$2" valgrind --tool=cachegrind --cache-sim=yes \
+    --cachegrind-out-file=/dev/null "$bin" 2>&1 \
+    | awk '/I *refs/ {gsub(",","",$4); i=$4} /D1  misses/ {gsub(",","",$4); d=$4} /LLd misses/ {gsub(",","",$4); l=$4} END {print i, d, l}'
+}
+
+declare -A ir d1 ll
+for c in "${contenders[@]}"; do
+  read -r i0 d0 l0 < <(counts "$c" 0)
+  read -r i1 d1_ l1 < <(counts "$c" "$ops")
+  if [ -z "${i0:-}" ] || [ -z "${i1:-}" ] || [ "$i1" -le "$i0" ]; then
+    echo "the cachegrind runs of $c failed (counts: '${i0:-}' and '${i1:-}'); run it alone:" >&2
+    echo "  LIMIT_STORE_BENCH_PROBE=$c:$ops valgrind --tool=cachegrind $bin" >&2
+    exit 1
+  fi
+  ir[$c]=$(( (i1 - i0) / ops ))
+  d1[$c]=$(awk -v a="$d0" -v b="$d1_" -v n="$ops" 'BEGIN {printf "%.1f", (b - a) / n}')
+  ll[$c]=$(awk -v a="$l0" -v b="$l1" -v n="$ops" 'BEGIN {printf "%.2f", (b - a) / n}')
+  echo "counted $c" >&2
+done
+
+echo "| contender | instructions per op | ÷ governor's | D1 misses per op | LL misses per op |"
+echo "|---|---:|---:|---:|---:|"
+base=${ir[governor]:-}
+for c in "${contenders[@]}"; do
+  ratio="-"
+  [ -n "$base" ] && ratio=$(awk -v a="${ir[$c]}" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
+  echo "| $c | ${ir[$c]} | $ratio | ${d1[$c]} | ${ll[$c]} |"
+done
