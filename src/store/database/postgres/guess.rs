@@ -23,12 +23,6 @@ use crate::error::Unavailable;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
 
-/// Guesses on keys this store has not seen that go alone at once, before
-/// the next ones wait to go together. Fewer than for remembered rows
-/// ([`super::replace`]'s `ALONE`): a first count that finds a row takes a
-/// second statement, so the server is busy sooner.
-const ALONE_FIRST: usize = 2;
-
 /// The one-statement tries (see `seen.rs`). Each writes only if the row is
 /// as remembered and the clock within bounds of the estimate `apply` was
 /// given, and answers `done` with the row and the clock as they were before
@@ -118,7 +112,9 @@ impl Postgres {
 
     /// The write after a missed guess, from the row and the clock its
     /// statement read: with the others waiting when a few statements are
-    /// out already, else alone; either way only if the row is still `row`.
+    /// out already, as a guess would go (fewer out alone held 8 callers'
+    /// first counts to half in a quick run), else alone; either way only if
+    /// the row is still `row`.
     async fn second_try(
         &self,
         hash: &KeyHash,
@@ -129,7 +125,7 @@ impl Postgres {
     ) -> Result<bool, Failure> {
         let writes = decide(std::slice::from_ref(&row), now).map_err(Failure::Store)?;
         let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
-        let alone = self.replacer.alone_within(ALONE_FIRST);
+        let alone = self.replacer.alone();
         if let (None, RowWrite::Put { value, expires_at }) = (&alone, &write) {
             let after = row_after(&row, &write, generation);
             let (value, expires_at) = (value.clone(), *expires_at);
@@ -194,7 +190,7 @@ impl Postgres {
                     .bind(est)
             }
             (None, RowWrite::Put { value, expires_at }) => {
-                alone = self.replacer.alone_within(ALONE_FIRST);
+                alone = self.replacer.alone();
                 if alone.is_none() {
                     let guess = Replace { hash: *hash, generation, value, expires_at, old: None, est: Some(est) };
                     return self.guess_with_others(guess, after).await;
