@@ -55,7 +55,9 @@ async function open(a, poolSize, ks) {
   }
   if (a.db === 'postgres') {
     const { Pool } = require('pg');
-    const pool = new Pool({ connectionString: a.url, max: poolSize });
+    // Idle connections close within a second, as the Rust contenders' pools
+    // close after each point: PostgreSQL allows 100 in all.
+    const pool = new Pool({ connectionString: a.url, max: poolSize, idleTimeoutMillis: 1000 });
     if (fillTable) await pool.query(`DROP TABLE IF EXISTS ${a.table}`);
     const limiter = await new Promise((resolve, reject) => {
       const l = new RateLimiterPostgres({ ...opts, storeClient: pool, storeType: 'pool' },
