@@ -4,8 +4,9 @@
 // fixed time per point.
 //
 //   node rlf.js --db postgres|mysql|redis --url URL --callers 1,8,32 --secs 5 --warmup 2
-//   node rlf.js --db postgres|mysql|redis --url URL --callers 32 --serve 1
-//     (as the benches run it: one point per stdin line "C WARMUP SECS")
+//   node rlf.js --db postgres|mysql|redis --url URL --callers 32 --serve 1 [--fill 0]
+//     (as the benches run it: one point per stdin line "C WARMUP SECS";
+//     --fill 0: another process made and filled the table)
 //
 // Prints one JSON line per caller count: {"callers":C,"counts":N,"secs":S,"errors":E}.
 // SQL: before the points it drops its table, lets rate-limiter-flexible create
@@ -37,6 +38,8 @@ function keys(n) {
 }
 
 async function open(a, poolSize, ks) {
+  // --fill 0: count on the table another process made and filled.
+  const fillTable = a.fill !== '0';
   const opts = { points: 1e9, duration: 3600, tableName: a.table, keyPrefix: 'rlflx' };
   if (a.db === 'redis') {
     // One connection, as every Redis client here multiplexes its callers on one.
@@ -52,17 +55,19 @@ async function open(a, poolSize, ks) {
   }
   if (a.db === 'postgres') {
     const { Pool } = require('pg');
-    const pool = new Pool({ connectionString: a.url, max: poolSize });
-    await pool.query(`DROP TABLE IF EXISTS ${a.table}`);
+    // Idle connections close within a second, as the Rust contenders' pools
+    // close after each point: PostgreSQL allows 100 in all.
+    const pool = new Pool({ connectionString: a.url, max: poolSize, idleTimeoutMillis: 1000 });
+    if (fillTable) await pool.query(`DROP TABLE IF EXISTS ${a.table}`);
     const limiter = await new Promise((resolve, reject) => {
       const l = new RateLimiterPostgres({ ...opts, storeClient: pool, storeType: 'pool' },
         (err) => (err ? reject(err) : resolve(l)));
     });
-    for (let i = 0; i < ks.length; i += 10000) {
+    for (let i = 0; fillTable && i < ks.length; i += 10000) {
       await pool.query(`INSERT INTO ${a.table} (key, points, expire) SELECT k, 1, $2::int8 FROM unnest($1::text[]) AS k`,
         [ks.slice(i, i + 10000).map((k) => limiter.getKey(k)), Date.now() + 3600000]);
     }
-    await pool.query(`VACUUM ANALYZE ${a.table}`);
+    if (fillTable) await pool.query(`VACUUM ANALYZE ${a.table}`);
     return { limiter, close: () => pool.end() };
   }
   const mysql = require('mysql2');
@@ -72,16 +77,16 @@ async function open(a, poolSize, ks) {
     host: u.hostname, port: Number(u.port || 3306), user: decodeURIComponent(u.username),
     password: decodeURIComponent(u.password), database: dbName, connectionLimit: poolSize,
   });
-  await pool.promise().query(`DROP TABLE IF EXISTS \`${a.table}\``);
+  if (fillTable) await pool.promise().query(`DROP TABLE IF EXISTS \`${a.table}\``);
   const limiter = await new Promise((resolve, reject) => {
     const l = new RateLimiterMySQL({ ...opts, storeClient: pool, storeType: 'pool', dbName },
       (err) => (err ? reject(err) : resolve(l)));
   });
-  for (let i = 0; i < ks.length; i += 2000) {
+  for (let i = 0; fillTable && i < ks.length; i += 2000) {
     const rows = ks.slice(i, i + 2000).map((k) => [limiter.getKey(k), 1, Date.now() + 3600000]);
     await pool.promise().query(`INSERT INTO \`${a.table}\` (\`key\`, points, expire) VALUES ?`, [rows]);
   }
-  await pool.promise().query(`ANALYZE TABLE \`${a.table}\``);
+  if (fillTable) await pool.promise().query(`ANALYZE TABLE \`${a.table}\``);
   return { limiter, close: () => new Promise((r) => pool.end(r)) };
 }
 

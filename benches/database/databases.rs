@@ -7,6 +7,18 @@ pub(crate) const STORE: &str = "limit-store `DatabaseStore`";
 /// SQLite's counts on the caller's thread.
 pub(crate) const IN_PLACE: &str = "limit-store, `sqlite_in_place(true)`";
 pub(crate) const STORE_NEW: &str = "limit-store, a new store per point";
+/// Three processes, each a new store per point, counting the same keys at once.
+pub(crate) const STORE_THREE: &str = "limit-store, three processes";
+pub(crate) const RLF_THREE_PG: &str = "rate-limiter-flexible `RateLimiterPostgres`, three processes";
+pub(crate) const RLF_THREE_MY: &str = "rate-limiter-flexible `RateLimiterMySQL`, three processes";
+/// The aim's pairs (issue 15): a store that has not seen the rows it counts
+/// against rate-limiter-flexible, in one process and in three.
+pub(crate) const FRESH_PAIRS: [(&str, &str, &str); 4] = [
+    (STORE_NEW, "rate-limiter-flexible `RateLimiterPostgres`", "PostgreSQL"),
+    (STORE_THREE, RLF_THREE_PG, "PostgreSQL"),
+    (STORE_NEW, "rate-limiter-flexible `RateLimiterMySQL`", "MariaDB"),
+    (STORE_THREE, RLF_THREE_MY, "MariaDB"),
+];
 /// The optimistic shape on one connection per count, without sqlx's ping on
 /// every acquire: what the store's optimistic path could cost.
 pub(crate) const LEAN: &str = "raw sqlx loop, optimistic shape, one acquire, no ping";
@@ -124,16 +136,25 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
     eprintln!("PostgreSQL ({url})");
     prepare_store_table(url, T_STORE, keys).await?;
     prepare_store_table(url, T_STORE_NEW, keys).await?;
-    // The raw loops and pgbench count on one table of the store's schema.
-    fresh_table(url, T_RAW).await?;
-    prefill(url, T_RAW, &raw_hashes(), 1).await?;
+    prepare_store_table(url, T_STORE_THREE, keys).await?;
     let mut contenders = vec![
         op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
         op_contender("PostgreSQL", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
-        op_contender("PostgreSQL", "raw sqlx loop, locked shape", KEY_COUNT, pg_raw(url, false, false)),
-        op_contender("PostgreSQL", "raw sqlx loop, optimistic shape", KEY_COUNT, pg_raw(url, true, false)),
-        op_contender("PostgreSQL", LEAN, KEY_COUNT, pg_raw(url, true, true)),
+        store_three("PostgreSQL", url, T_STORE_THREE)?,
     ];
+    if o.raw {
+        // The raw loops and pgbench count on one table of the store's schema.
+        fresh_table(url, T_RAW).await?;
+        prefill(url, T_RAW, &raw_hashes(), 1).await?;
+        contenders.extend([
+            op_contender("PostgreSQL", "raw sqlx loop, locked shape", KEY_COUNT, pg_raw(url, false, false)),
+            op_contender("PostgreSQL", "raw sqlx loop, optimistic shape", KEY_COUNT, pg_raw(url, true, false)),
+            op_contender("PostgreSQL", LEAN, KEY_COUNT, pg_raw(url, true, true)),
+        ]);
+    } else if o.pgbench {
+        fresh_table(url, T_RAW).await?;
+        prefill(url, T_RAW, &raw_hashes(), 1).await?;
+    }
     if o.pgbench {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench").join("pgbench");
         for (name, script) in [
@@ -156,9 +177,11 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
         }
     }
     if o.node {
-        match rlf(o, "PostgreSQL", "postgres", url) {
-            Ok(k) => contenders.push(k),
-            Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
+        for processes in [1, PROCESSES] {
+            match rlf(o, "PostgreSQL", "postgres", url, processes) {
+                Ok(k) => contenders.push(k),
+                Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
+            }
         }
     }
     res.rounds(o, &mut contenders, &o.callers).await;
@@ -169,18 +192,28 @@ pub(crate) async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String
     let url = &o.my;
     eprintln!("MariaDB/MySQL ({url})");
     prepare_store_table(url, T_STORE, keys).await?;
-    fresh_table(url, T_RAW).await?;
-    prefill(url, T_RAW, &raw_hashes(), 1).await?;
+    prepare_store_table(url, T_STORE_NEW, keys).await?;
+    prepare_store_table(url, T_STORE_THREE, keys).await?;
     let mut contenders = vec![
         op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
-        op_contender("MariaDB", "raw sqlx loop, locked shape", KEY_COUNT, my_raw(url, false, false)),
-        op_contender("MariaDB", "raw sqlx loop, optimistic shape", KEY_COUNT, my_raw(url, true, false)),
-        op_contender("MariaDB", LEAN, KEY_COUNT, my_raw(url, true, true)),
+        op_contender("MariaDB", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
+        store_three("MariaDB", url, T_STORE_THREE)?,
     ];
+    if o.raw {
+        fresh_table(url, T_RAW).await?;
+        prefill(url, T_RAW, &raw_hashes(), 1).await?;
+        contenders.extend([
+            op_contender("MariaDB", "raw sqlx loop, locked shape", KEY_COUNT, my_raw(url, false, false)),
+            op_contender("MariaDB", "raw sqlx loop, optimistic shape", KEY_COUNT, my_raw(url, true, false)),
+            op_contender("MariaDB", LEAN, KEY_COUNT, my_raw(url, true, true)),
+        ]);
+    }
     if o.node {
-        match rlf(o, "MariaDB", "mysql", url) {
-            Ok(k) => contenders.push(k),
-            Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
+        for processes in [1, PROCESSES] {
+            match rlf(o, "MariaDB", "mysql", url, processes) {
+                Ok(k) => contenders.push(k),
+                Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
+            }
         }
     }
     res.rounds(o, &mut contenders, &o.callers).await;

@@ -11,6 +11,11 @@
 //!
 //! - SQLite: limit-store; a raw sqlx loop of the store's transaction (same
 //!   pool and driver, no store); a raw rusqlite loop of it (blocking threads).
+//! - PostgreSQL and MariaDB, issue 15's aim: limit-store with a new store per
+//!   point (it has not seen the rows it counts), and three processes of this
+//!   bench, each such a store, counting the same keys at once, as three
+//!   instances would; beside rate-limiter-flexible in one Node process and
+//!   in three. Three processes share a point's callers (at least one each).
 //! - PostgreSQL: limit-store; raw sqlx loops of the locked and the optimistic
 //!   shape, and of the optimistic shape on one connection per count without
 //!   sqlx's ping on every acquire; `pgbench` running
@@ -24,7 +29,8 @@
 //! Run everything with `bash bench/database.sh`, or
 //! `cargo bench --bench database -- [--secs 4] [--warmup 1] [--callers 1,8,32]
 //! [--rounds 3] [--only sqlite,postgres,mysql,size] [--no-node] [--no-pgbench]
-//! [--no-runlimit]`.
+//! [--no-runlimit] [--no-raw]` (`--no-raw`: no raw loops on PostgreSQL and
+//! MariaDB).
 //! URLs: `LIMIT_STORE_BENCH_POSTGRES`, `LIMIT_STORE_BENCH_MYSQL` (defaults:
 //! the local test servers).
 
@@ -46,6 +52,7 @@ mod databases;
 #[path = "../common/figures.rs"]
 mod figures;
 mod peers;
+mod procs;
 mod raw;
 mod store;
 mod table;
@@ -53,6 +60,7 @@ mod table;
 use databases::*;
 use figures::{fmt_rate, median};
 use peers::*;
+use procs::*;
 use raw::*;
 use store::*;
 use table::*;
@@ -69,6 +77,8 @@ const T_STORE: &str = "limit_store_bench";
 /// The new-store-per-point contender's own table: its writes must not make
 /// the long-lived store's remembered rows stale.
 const T_STORE_NEW: &str = "limit_store_bench_new";
+/// The three-process contender's table, for the same reason.
+const T_STORE_THREE: &str = "limit_store_bench_three";
 const T_RAW: &str = "limit_store_bench_raw";
 const T_SIZE_S: &str = "limit_store_bench_size_10k";
 const T_SIZE_L: &str = "limit_store_bench_size_1m";
@@ -97,6 +107,7 @@ struct Opts {
     node: bool,
     pgbench: bool,
     runlimit: bool,
+    raw: bool,
     pg: String,
     my: String,
     dir: PathBuf,
@@ -114,6 +125,7 @@ impl Opts {
             node: true,
             pgbench: true,
             runlimit: true,
+            raw: true,
             pg: std::env::var("LIMIT_STORE_BENCH_POSTGRES")
                 .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into()),
             my: std::env::var("LIMIT_STORE_BENCH_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
@@ -131,6 +143,7 @@ impl Opts {
                 "--no-node" => o.node = false,
                 "--no-pgbench" => o.pgbench = false,
                 "--no-runlimit" => o.runlimit = false,
+                "--no-raw" => o.raw = false,
                 "--bench" => {} // cargo bench passes it
                 other => bail!("unknown argument {other:?}"),
             }
@@ -227,8 +240,10 @@ enum Runner {
     Rusqlite { path: PathBuf, table: &'static str, hashes: Arc<Vec<[u8; 32]>> },
     /// One `pgbench` run per point.
     Pgbench { url: String, script: PathBuf },
-    /// `node bench/node/rlf.js --serve 1`, one stdin line per point.
-    Node { child: std::process::Child, out: std::io::BufReader<std::process::ChildStdout> },
+    /// Processes that count at once, each told one point per stdin line (see
+    /// `procs.rs`): `node bench/node/rlf.js --serve 1`, or this bench as a
+    /// store of its own; `callers` in all, split among them.
+    Procs(Procs),
 }
 
 struct Contender {
@@ -249,26 +264,7 @@ impl Contender {
                 tokio::task::spawn_blocking(move || lite_rusqlite(&path, table, hashes, callers, warmup, secs)).await?
             }
             Runner::Pgbench { url, script } => pgbench(url, script, callers, warmup, secs),
-            Runner::Node { child, out } => {
-                use std::io::{BufRead, Write as _};
-                let stdin = child.stdin.as_mut().context("node stdin")?;
-                writeln!(stdin, "{callers} {warmup} {secs}")?;
-                stdin.flush()?;
-                let mut line = String::new();
-                out.read_line(&mut line)?;
-                let v: serde_json::Value = serde_json::from_str(&line).context(format!("rlf.js said {line:?}"))?;
-                let per_sec = v["counts"].as_f64().context("counts")? / v["secs"].as_f64().context("secs")?;
-                Ok((per_sec, v["errors"].as_u64().unwrap_or(0)))
-            }
-        }
-    }
-}
-
-impl Drop for Contender {
-    fn drop(&mut self) {
-        if let Runner::Node { child, .. } = &mut self.runner {
-            drop(child.stdin.take()); // end of input: rlf.js closes its pool and exits
-            let _ = child.wait();
+            Runner::Procs(procs) => procs.point(callers, warmup, secs),
         }
     }
 }
@@ -321,6 +317,9 @@ fn op_contender(db: &'static str, name: &str, keys: usize, make: MakeOp) -> Cont
 }
 
 fn main() -> Result<()> {
+    if let Some(child) = StoreChild::from_args() {
+        return child.serve();
+    }
     let o = Opts::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {

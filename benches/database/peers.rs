@@ -74,49 +74,44 @@ pub(crate) async fn runlimit_make(url: &str, keys: Arc<Vec<String>>) -> Result<M
     }))
 }
 
-/// Starts `node bench/node/rlf.js --serve 1`, which drops, creates and fills
-/// its table, and waits for it to say it is ready.
-pub(crate) fn rlf(o: &Opts, db: &'static str, which: &str, url: &str) -> Result<Contender> {
-    use std::io::BufRead;
+/// Starts `node bench/node/rlf.js --serve 1` in `processes` processes; the
+/// first drops, creates and fills its table, the others count on it.
+pub(crate) fn rlf(o: &Opts, db: &'static str, which: &str, url: &str, processes: usize) -> Result<Contender> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench").join("node");
     if !dir.join("node_modules").exists() {
         bail!("run `npm ci` in {} first (bash bench/database.sh does)", dir.display());
     }
-    let pool = o.callers.iter().max().copied().unwrap_or(1).to_string();
-    let mut child = Command::new("node")
-        .current_dir(&dir)
-        .args([
-            "rlf.js",
-            "--db",
-            which,
-            "--url",
-            url,
-            "--callers",
-            &pool,
-            "--keys",
-            &KEY_COUNT.to_string(),
-            "--table",
-            T_RLF,
-            "--serve",
-            "1",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("run node")?;
-    let mut out = std::io::BufReader::new(child.stdout.take().context("node stdout")?);
-    let mut line = String::new();
-    out.read_line(&mut line)?;
-    if line.trim() != "ready" {
-        let _ = child.kill();
-        bail!("rlf.js did not start: {line:?}");
-    }
-    let name = if which == "postgres" {
-        "rate-limiter-flexible `RateLimiterPostgres`"
-    } else {
-        "rate-limiter-flexible `RateLimiterMySQL`"
+    let pool = o.callers.iter().max().copied().unwrap_or(1).div_ceil(processes).to_string();
+    let commands = (0..processes)
+        .map(|i| {
+            let mut command = Command::new("node");
+            command.current_dir(&dir).args([
+                "rlf.js",
+                "--db",
+                which,
+                "--url",
+                url,
+                "--callers",
+                &pool,
+                "--keys",
+                &KEY_COUNT.to_string(),
+                "--table",
+                T_RLF,
+                "--serve",
+                "1",
+                "--fill",
+                if i == 0 { "1" } else { "0" },
+            ]);
+            command
+        })
+        .collect();
+    let name = match (which, processes) {
+        ("postgres", 1) => "rate-limiter-flexible `RateLimiterPostgres`",
+        ("postgres", _) => RLF_THREE_PG,
+        (_, 1) => "rate-limiter-flexible `RateLimiterMySQL`",
+        _ => RLF_THREE_MY,
     };
-    Ok(Contender { db, name: name.to_owned(), runner: Runner::Node { child, out } })
+    Ok(Contender { db, name: name.to_owned(), runner: Runner::Procs(Procs::start(commands)?) })
 }
 
 /// `pgbench -n -M prepared -c C -j min(C, 2) -T secs -f script`, after a run

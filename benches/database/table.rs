@@ -63,6 +63,7 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
             .collect();
         println!("| {db} | {name} | {} |", cells.join(" | "));
     }
+    print_fresh(o, res);
     let size: Vec<&Point> = res.0.iter().filter(|p| p.contender.starts_with("size")).collect();
     if !size.is_empty() {
         println!();
@@ -93,5 +94,48 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
                 }
             }
         }
+    }
+}
+
+/// Issue 15's aim: a store that has not seen the rows it counts (a new store
+/// per point; three processes, each one) at least 1.2 times
+/// rate-limiter-flexible's counts/s, in one process and in three.
+fn print_fresh(o: &Opts, res: &Results) {
+    let find = |db: &str, name: &str, c: usize| {
+        res.0.iter().find(|p| p.db == db && p.contender == name && p.callers == c && !p.rounds.is_empty())
+    };
+    let rows: Vec<_> =
+        FRESH_PAIRS.iter().filter(|(ours, _, db)| o.callers.iter().any(|&c| find(db, ours, c).is_some())).collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "A store that has not seen the rows it counts against rate-limiter-flexible (aim: at least 1.2): \
+         limit-store's counts/s ÷ rate-limiter-flexible's = per round, median (lowest-highest); \
+         three processes: C callers in all, split among them."
+    );
+    println!();
+    let head: Vec<String> = o.callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
+    println!("| database | limit-store | {} |", head.join(" | "));
+    println!("|---|---|{}", "---:|".repeat(head.len()));
+    for (ours, theirs, db) in rows {
+        let cells: Vec<String> = o
+            .callers
+            .iter()
+            .map(|&c| match (find(db, ours, c), find(db, theirs, c)) {
+                (Some(a), Some(b)) => {
+                    let r: Vec<f64> = a.rounds.iter().zip(&b.rounds).map(|(x, y)| x / y).collect();
+                    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = r.iter().copied().fold(0.0, f64::max);
+                    let m = median(&r);
+                    let ratio = if m >= 1.2 { format!("**{m:.2}**") } else { format!("{m:.2}") };
+                    let (x, y) = (fmt_rate(median(&a.rounds)), fmt_rate(median(&b.rounds)));
+                    format!("{x} ÷ {y} = {ratio} ({lo:.2}-{hi:.2})")
+                }
+                _ => "-".into(),
+            })
+            .collect();
+        println!("| {db} | {ours} | {} |", cells.join(" | "));
     }
 }

@@ -102,7 +102,7 @@ macro_rules! chores {
 }
 pub(super) use chores;
 
-/// Generates `try_optimistic` and `write_if` inside a backend's `impl`: read
+/// Generates `try_optimistic` inside a backend's `impl` (with [`write_if`]): read
 /// the row and the clock in one autocommit statement, run `decide`, then write
 /// with one statement that only applies if the row is still as read, both on
 /// one connection (a guess before them takes its own, or none while it waits
@@ -111,8 +111,9 @@ pub(super) use chores;
 /// generation, old value, old expiry)`, `delete_if(hash, old generation, old
 /// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
 /// `guess(hash, generation, decide)` (a one-statement try from what the
-/// backend remembers; see `seen.rs`).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
+/// try may go with others (`postgres/guess.rs`).
+#[cfg(feature = "mysql")]
 macro_rules! optimistic {
     ($conn:ty) => {
         /// One optimistic try on one key: a guess from what the backend
@@ -145,7 +146,18 @@ macro_rules! optimistic {
             conn.release();
             Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
         }
+    };
+}
+#[cfg(feature = "mysql")]
+pub(super) use optimistic;
 
+/// Generates `write_if` and `write_decided` inside a backend's `impl`: the
+/// conditional write of an optimistic count, after its read. The backend has
+/// `insert_new`, `replace_if`, `delete_if` and `remember` (see
+/// [`optimistic`]).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! write_if {
+    ($conn:ty) => {
         /// Runs `decide` on `row` as read at `now`, then writes only if the
         /// row is still `row`; false when it was not (nothing was written).
         async fn write_if(
@@ -159,6 +171,19 @@ macro_rules! optimistic {
         ) -> Result<bool, Failure> {
             let writes = decide(std::slice::from_ref(&row), now).map_err(Failure::Store)?;
             let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+            self.write_decided(conn, hash, generation, row, write).await
+        }
+
+        /// Writes `write` only if the row is still `row`; false when it was
+        /// not (nothing was written).
+        async fn write_decided(
+            &self,
+            conn: &mut $conn,
+            hash: &KeyHash,
+            generation: i64,
+            row: Option<Stored>,
+            write: RowWrite,
+        ) -> Result<bool, Failure> {
             let after = row_after(&row, &write, generation);
             let done = match Conditional::new(row, write) {
                 Conditional::Nothing => {
@@ -203,7 +228,7 @@ macro_rules! optimistic {
     };
 }
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(super) use optimistic;
+pub(super) use write_if;
 
 /// Puts the rows found in key order; a key with no row (or a row of a LEFT
 /// JOIN that found none) gets `None`. (SQLite reads its rows with rusqlite.)

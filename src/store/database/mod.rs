@@ -6,7 +6,7 @@
 //!   locked, a key's first update included (a missing row is created locked),
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
 //!   row and writes only if it is unchanged, and on PostgreSQL a row this
-//!   store remembers is counted by one such conditional statement
+//!   store remembers, or a missing one, is counted by one such statement
 //!   (`crate::seen`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
@@ -291,9 +291,9 @@ impl DatabaseStoreBuilder {
 
     /// How many keys' last rows this store remembers (default 100,000; 0
     /// remembers none). On PostgreSQL, a count on a key this store counted
-    /// last is one statement, written only if the row and the database's
-    /// clock are still as expected (else the count goes on as it would
-    /// have, in the same number of round trips); other counts take two. A
+    /// last, or on a key with no row, is one statement, written only if the
+    /// row and the database's clock are as guessed (else the count goes on
+    /// from the row that statement read); other counts take two. A
     /// remembered row costs about 150 bytes. SQLite and MySQL ignore it.
     pub fn remember_rows(mut self, n: usize) -> Self {
         self.remember_rows = n;

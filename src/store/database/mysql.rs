@@ -13,7 +13,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
 use super::attempt::{Attempts, Guess, Tried};
-use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic};
+use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic, write_if};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
@@ -119,6 +119,7 @@ impl Mysql {
     }
 
     optimistic!(sqlx::MySqlConnection);
+    write_if!(sqlx::MySqlConnection);
 
     /// MySQL has no statement that writes and reads back in one round trip
     /// (no `RETURNING` on `UPDATE`, no writing `WITH`): always read first.

@@ -1,19 +1,23 @@
-//! PostgreSQL's one-statement counts on remembered rows (see `seen.rs`), sent
-//! together under load: while [`ALONE`] guesses are out in statements of
-//! their own, or others already wait, the next ones wait and go together,
-//! one row each in one statement, so one round trip and one commit serve
-//! many counts. A few callers' guesses go at once, alone, as they would
-//! without the queue: until the server is busy, statements side by side
-//! count faster than a batch a caller must wait for.
+//! PostgreSQL's one-statement counts (see `seen.rs`), sent together under
+//! load: a guess that replaces a remembered row, one that inserts the row of
+//! a key this store has not seen, and the second try of a count whose guess
+//! missed, from the row that guess read. While [`ALONE`] guesses are out in
+//! statements of their own, or others already wait, the next ones wait and
+//! go together, one row each in one statement, so one round trip and one
+//! commit serve many counts. A few callers' guesses go at once, alone, as
+//! they would without the queue: until the server is busy, statements side
+//! by side count faster than a batch a caller must wait for.
 //!
-//! Each row is written only if it is still as remembered and the database's
-//! clock is near the estimate its `apply` saw, exactly as for one guess
-//! alone, and only if no other transaction holds it (`SKIP LOCKED`): a batch
-//! never waits for a lock, so a busy row holds up no other count (a guess
-//! alone may wait for its row; the next guesses then go in batches), and two
-//! instances' batches can't deadlock. A row that was not written answers
-//! with the row and the clock as the statement found them, and its count
-//! goes on from there on its own, as a missed guess does.
+//! Each row is replaced only if it is still as remembered (or read) and the
+//! database's clock is near the estimate its `apply` saw, exactly as for one
+//! guess alone, and only if no other transaction holds it (`SKIP LOCKED`): a
+//! replace never waits for a lock, so a busy row holds up no other count (a
+//! guess alone may wait for its row; the next guesses then go in batches).
+//! A row is inserted only if none is there; an insert may wait for another
+//! transaction inserting the same key, in key order, so two batches'
+//! inserts can't deadlock. A row that was not written answers with the row
+//! and the clock as the statement found them, and its count goes on from
+//! there on its own, as a missed guess does.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -39,16 +43,19 @@ const MAX_BATCH: usize = 64;
 /// side faster than fewer, larger ones); beyond, the rest go in batches.
 const ALONE: usize = 8;
 
-/// One guess: replace `old` with the new value, if the row is still `old`.
+/// One guess: replace `old` with the new value, if the row is still `old`;
+/// with no `old`, insert it, unless a row is there.
 #[derive(Debug)]
 pub(super) struct Replace {
     pub(super) hash: KeyHash,
     pub(super) generation: i64,
     pub(super) value: String,
     pub(super) expires_at: Millis,
-    pub(super) old: Stored,
-    /// The clock estimate `apply` was given.
-    pub(super) est: Millis,
+    pub(super) old: Option<Stored>,
+    /// The clock estimate `apply` was given; `None` for a second try from
+    /// the row and the clock a statement just read, which, like any write
+    /// after a read, is not checked against the clock.
+    pub(super) est: Option<Millis>,
 }
 
 /// How a guess went.
@@ -109,15 +116,21 @@ impl Replacer {
                                              $6::int8[], $7::text[], $8::int8[], $9::int8[]) \
                         AS w(i, k, g, v, e, og, ov, oe, est)), \
              c AS (SELECT {NOW} AS now), \
-             l AS (SELECT t.key_hash FROM {t} AS t JOIN w ON t.key_hash = w.k \
-                   WHERE t.generation = w.og AND t.value = w.ov AND t.expires_at = w.oe \
-                     AND (SELECT now FROM c) BETWEEN w.est - {MAX_LEAD_MS} AND w.est + {MAX_LAG_MS} \
+             ok AS (SELECT * FROM w \
+                    WHERE w.est IS NULL OR (SELECT now FROM c) BETWEEN w.est - {MAX_LEAD_MS} AND w.est + {MAX_LAG_MS}), \
+             l AS (SELECT t.key_hash FROM {t} AS t JOIN ok ON t.key_hash = ok.k \
+                   WHERE ok.og IS NOT NULL AND t.generation = ok.og AND t.value = ok.ov AND t.expires_at = ok.oe \
                    FOR UPDATE OF t SKIP LOCKED), \
              up AS (UPDATE {t} AS t SET generation = w.g, value = w.v, expires_at = w.e FROM w \
-                    WHERE t.key_hash = w.k AND t.key_hash IN (SELECT key_hash FROM l) RETURNING w.i) \
-             SELECT w.i, (up.i IS NOT NULL) AS done, (SELECT now FROM c) AS now, \
+                    WHERE t.key_hash = w.k AND t.key_hash IN (SELECT key_hash FROM l) RETURNING w.i), \
+             ins AS (INSERT INTO {t} (key_hash, generation, value, expires_at) \
+                     SELECT k, g, v, e FROM ok \
+                     WHERE og IS NULL AND NOT EXISTS (SELECT 1 FROM {t} AS x WHERE x.key_hash = ok.k) ORDER BY k \
+                     ON CONFLICT (key_hash) DO NOTHING RETURNING key_hash) \
+             SELECT w.i, (up.i IS NOT NULL OR ins.key_hash IS NOT NULL) AS done, (SELECT now FROM c) AS now, \
                     r.generation, r.value, r.expires_at \
-             FROM w LEFT JOIN up ON up.i = w.i LEFT JOIN {t} AS r ON r.key_hash = w.k"
+             FROM w LEFT JOIN up ON up.i = w.i LEFT JOIN ins ON ins.key_hash = w.k \
+                    LEFT JOIN {t} AS r ON r.key_hash = w.k"
         );
         Arc::new(Replacer { pool, sql, queue: Queue::new(), alone: AtomicUsize::new(0), batched: AtomicU64::new(0) })
     }
@@ -222,16 +235,17 @@ impl Replacer {
         let index: Vec<i32> = (0..i32::try_from(n).unwrap_or(i32::MAX)).collect();
         let column = |f: &dyn Fn(&Replace) -> i64| guesses.iter().map(f).collect::<Vec<i64>>();
         let text = |f: &dyn Fn(&Replace) -> &str| guesses.iter().map(|g| f(g).to_owned()).collect::<Vec<String>>();
+        let old = |f: &dyn Fn(&Stored) -> i64| guesses.iter().map(|g| g.old.as_ref().map(f)).collect::<Vec<_>>();
         let found = sqlx::query(&self.sql)
             .bind(index)
             .bind(guesses.iter().map(|g| g.hash.to_vec()).collect::<Vec<_>>())
             .bind(column(&|g| g.generation))
             .bind(text(&|g| &g.value))
             .bind(column(&|g| g.expires_at))
-            .bind(column(&|g| g.old.generation))
-            .bind(text(&|g| &g.old.value))
-            .bind(column(&|g| g.old.expires_at))
-            .bind(column(&|g| g.est))
+            .bind(old(&|o| o.generation))
+            .bind(guesses.iter().map(|g| g.old.as_ref().map(|o| o.value.clone())).collect::<Vec<_>>())
+            .bind(old(&|o| o.expires_at))
+            .bind(guesses.iter().map(|g| g.est).collect::<Vec<_>>())
             .fetch_all(&mut *conn)
             .await?;
         conn.release();
@@ -271,14 +285,16 @@ mod tests {
         Stored { generation: 1, value: n.to_string(), expires_at: 9_000_000_000_000 }
     }
 
-    fn guess(key: u8, old: Stored, est: Millis) -> Replace {
-        let value = (old.value.parse::<i64>().unwrap() + 1).to_string();
-        Replace { hash: [key; 32], generation: 1, value, expires_at: old.expires_at, old, est }
+    fn guess(key: u8, old: Option<Stored>, est: Millis) -> Replace {
+        let value = (old.as_ref().map_or(0, |o| o.value.parse::<i64>().unwrap()) + 1).to_string();
+        let expires_at = old.as_ref().map_or(9_000_000_000_000, |o| o.expires_at);
+        Replace { hash: [key; 32], generation: 1, value, expires_at, old, est: Some(est) }
     }
 
-    /// One batch statement: the row still as remembered is written; a row
-    /// that changed, a missing row, a row another transaction holds and a
-    /// guess on a wrong clock estimate are not, and come back as the
+    /// One batch statement: the row still as remembered is written, and a
+    /// missing row inserted; a row that changed, a missing row to replace,
+    /// a row another transaction holds, a row to insert that is there, and
+    /// guesses on a wrong clock estimate are not, and come back as the
     /// statement found them, without waiting for the held row.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_writes_exactly_the_rows_still_as_remembered() {
@@ -286,7 +302,7 @@ mod tests {
         let table = format!("ls_replace_{}", std::process::id());
         crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
         let pool = PgPool::connect(&url).await.unwrap();
-        for key in [1u8, 2, 4, 5] {
+        for key in [1u8, 2, 4, 5, 7] {
             sqlx::query(&format!("INSERT INTO {table} VALUES ($1, 1, '10', 9000000000000)"))
                 .bind(vec![key; 32])
                 .execute(&pool)
@@ -305,11 +321,14 @@ mod tests {
         let conns = Conns::open(url.parse().unwrap(), no_init, 2, std::time::Duration::from_secs(1)).await.unwrap();
         let replacer = Replacer::new(conns, &table);
         let guesses = [
-            guess(1, stored(10), est),          // as remembered
-            guess(2, stored(9), est),           // changed since
-            guess(3, stored(10), est),          // no row at all
-            guess(4, stored(10), est),          // held by another transaction
-            guess(5, stored(10), est - 10_000), // the clock estimate 10 s behind
+            guess(1, Some(stored(10)), est),          // as remembered
+            guess(2, Some(stored(9)), est),           // changed since
+            guess(3, Some(stored(10)), est),          // no row at all
+            guess(4, Some(stored(10)), est),          // held by another transaction
+            guess(5, Some(stored(10)), est - 10_000), // the clock estimate 10 s behind
+            guess(6, None, est),                      // no row, none remembered: inserted
+            guess(7, None, est),                      // a row this store never saw
+            guess(8, None, est - 10_000),             // no row, but the clock estimate 10 s behind
         ];
         let started = std::time::Instant::now();
         let answers = replacer.run(&guesses).await.unwrap();
@@ -322,6 +341,10 @@ mod tests {
         assert!(matches!(answers[2], Replaced::Missed { row: None, .. }), "{:?}", answers[2]);
         assert!(matches!(answers[3], Replaced::Missed { row: Some(_), .. }), "{:?}", answers[3]);
         assert!(matches!(answers[4], Replaced::Missed { row: Some(_), .. }), "{:?}", answers[4]);
+        assert!(matches!(answers[5], Replaced::Done { .. }), "{:?}", answers[5]);
+        let Replaced::Missed { row: Some(row), .. } = &answers[6] else { panic!("{:?}", answers[6]) };
+        assert_eq!(row.value, "10", "an insert that finds a row answers it, for the count's second try");
+        assert!(matches!(answers[7], Replaced::Missed { row: None, .. }), "{:?}", answers[7]);
 
         let values: Vec<(Vec<u8>, String)> =
             sqlx::query_as(&format!("SELECT key_hash, value FROM {table} ORDER BY key_hash"))
@@ -329,7 +352,11 @@ mod tests {
                 .await
                 .unwrap();
         let values: Vec<(u8, &str)> = values.iter().map(|(k, v)| (k[0], v.as_str())).collect();
-        assert_eq!(values, [(1, "11"), (2, "10"), (4, "10"), (5, "10")], "only the row as remembered was written");
+        assert_eq!(
+            values,
+            [(1, "11"), (2, "10"), (4, "10"), (5, "10"), (6, "1"), (7, "10")],
+            "only the row as remembered, and the missing row on a good clock, were written"
+        );
         for t in [table.clone(), format!("{table}_migrations")] {
             sqlx::query(&format!("DROP TABLE {t}")).execute(&pool).await.unwrap();
         }
