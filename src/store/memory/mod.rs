@@ -22,6 +22,7 @@
 
 mod stored;
 mod sweeper;
+mod update;
 
 pub use sweeper::SWEEP_EVERY;
 
@@ -34,15 +35,12 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use siphasher::sip128::{Hasher128, SipHasher13};
-use smallvec::SmallVec;
 
 use crate::bound::Bound;
 use crate::clock::{Clock, SystemClock};
-use crate::error::Unavailable;
-use crate::rules::{check_keys, run_apply};
-use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+use crate::{Apply, Entry, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
@@ -158,11 +156,6 @@ fn low_half(key: u128) -> u64 {
     low
 }
 
-/// The keys of one call; most calls name one to four.
-type Keys = SmallVec<[Located; 4]>;
-/// The entries lent to `apply` by one call.
-type Lent = SmallVec<[Option<Entry>; 4]>;
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -235,17 +228,6 @@ impl Inner {
         Located { key, hash, shard }
     }
 
-    /// Locks the shards of `keys` in ascending order, each once.
-    fn lock(&self, keys: &[Located]) -> Locks<'_> {
-        if let [one] = keys {
-            return Locks::One(one.shard, self.shards[one.shard].lock());
-        }
-        let mut order: SmallVec<[usize; 4]> = keys.iter().map(|k| k.shard).collect();
-        order.sort_unstable();
-        order.dedup();
-        Locks::Many(order.into_iter().map(|s| (s, self.shards[s].lock())).collect())
-    }
-
     fn note_expiry(&self, expires_at: Millis) {
         if expires_at < self.earliest_expiry.load(Ordering::Relaxed) {
             self.earliest_expiry.fetch_min(expires_at, Ordering::Relaxed);
@@ -306,145 +288,6 @@ impl Inner {
             }
         }
         false
-    }
-
-    fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
-        check_keys(keys)?;
-        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
-        match self.try_update(&located, apply)? {
-            Some(()) => Ok(()),
-            None => {
-                // Full: make room from expired entries only, then try once more.
-                if self.make_room(&located) {
-                    if let Some(()) = self.try_update(&located, apply)? {
-                        return Ok(());
-                    }
-                }
-                self.bound.note_full("memory");
-                Err(StoreError::unavailable(
-                    Unavailable::Full,
-                    format!("the memory store holds its bound of {} live entries", self.bound.max()),
-                ))
-            }
-        }
-    }
-
-    /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
-    /// store is full; nothing was written.
-    fn try_update(&self, keys: &[Located], apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
-        let now = self.clock.now();
-        let mut locks = self.lock(keys);
-        // Lend each live entry to `apply` without cloning it; bit i of `held`
-        // says whether key i has a slot at all (live, or expired, not yet dropped).
-        let mut current: Lent = SmallVec::with_capacity(keys.len());
-        let mut held: u64 = 0;
-        for (i, k) in keys.iter().enumerate() {
-            let slot = locks.table(k.shard).find_mut(k.hash, k.matches());
-            if slot.is_some() {
-                held |= 1 << i;
-            }
-            current.push(slot.filter(|s| s.is_live(now)).map(Slot::lend));
-        }
-        let writes = match run_apply(apply, &current, now) {
-            Ok(writes) => writes,
-            Err(e) => {
-                give_back(&mut locks, keys, current);
-                return Err(e);
-            }
-        };
-        let new_entries =
-            writes.iter().enumerate().filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0).count();
-        if !self.bound.try_reserve(new_entries as u64) {
-            give_back(&mut locks, keys, current);
-            return Ok(None);
-        }
-        if new_entries > 0 && u128::from(self.bound.held()) * 5 >= u128::from(self.bound.max()) * 4 {
-            // Near the bound. If nothing can have expired, what is held is
-            // live: warn. Else the sweeper removes what expired first, and
-            // warns if what is left is still this full.
-            if now < self.earliest_expiry.load(Ordering::Relaxed) || self.sweeper.get().is_none() {
-                self.bound.note_fill();
-            } else {
-                self.wake.notify_one();
-            }
-        }
-        let mut removed = 0u64;
-        for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
-            let table = locks.table(k.shard);
-            let eq = k.matches();
-            match write {
-                Write::Put(entry) => {
-                    self.note_expiry(entry.expires_at);
-                    match table.find_mut(k.hash, eq) {
-                        Some(slot) => slot.put(entry),
-                        None => {
-                            table.insert_unique(k.hash, Slot::new(k.key, entry), Slot::hash);
-                        }
-                    }
-                }
-                Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
-                    (Some(entry), Ok(mut slot)) => slot.get_mut().put_back(entry),
-                    // Lazy expiry: an expired entry that `apply` kept goes now.
-                    (None, Ok(slot)) => {
-                        slot.remove();
-                        removed += 1;
-                    }
-                    (_, Err(_)) => {}
-                },
-                Write::Delete => {
-                    if let Ok(slot) = table.find_entry(k.hash, eq) {
-                        slot.remove();
-                        removed += 1;
-                    }
-                }
-            }
-        }
-        drop(locks);
-        self.bound.release(removed);
-        Ok(Some(()))
-    }
-
-    fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
-        check_keys(keys)?;
-        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
-        let now = self.clock.now();
-        let mut locks = self.lock(&located);
-        Ok(located
-            .iter()
-            .map(|k| locks.table(k.shard).find(k.hash, k.matches()).filter(|s| s.is_live(now)).map(Slot::entry))
-            .collect())
-    }
-}
-
-/// Puts lent entries back after an update that writes nothing.
-fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
-    for (k, entry) in keys.iter().zip(lent) {
-        if let Some(entry) = entry {
-            if let Some(slot) = locks.table(k.shard).find_mut(k.hash, k.matches()) {
-                slot.put_back(entry);
-            }
-        }
-    }
-}
-
-/// The shard locks one call holds.
-enum Locks<'a> {
-    One(usize, MutexGuard<'a, Table>),
-    Many(SmallVec<[(usize, MutexGuard<'a, Table>); 4]>),
-}
-
-impl Locks<'_> {
-    fn table(&mut self, shard: usize) -> &mut Table {
-        match self {
-            Locks::One(s, guard) => {
-                debug_assert_eq!(*s, shard);
-                guard
-            }
-            Locks::Many(guards) => {
-                let i = guards.binary_search_by_key(&shard, |(s, _)| *s).expect("every key's shard is locked");
-                &mut guards[i].1
-            }
-        }
     }
 }
 

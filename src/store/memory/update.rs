@@ -1,0 +1,227 @@
+//! Updates and reads: the shards of a call's keys locked in order, `apply`
+//! run on what they hold, its writes made before the locks go. A one-key
+//! count, the usual one, finds its slot once and needs no lists.
+
+use std::sync::atomic::Ordering;
+
+use parking_lot::MutexGuard;
+use smallvec::SmallVec;
+
+use super::{Inner, Located, Slot, Table};
+use crate::error::Unavailable;
+use crate::rules::{check_keys, run_apply};
+use crate::{Apply, Entry, Millis, StoreError, Write};
+
+/// The keys of one call; most calls name one to four.
+type Keys = SmallVec<[Located; 4]>;
+/// The entries lent to `apply` by one call.
+type Lent = SmallVec<[Option<Entry>; 4]>;
+
+impl Inner {
+    /// Locks the shards of `keys` in ascending order, each once.
+    fn lock(&self, keys: &[Located]) -> Locks<'_> {
+        if let [one] = keys {
+            return Locks::One(one.shard, self.shards[one.shard].lock());
+        }
+        let mut order: SmallVec<[usize; 4]> = keys.iter().map(|k| k.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        Locks::Many(order.into_iter().map(|s| (s, self.shards[s].lock())).collect())
+    }
+
+    pub(super) fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        check_keys(keys)?;
+        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
+        let tried = match located.as_slice() {
+            [one] => self.try_update_one(*one, apply)?,
+            _ => self.try_update(&located, apply)?,
+        };
+        match tried {
+            Some(()) => Ok(()),
+            None => {
+                // Full: make room from expired entries only, then try once more.
+                if self.make_room(&located) && self.try_update(&located, apply)?.is_some() {
+                    return Ok(());
+                }
+                self.bound.note_full("memory");
+                Err(StoreError::unavailable(
+                    Unavailable::Full,
+                    format!("the memory store holds its bound of {} live entries", self.bound.max()),
+                ))
+            }
+        }
+    }
+
+    /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
+    /// store is full; nothing was written.
+    fn try_update(&self, keys: &[Located], apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
+        let now = self.clock.now();
+        let mut locks = self.lock(keys);
+        // Lend each live entry to `apply` without cloning it; bit i of `held`
+        // says whether key i has a slot at all (live, or expired, not yet dropped).
+        let mut current: Lent = SmallVec::with_capacity(keys.len());
+        let mut held: u64 = 0;
+        for (i, k) in keys.iter().enumerate() {
+            let slot = locks.table(k.shard).find_mut(k.hash, k.matches());
+            if slot.is_some() {
+                held |= 1 << i;
+            }
+            current.push(slot.filter(|s| s.is_live(now)).map(Slot::lend));
+        }
+        let writes = match run_apply(apply, &current, now) {
+            Ok(writes) => writes,
+            Err(e) => {
+                give_back(&mut locks, keys, current);
+                return Err(e);
+            }
+        };
+        let new_entries =
+            writes.iter().enumerate().filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0).count();
+        if !self.reserve_new(new_entries as u64, now) {
+            give_back(&mut locks, keys, current);
+            return Ok(None);
+        }
+        let mut removed = 0u64;
+        for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
+            let table = locks.table(k.shard);
+            let eq = k.matches();
+            match write {
+                Write::Put(entry) => {
+                    self.note_expiry(entry.expires_at);
+                    match table.find_mut(k.hash, eq) {
+                        Some(slot) => slot.put(entry),
+                        None => {
+                            table.insert_unique(k.hash, Slot::new(k.key, entry), Slot::hash);
+                        }
+                    }
+                }
+                Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
+                    (Some(entry), Ok(mut slot)) => slot.get_mut().put_back(entry),
+                    // Lazy expiry: an expired entry that `apply` kept goes now.
+                    (None, Ok(slot)) => {
+                        slot.remove();
+                        removed += 1;
+                    }
+                    (_, Err(_)) => {}
+                },
+                Write::Delete => {
+                    if let Ok(slot) = table.find_entry(k.hash, eq) {
+                        slot.remove();
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        drop(locks);
+        self.bound.release(removed);
+        Ok(Some(()))
+    }
+
+    /// [`try_update`](Self::try_update) of one key, the usual count: the slot
+    /// is found once and written through the same handle, with no lists.
+    fn try_update_one(&self, k: Located, apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
+        let now = self.clock.now();
+        let mut table = self.shards[k.shard].lock();
+        match table.entry(k.hash, k.matches(), Slot::hash) {
+            hashbrown::hash_table::Entry::Occupied(mut held) => {
+                let slot = held.get_mut();
+                let mut current = [slot.is_live(now).then(|| slot.lend())];
+                let writes = match run_apply(apply, &current, now) {
+                    Ok(writes) => writes,
+                    Err(e) => {
+                        if let Some(entry) = current[0].take() {
+                            slot.put_back(entry);
+                        }
+                        return Err(e);
+                    }
+                };
+                match (writes.into_iter().next(), current[0].take()) {
+                    (Some(Write::Put(entry)), _) => {
+                        self.note_expiry(entry.expires_at);
+                        slot.put(entry);
+                    }
+                    (Some(Write::Keep), Some(entry)) => slot.put_back(entry),
+                    // Deleted, or an expired entry that `apply` kept (lazy expiry).
+                    _ => {
+                        held.remove();
+                        drop(table);
+                        self.bound.release(1);
+                    }
+                }
+            }
+            hashbrown::hash_table::Entry::Vacant(absent) => {
+                let writes = run_apply(apply, &[None], now)?;
+                if let Some(Write::Put(entry)) = writes.into_iter().next() {
+                    if !self.reserve_new(1, now) {
+                        return Ok(None);
+                    }
+                    self.note_expiry(entry.expires_at);
+                    absent.insert(Slot::new(k.key, entry));
+                }
+            }
+        }
+        Ok(Some(()))
+    }
+
+    /// Reserves room for `n` new entries (false when the bound has none), and
+    /// near the bound warns or wakes the sweeper.
+    fn reserve_new(&self, n: u64, now: Millis) -> bool {
+        if !self.bound.try_reserve(n) {
+            return false;
+        }
+        if n > 0 && u128::from(self.bound.held()) * 5 >= u128::from(self.bound.max()) * 4 {
+            // Near the bound. If nothing can have expired, what is held is
+            // live: warn. Else the sweeper removes what expired first, and
+            // warns if what is left is still this full.
+            if now < self.earliest_expiry.load(Ordering::Relaxed) || self.sweeper.get().is_none() {
+                self.bound.note_fill();
+            } else {
+                self.wake.notify_one();
+            }
+        }
+        true
+    }
+
+    pub(super) fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        check_keys(keys)?;
+        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
+        let now = self.clock.now();
+        let mut locks = self.lock(&located);
+        Ok(located
+            .iter()
+            .map(|k| locks.table(k.shard).find(k.hash, k.matches()).filter(|s| s.is_live(now)).map(Slot::entry))
+            .collect())
+    }
+}
+
+/// Puts lent entries back after an update that writes nothing.
+fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
+    for (k, entry) in keys.iter().zip(lent) {
+        if let Some(entry) = entry {
+            if let Some(slot) = locks.table(k.shard).find_mut(k.hash, k.matches()) {
+                slot.put_back(entry);
+            }
+        }
+    }
+}
+
+/// The shard locks one call holds.
+enum Locks<'a> {
+    One(usize, MutexGuard<'a, Table>),
+    Many(SmallVec<[(usize, MutexGuard<'a, Table>); 4]>),
+}
+
+impl Locks<'_> {
+    fn table(&mut self, shard: usize) -> &mut Table {
+        match self {
+            Locks::One(s, guard) => {
+                debug_assert_eq!(*s, shard);
+                guard
+            }
+            Locks::Many(guards) => {
+                let i = guards.binary_search_by_key(&shard, |(s, _)| *s).expect("every key's shard is locked");
+                &mut guards[i].1
+            }
+        }
+    }
+}
