@@ -14,8 +14,7 @@ const VAR: &str = "LIMIT_STORE_BENCH_PROBE";
 /// Runs the probe and exits when the variable asks for one.
 pub fn child() {
     let Ok(spec) = std::env::var(VAR) else { return };
-    let Some((name, ops)) = spec.split_once(':').and_then(|(n, o)| Some((n.to_owned(), o.parse::<u64>().ok()?)))
-    else {
+    let Some((name, ops)) = spec.split_once(':').and_then(|(n, o)| Some((n.to_owned(), o.parse::<u64>().ok()?))) else {
         panic!("{VAR} takes <contender>:<ops>, e.g. limits_attempt:100000 (got {spec:?})");
     };
     match name.as_str() {
