@@ -37,6 +37,7 @@
 //! ```
 
 mod extract;
+mod fields;
 mod handler;
 mod key;
 #[allow(clippy::module_inception)] // the layer of the `layer` module
