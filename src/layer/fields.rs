@@ -85,21 +85,11 @@ impl Values {
 }
 
 /// `n` in decimal (after a `-` when `negative`), as `Display` writes it.
-fn push_int<const N: usize>(out: &mut ArrayVec<u8, N>, mut n: u64, negative: bool) -> Result<(), ()> {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+fn push_int<const N: usize>(out: &mut ArrayVec<u8, N>, n: u64, negative: bool) -> Result<(), ()> {
     if negative {
         out.try_push(b'-').map_err(drop)?;
     }
-    out.try_extend_from_slice(&digits[at..]).map_err(drop)
+    out.try_extend_from_slice(itoa::Buffer::new().format(n).as_bytes()).map_err(drop)
 }
 
 #[cfg(test)]
