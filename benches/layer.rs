@@ -23,7 +23,9 @@
 //! Added latency = contender's ns/request - `bare`'s, from criterion's means.
 //!
 //! Run: `cargo bench --bench layer --features axum` (about 30 s once built),
-//! or with `LIMIT_STORE_BENCH_QUICK=1` for a rough pass.
+//! or with `LIMIT_STORE_BENCH_QUICK=1` for a rough pass. For instruction
+//! counts, `LIMIT_STORE_BENCH_COUNT=<contender>:<n>` only sends `n` requests
+//! through that contender, untimed, for `valgrind --tool=cachegrind`.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -163,7 +165,28 @@ fn print_table(home: &Path, since: SystemTime) {
     }
 }
 
+/// `LIMIT_STORE_BENCH_COUNT=<contender>:<n>`: `n` requests through one
+/// contender and nothing else, for an instruction count.
+fn count_only() -> bool {
+    let Some(spec) = std::env::var_os("LIMIT_STORE_BENCH_COUNT") else { return false };
+    let spec = spec.to_string_lossy();
+    let (function, n) = spec.split_once(':').expect("<contender>:<n>");
+    let app = match function {
+        BARE => router(),
+        GOVERNOR => governor(),
+        GOVERNOR_HEADERS => governor_headers(),
+        OURS => ours(),
+        other => panic!("no contender {other}"),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    run(&runtime, &app.with_state(()), &peers(), n.parse().expect("a count"));
+    true
+}
+
 fn main() {
+    if count_only() {
+        return;
+    }
     let since = SystemTime::now();
     let home = criterion_home();
     let quick = std::env::var_os("LIMIT_STORE_BENCH_QUICK").is_some_and(|v| v != "0");

@@ -31,31 +31,52 @@ pub struct RateLimitFields {
 /// The fields for `decision` on limit `limit`, which counts `parts` parts.
 pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields {
     use std::fmt::Write as _;
-    let mut name = String::with_capacity(limit.len() + decision.part.len() + 24);
-    name.push('"');
-    push_sf(&mut name, limit);
-    if parts > 1 {
-        name.push('/');
-        push_sf(&mut name, &decision.part);
-    }
-    name.push('"');
-    let window = seconds_up(decision.window);
-    let reset = seconds_up(decision.reset_at.saturating_sub(decision.now));
-    let retry = decision.retry_after.map(|d| seconds_up(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
-    // Retry-After never names a time before the reset the field announces.
-    let t = match retry {
-        Some(retry) if !decision.allowed => reset.max(retry),
-        _ => reset,
-    };
+    let name = policy_name(limit, parts, &decision.part);
+    let Numbers { window, t, retry } = Numbers::of(decision);
     let mut policy = String::with_capacity(name.len() + 24);
     policy.push_str(&name);
     let _ = write!(policy, ";q={};w={window}", decision.budget);
     let mut ratelimit = name;
     let _ = write!(ratelimit, ";r={};t={t}", decision.remaining);
-    RateLimitFields {
-        policy,
-        ratelimit,
-        retry_after: retry.filter(|_| !decision.allowed).map(|r| t.max(r).to_string()),
+    RateLimitFields { policy, ratelimit, retry_after: retry.map(|r| t.max(r).to_string()) }
+}
+
+/// The policy's name, quoted: the limit's, with the part after a `/` when
+/// the limit counts more than one.
+pub(crate) fn policy_name(limit: &str, parts: usize, part: &str) -> String {
+    let mut name = String::with_capacity(limit.len() + part.len() + 24);
+    name.push('"');
+    push_sf(&mut name, limit);
+    if parts > 1 {
+        name.push('/');
+        push_sf(&mut name, part);
+    }
+    name.push('"');
+    name
+}
+
+/// The numbers of the fields of one decision, in seconds.
+pub(crate) struct Numbers {
+    /// `w`: the window.
+    pub window: i64,
+    /// `t`: until the part has more.
+    pub t: i64,
+    /// `Retry-After`, for a decision that is not allowed.
+    pub retry: Option<i64>,
+}
+
+impl Numbers {
+    /// The numbers of `decision`.
+    pub fn of(decision: &Decision) -> Self {
+        let window = seconds_up(decision.window);
+        let reset = seconds_up(decision.reset_at.saturating_sub(decision.now));
+        let retry = decision.retry_after.map(|d| seconds_up(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+        // Retry-After never names a time before the reset the field announces.
+        let t = match retry {
+            Some(retry) if !decision.allowed => reset.max(retry),
+            _ => reset,
+        };
+        Numbers { window, t, retry: retry.filter(|_| !decision.allowed) }
     }
 }
 

@@ -85,7 +85,37 @@ fn field(value: &str, first: &str, second: &str) -> (String, i64, i64) {
 
 #[tokio::test]
 async fn allowed_then_limited_with_retry_after_and_fields() {
-    let layer = LimitLayer::new(limits(&[("keyed", "client", 2)]), "keyed", "client", HeaderKey::new("x-api-key"));
+    allowed_then_limited(Arc::new(MemoryStore::new())).await;
+}
+
+/// The memory store answering only through futures, as a database does: the
+/// layer's other path.
+struct Later(MemoryStore);
+
+#[async_trait::async_trait]
+impl LimitStore for Later {
+    fn shared(&self) -> bool {
+        false
+    }
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        self.0.update(keys, apply).await
+    }
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        self.0.read(keys).await
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.0.sweep().await
+    }
+}
+
+#[tokio::test]
+async fn a_store_answering_through_futures_gets_the_same_answers() {
+    allowed_then_limited(Arc::new(Later(MemoryStore::new()))).await;
+}
+
+async fn allowed_then_limited(store: Arc<dyn LimitStore>) {
+    let limits = limits_on(store, &[("keyed", "client", 2)]);
+    let layer = LimitLayer::new(limits, "keyed", "client", HeaderKey::new("x-api-key"));
     let app = router().layer(layer.unwrap());
     for left in [1, 0] {
         let r = get_from(&app, "192.0.2.1", &[("x-api-key", "k1")]).await;

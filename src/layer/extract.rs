@@ -4,10 +4,13 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arrayvec::ArrayString;
+
 use axum::extract::ConnectInfo;
 use axum::http::header::HeaderName;
 use axum::http::request::Parts;
 
+use super::key::Key;
 use crate::limits::normalize::{client_network, DEFAULT_IPV6_PREFIX};
 
 /// Finds the value a request is counted by. `None` is a missing key, which the
@@ -27,6 +30,13 @@ use crate::limits::normalize::{client_network, DEFAULT_IPV6_PREFIX};
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The value of the request with head `parts`, or `None` when it has none.
     fn extract(&self, parts: &Parts) -> Option<String>;
+
+    /// [`extract`](Self::extract)'s value as the layer counts it. The
+    /// built-in extractors write it inline, with no heap; the default takes
+    /// `extract`'s `String`.
+    fn key(&self, parts: &Parts) -> Option<Key> {
+        self.extract(parts).map(Key::from)
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -71,6 +81,10 @@ impl PeerIp {
 
 impl KeyExtractor for PeerIp {
     fn extract(&self, parts: &Parts) -> Option<String> {
+        self.key(parts).map(|key| key.as_str().to_owned())
+    }
+
+    fn key(&self, parts: &Parts) -> Option<Key> {
         peer(parts).map(|ip| client_key(ip, self.ipv6_prefix))
     }
 }
@@ -94,17 +108,17 @@ pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
 
 /// An address as the layer counts it: text of its client network, which an
 /// `ip` part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
-pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> String {
+pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> Key {
     match client_network(ip, ipv6_prefix) {
-        IpAddr::V4(v4) => ipv4_text(v4),
-        v6 => v6.to_string(),
+        IpAddr::V4(v4) => Key::new(&ipv4_text(v4)),
+        v6 => Key::write(|out| write!(out, "{v6}")),
     }
 }
 
 /// `ip` as `Display` writes it, without the formatter: formatting
 /// addresses was a large share of a counted request's cost.
-fn ipv4_text(ip: Ipv4Addr) -> String {
-    let mut text = String::with_capacity(15);
+fn ipv4_text(ip: Ipv4Addr) -> ArrayString<15> {
+    let mut text = ArrayString::new();
     for (i, octet) in ip.octets().into_iter().enumerate() {
         if i > 0 {
             text.push('.');
@@ -144,6 +158,11 @@ impl KeyExtractor for HeaderKey {
         let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
         (!value.is_empty()).then(|| value.to_owned())
     }
+
+    fn key(&self, parts: &Parts) -> Option<Key> {
+        let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
+        (!value.is_empty()).then(|| Key::new(value))
+    }
 }
 
 #[cfg(test)]
@@ -154,7 +173,34 @@ mod tests {
     fn addresses_are_written_as_display_writes_them() {
         for ip in ["0.0.0.0", "9.10.99.100", "192.0.2.7", "255.255.255.255", "10.200.0.1"] {
             let ip: Ipv4Addr = ip.parse().unwrap();
-            assert_eq!(ipv4_text(ip), ip.to_string());
+            assert_eq!(ipv4_text(ip).as_str(), ip.to_string());
         }
+    }
+
+    #[test]
+    fn keys_are_the_extracted_text() {
+        let head = |addr: &str, api_key: &str| {
+            let mut request = axum::http::Request::get("/").header("x-api-key", api_key).body(()).unwrap();
+            request.extensions_mut().insert(ConnectInfo(addr.parse::<SocketAddr>().unwrap()));
+            request.into_parts().0
+        };
+        let long = "k".repeat(100);
+        for (addr, api_key) in [
+            ("192.0.2.7:1", " abc "),
+            ("[2001:db8:1:2:aaaa::1]:1", long.as_str()),
+            ("[::ffff:10.0.0.1]:1", "x"),
+            ("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:1", ""),
+        ] {
+            let parts = head(addr, api_key);
+            for prefix in [64, 128] {
+                let ip = PeerIp::new().ipv6_prefix(prefix);
+                assert_eq!(ip.key(&parts).map(|k| k.as_str().to_owned()), ip.extract(&parts));
+                assert_eq!(ip.extract(&parts), Some(client_network(peer(&parts).unwrap(), prefix).to_string()));
+            }
+            let header = HeaderKey::new("x-api-key");
+            assert_eq!(header.key(&parts).map(|k| k.as_str().to_owned()), header.extract(&parts));
+        }
+        assert_eq!(Key::new(&long).as_str(), long);
+        assert_eq!(Key::write(|out| out.write_str(&long)).as_str(), long);
     }
 }

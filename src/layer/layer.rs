@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use tower_layer::Layer;
 
 use super::extract::KeyExtractor;
+use super::fields::AdmittedFields;
 use super::refusal::{MissingKey, RefusalBody};
 use super::service::LimitService;
 use crate::{LimitError, Limits};
@@ -41,6 +42,8 @@ pub struct LimitLayer<K> {
     pub(super) body: RefusalBody,
     /// What the key is, for the missing-key message.
     pub(super) what: String,
+    /// The RateLimit fields of admitted answers.
+    pub(super) fields: AdmittedFields,
 }
 
 impl<K: KeyExtractor> LimitLayer<K> {
@@ -70,6 +73,7 @@ impl<K: KeyExtractor> LimitLayer<K> {
             extractor,
             missing: MissingKey::default(),
             body: RefusalBody::default(),
+            fields: AdmittedFields::new(limit),
         })
     }
 

@@ -37,7 +37,9 @@
 //! ```
 
 mod extract;
+mod fields;
 mod handler;
+mod key;
 #[allow(clippy::module_inception)] // the layer of the `layer` module
 mod layer;
 mod proxies;
@@ -46,6 +48,7 @@ mod service;
 
 pub use extract::{HeaderKey, KeyExtractor, PeerIp, KIND_NO_PEER};
 pub use handler::{attempt, Admitted};
+pub use key::Key;
 pub use layer::LimitLayer;
 pub use proxies::{BadCidr, Cidr, ClientIp, ForwardedHeader};
 pub use refusal::{MissingKey, Refusal, RefusalBody, KIND_LAYER_ERROR};

@@ -16,6 +16,7 @@ use axum::http::header::{HeaderName, FORWARDED};
 use axum::http::request::Parts;
 
 use super::extract::{client_key, peer, KeyExtractor};
+use super::key::Key;
 use crate::limits::normalize::DEFAULT_IPV6_PREFIX;
 
 /// A network of addresses, as `10.0.0.0/8`, `2001:db8::/32` or one address.
@@ -168,6 +169,10 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, parts: &Parts) -> Option<String> {
+        self.key(parts).map(|key| key.as_str().to_owned())
+    }
+
+    fn key(&self, parts: &Parts) -> Option<Key> {
         let ip = self.client(peer(parts)?, parts)?;
         Some(client_key(ip, self.ipv6_prefix))
     }

@@ -4,19 +4,21 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{Request, Response};
 use axum::response::IntoResponse;
 use axum::BoxError;
+use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::extract::KeyExtractor;
+use super::fields::Values;
+use super::key::Key;
 use super::layer::LimitLayer;
 use super::refusal::{MissingKey, Refusal};
-use crate::ratelimit_fields::fields;
-use crate::LimitError;
+use crate::{Decision, LimitError};
 
 /// The service a [`LimitLayer`] puts in front of `S`.
 #[derive(Clone, Debug)]
@@ -31,8 +33,65 @@ impl<S, K> LimitService<S, K> {
     }
 }
 
-/// The future of a [`LimitService`]'s answer.
-pub type LimitFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+/// A boxed answer, for a store that answers only through a future.
+type Boxed<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+pin_project! {
+    /// The future of a [`LimitService`]'s answer: the wrapped service's
+    /// future `F`, an answer made without it, or (on a store that answers
+    /// through a future of its own) a boxed one.
+    pub struct LimitFuture<F, E> {
+        #[pin]
+        state: State<F, E>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, E> {
+        /// Refused (or failed) at once.
+        Answered { response: Option<Response<Body>> },
+        /// Passed to the wrapped service; the fields go on its answer.
+        Inner { #[pin] future: F, fields: Option<Values> },
+        /// Counted by a store that answers through a future.
+        Boxed { future: Boxed<E> },
+    }
+}
+
+impl<F, E> LimitFuture<F, E> {
+    fn answered(response: Response<Body>) -> Self {
+        LimitFuture { state: State::Answered { response: Some(response) } }
+    }
+
+    fn inner(future: F, fields: Option<Values>) -> Self {
+        LimitFuture { state: State::Inner { future, fields } }
+    }
+}
+
+impl<F, E, R> Future for LimitFuture<F, E>
+where
+    F: Future<Output = Result<Response<R>, E>>,
+    R: HttpBody<Data = Bytes> + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Answered { response } => {
+                Poll::Ready(Ok(response.take().expect("a LimitFuture polled after it answered")))
+            }
+            StateProj::Inner { future, fields } => {
+                let mut response = ready!(future.poll(cx))?.map(Body::new);
+                if let Some(fields) = fields.take() {
+                    fields.write_to(response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            StateProj::Boxed { future } => future.as_mut().poll(cx),
+        }
+    }
+}
 
 impl<S, K, B, R> Service<Request<B>> for LimitService<S, K>
 where
@@ -46,50 +105,87 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = LimitFuture<S::Error>;
+    type Future = LimitFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let layer = &*self.layer;
+        let (head, body) = request.into_parts();
+        let key = layer.extractor.key(&head);
+        let request = Request::from_parts(head, body);
+        let counted = match key {
+            Some(key) => match layer.limits.attempt_at_once(&layer.limit, &[(&layer.part, key.as_str())]) {
+                Some(counted) => Some(counted),
+                // The store answers through a future: count in a boxed one.
+                None => return LimitFuture { state: State::Boxed { future: self.count_later(key, request) } },
+            },
+            None => None,
+        };
+        match layer.answer(counted) {
+            Answer::Pass(fields) => LimitFuture::inner(self.inner.call(request), fields),
+            Answer::Refuse(response) => LimitFuture::answered(response),
+        }
+    }
+}
+
+impl<S, K> LimitService<S, K> {
+    /// The answer to `request`, counted on a store that answers through a future.
+    fn count_later<B, R>(&mut self, key: Key, request: Request<B>) -> Boxed<S::Error>
+    where
+        S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Error: Send + 'static,
+        K: Send + Sync + 'static,
+        B: Send + 'static,
+        R: HttpBody<Data = Bytes> + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
         // The clone that was made ready is the one that serves this request.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
-        let (head, body) = request.into_parts();
-        let key = layer.extractor.extract(&head);
-        let request = Request::from_parts(head, body);
         Box::pin(async move {
-            let pass = |response: Response<R>| response.map(Body::new);
-            let limit = layer.limit.as_str();
-            let decision = match key {
-                Some(key) => match layer.limits.attempt(limit, &[(&layer.part, &key)]).await {
-                    Ok(decision) => Some(decision),
-                    // A value the part can't take (not an address) is no key.
-                    Err(LimitError::BadValue { .. }) => None,
-                    Err(e) => return Ok(layer.refuse(Refusal::of_error(limit, &e))),
-                },
-                None => None,
-            };
-            let Some(decision) = decision else {
-                return match layer.missing {
-                    MissingKey::Pass => inner.call(request).await.map(pass),
-                    MissingKey::Reject(status) => Ok(layer.refuse(Refusal::missing_key(limit, status, &layer.what))),
-                };
-            };
-            let fields = fields(limit, 1, &decision);
-            if let Some(refusal) = Refusal::of_decision(limit, 1, decision) {
-                return Ok(layer.refuse(refusal));
+            let counted = layer.limits.attempt(&layer.limit, &[(&layer.part, key.as_str())]).await;
+            match layer.answer(Some(counted)) {
+                Answer::Pass(fields) => LimitFuture::inner(inner.call(request), fields).await,
+                Answer::Refuse(response) => Ok(response),
             }
-            let mut response = inner.call(request).await.map(pass)?;
-            fields.write_to(response.headers_mut());
-            Ok(response)
         })
     }
 }
 
+/// What the layer does with a request once it is counted.
+enum Answer {
+    /// To the wrapped service, with these fields on its answer (none for a
+    /// request passed uncounted).
+    Pass(Option<Values>),
+    /// Answered in the service's place.
+    Refuse(Response<Body>),
+}
+
 impl<K> LimitLayer<K> {
+    /// What to do with a request the limit `counted` (`None`: it has no key).
+    fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
+        let limit = self.limit.as_str();
+        match counted {
+            Some(Ok(decision)) if decision.allowed => Answer::Pass(Some(self.fields.values(&decision))),
+            Some(Ok(decision)) => {
+                Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
+            }
+            // A value the part can't take (not an address) is no key.
+            None | Some(Err(LimitError::BadValue { .. })) => match self.missing {
+                MissingKey::Pass => Answer::Pass(None),
+                MissingKey::Reject(status) => {
+                    Answer::Refuse(self.refuse(Refusal::missing_key(limit, status, &self.what)))
+                }
+            },
+            Some(Err(e)) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
+        }
+    }
+
     fn refuse(&self, refusal: Refusal) -> Response<Body> {
         refusal.with_body(self.body.clone()).into_response()
     }

@@ -162,6 +162,21 @@ impl Limits {
         counted.settle(answered)
     }
 
+    /// [`attempt`](Self::attempt) without a future, for a store that
+    /// [answers at once](LimitStore::update_now) (the memory store); `None`
+    /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
+    /// counted when it answers `None`.
+    #[cfg(feature = "axum")]
+    pub(crate) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        if let Err(e) = refuse_in_transaction() {
+            return Some(Err(e.into()));
+        }
+        match self.get(name) {
+            Ok(counted) => counted.attempt_now(parts),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// Clears limit `name`'s counts for the given parts: call it on a success
     /// (the right password, the right code). Parts marked
     /// [`kept_on_reset`](Part::kept_on_reset) keep counting and may be omitted.
