@@ -8,9 +8,10 @@ use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::millis;
+use super::counted::{Backend, Counted};
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
 use super::normalize::KeyRules;
-use super::{presets, Backend, Counted, Limit, LimitError, Limits, Policy, KIND_NOT_SHARED};
+use super::{presets, Limit, LimitError, Limits, Policy, KIND_NOT_SHARED};
 
 /// A change to a limit, applied when the limits are built.
 #[derive(Clone, Debug)]
