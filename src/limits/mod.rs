@@ -165,7 +165,7 @@ impl Limits {
         Ok(())
     }
 
-    /// The store's fill and sweeps (see [`LimitStore::stats`]).
+    /// The store's fill and sweeps (see [`LimitStore::stats`](crate::LimitStore::stats)).
     pub fn store_stats(&self) -> Option<crate::StoreStats> {
         self.limits.values().find_map(|c| match &c.backend {
             Backend::Store(store) => store.stats(),
