@@ -40,13 +40,30 @@ pub async fn pair(url: &str, table: &str) -> StorePair {
     pair_with(url, table, |b| b).await
 }
 
+/// Migrates `table`, trying again while the database is busy: on SQLite the
+/// cases' tables share one file, and a case's burst of writes can hold its
+/// lock past a migration's wait on a loaded machine.
+async fn migrate(url: &str, table: &str) {
+    let mut tries = 0;
+    loop {
+        match DatabaseStore::builder(url).table(table).migrate().await {
+            Ok(()) => return,
+            Err(e) if e.is_unavailable() && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("migrate: {e:?}"),
+        }
+    }
+}
+
 /// [`pair`] with more settings for both stores.
 pub async fn pair_with(
     url: &str,
     table: &str,
     settings: impl Fn(DatabaseStoreBuilder) -> DatabaseStoreBuilder,
 ) -> StorePair {
-    DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
+    migrate(url, table).await;
     let open = || async {
         let builder = DatabaseStore::builder(url).table(table).secret(SECRET).max_connections(8).sweep_every(None);
         Arc::new(settings(builder).connect().await.expect("connect"))
