@@ -254,14 +254,17 @@ mod tests {
 
     use super::*;
 
-    async fn open(max: u32) -> Option<Conns<PgConnection>> {
+    /// A pool on the test server. Connecting takes a while on a loaded
+    /// machine, so `wait` must be well over a connect (a 300 ms wait failed
+    /// in CI).
+    async fn open(max: u32, wait: Duration) -> Option<Conns<PgConnection>> {
         let url = std::env::var("LIMIT_STORE_TEST_POSTGRES").ok();
         let Some(url) = url else {
             eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
             return None;
         };
         let options: PgConnectOptions = url.parse().unwrap();
-        Some(Conns::open(options, no_init, max, Duration::from_millis(300)).await.unwrap())
+        Some(Conns::open(options, no_init, max, wait).await.unwrap())
     }
 
     async fn backend(conn: &mut PgConnection) -> i32 {
@@ -272,7 +275,7 @@ mod tests {
     /// the most are ever open: the next caller waits, then times out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_released_connection_is_used_again_and_the_most_hold() {
-        let Some(conns) = open(2).await else { return };
+        let Some(conns) = open(2, Duration::from_secs(3)).await else { return };
         let mut a = conns.acquire().await.unwrap();
         let pid = backend(&mut a).await;
         a.release();
@@ -281,7 +284,7 @@ mod tests {
         let b = conns.acquire().await.unwrap();
         let started = Instant::now();
         assert!(matches!(conns.acquire().await, Err(sqlx::Error::PoolTimedOut)), "only 2 may be open");
-        assert!(started.elapsed() >= Duration::from_millis(250));
+        assert!(started.elapsed() >= Duration::from_millis(2900));
         b.release();
         a.release();
     }
@@ -292,7 +295,7 @@ mod tests {
     /// nothing of the transaction.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connection_dropped_mid_transaction_is_rolled_back_before_it_idles() {
-        let Some(conns) = open(1).await else { return };
+        let Some(conns) = open(1, Duration::from_secs(10)).await else { return };
         let url = std::env::var("LIMIT_STORE_TEST_POSTGRES").unwrap();
         let mut other = PgConnection::connect(&url).await.unwrap();
         let table = format!("ls_conns_{}", std::process::id());
