@@ -44,6 +44,8 @@ pub(super) struct Counted {
     pub(super) algorithms: Arc<[Algorithm]>,
     /// Each part's `{limit}:{part}`, the start of its keys.
     pub(super) stems: Box<[String]>,
+    /// Each part's name, as decisions give it.
+    names: Box<[&'static str]>,
     pub(super) backend: Backend,
     pub(super) allowed: Tally,
     pub(super) limited: Tally,
@@ -66,6 +68,7 @@ impl Counted {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             stems: limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect(),
+            names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
             limit,
             backend,
             allowed: Tally::default(),
@@ -89,14 +92,25 @@ impl Counted {
         if let Err(e) = self.keys(parts, Need::All, &mut keys) {
             return Some(Err(e));
         }
-        let refs = keys.refs();
+        // One key, the usual call: no list of them.
+        let (one, many);
+        let refs: &[&str] = match keys.only() {
+            Some(key) => {
+                one = [key];
+                &one
+            }
+            None => {
+                many = keys.refs();
+                &many
+            }
+        };
         let mut last = None;
         let mut apply = |current: &[Option<crate::Entry>], now: Millis| {
             let (writes, verdict) = algorithm::decide(self.algorithms.iter(), current, now);
             last = Some((verdict, now));
             writes
         };
-        let done = store.update_now(&refs, &mut apply)?;
+        let done = store.update_now(refs, &mut apply)?;
         Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
     }
 
@@ -184,7 +198,7 @@ impl Counted {
             reset_at: verdict.reset_at,
             retry_after: None,
             budget: part.algorithm.budget(),
-            part: part.name.clone(),
+            part: self.names[verdict.part],
             window: part.algorithm.window(),
             now,
             limited_by: None,
@@ -195,7 +209,7 @@ impl Counted {
             self.allowed.add_one();
             return decision;
         }
-        decision.limited_by = Some(part.name.clone());
+        decision.limited_by = Some(self.names[verdict.part]);
         if self.limit.shadow {
             self.shadow_refused.fetch_add(1, Ordering::Relaxed);
             if self.shadow_log.ready() {
@@ -239,7 +253,7 @@ impl Counted {
             reset_at: SystemClock.now(),
             retry_after: None,
             budget: self.limit.parts[0].algorithm.budget(),
-            part: self.limit.parts[0].name.clone(),
+            part: self.names[0],
             window: self.limit.parts[0].algorithm.window(),
             now: SystemClock.now(),
             limited_by: None,

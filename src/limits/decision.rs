@@ -23,14 +23,14 @@ pub struct Decision {
     pub budget: u64,
     /// The part that answered: the one that ran out, or the one with the
     /// fewest attempts left.
-    pub part: String,
+    pub part: &'static str,
     /// That part's window (ms): for a token bucket, the time to refill it.
     pub window: Millis,
     /// The store's time of the decision (ms), to turn `reset_at` into a wait.
     pub now: Millis,
     /// For a limited attempt (or one shadow mode let through): the part that
     /// ran out.
-    pub limited_by: Option<String>,
+    pub limited_by: Option<&'static str>,
     /// The store was unavailable, and the limit's policy answered. Usually
     /// nothing was counted; but a call that timed out after its `apply` ran
     /// may still commit in the store. Not the same as limited: answer it as a

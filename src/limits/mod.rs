@@ -31,6 +31,7 @@ mod key;
 pub mod legacy;
 mod limit;
 pub mod lockout;
+mod name;
 pub mod normalize;
 pub mod outcome;
 pub mod presets;

@@ -25,25 +25,25 @@ pub struct DecisionBody {
     /// The budget of the part that answered.
     pub budget: u64,
     /// The part that answered.
-    pub part: String,
+    pub part: &'static str,
     /// For a limited attempt: the part that ran out.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub limited_by: Option<String>,
+    pub limited_by: Option<&'static str>,
     /// For a limited attempt: how long until one would be allowed (ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
     /// The store was unavailable and the limit's policy answered: why.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub degraded: Option<String>,
+    pub degraded: Option<&'static str>,
     /// Shadow mode let through an attempt it would have refused.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shadow_refused: bool,
     /// With a 503: `store-unavailable`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<&'static str>,
     /// With a 503: what happened.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<&'static str>,
 }
 
 /// Every answer that is not a decision.

@@ -214,13 +214,13 @@ fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
         remaining: d.remaining,
         reset_at: d.reset_at,
         budget: d.budget,
-        part: d.part.clone(),
-        limited_by: d.limited_by.clone(),
+        part: d.part,
+        limited_by: d.limited_by,
         retry_after_ms: d.retry_after.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
-        degraded: d.degraded.map(|r| r.as_str().to_owned()),
+        degraded: d.degraded.map(|r| r.as_str()),
         shadow_refused: d.shadow_refused,
-        kind: unavailable.then(|| "store-unavailable".to_owned()),
-        error: unavailable.then(|| "the limit store is unavailable and this limit's policy is deny".to_owned()),
+        kind: unavailable.then_some("store-unavailable"),
+        error: unavailable.then_some("the limit store is unavailable and this limit's policy is deny"),
     };
     let mut response = (status, Json(body)).into_response();
     fields(limit, parts, d).write_to(response.headers_mut());
