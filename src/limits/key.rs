@@ -95,6 +95,14 @@ impl CallKeys {
     }
 
     /// How many keys were added.
+    /// The key, when there is exactly one.
+    pub(crate) fn only(&self) -> Option<&str> {
+        match self.ends.as_slice() {
+            [(_, end)] => Some(&self.as_str()[..*end]),
+            _ => None,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.ends.len()
     }
@@ -113,6 +121,7 @@ mod tests {
         let mut keys = CallKeys::new();
         keys.push(0, &format!("{limit}:{part}"), value);
         let first = keys.iter().next().map(|(_, k)| k.to_owned()).unwrap_or_default();
+        assert_eq!(keys.only(), Some(first.as_str()));
         first
     }
 
@@ -141,5 +150,6 @@ mod tests {
             values.iter().enumerate().map(|(i, v)| (i, format!("sign-in:part:{v}"))).collect();
         assert_eq!(read, expected);
         assert_eq!(keys.refs().len(), 3);
+        assert_eq!(keys.only(), None);
     }
 }

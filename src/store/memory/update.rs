@@ -31,16 +31,27 @@ impl Inner {
 
     pub(super) fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         check_keys(keys)?;
-        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
-        let tried = match located.as_slice() {
+        // One key, the usual count: no list of them.
+        let (one, many): ([Located; 1], Keys);
+        let located: &[Located] = match keys {
+            [key] => {
+                one = [self.locate(key)];
+                &one
+            }
+            _ => {
+                many = keys.iter().map(|k| self.locate(k)).collect();
+                &many
+            }
+        };
+        let tried = match located {
             [one] => self.try_update_one(*one, apply)?,
-            _ => self.try_update(&located, apply)?,
+            _ => self.try_update(located, apply)?,
         };
         match tried {
             Some(()) => Ok(()),
             None => {
                 // Full: make room from expired entries only, then try once more.
-                if self.make_room(&located) && self.try_update(&located, apply)?.is_some() {
+                if self.make_room(located) && self.try_update(located, apply)?.is_some() {
                     return Ok(());
                 }
                 self.bound.note_full("memory");
