@@ -110,6 +110,23 @@ pub fn run_apply(apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) 
     Ok(writes)
 }
 
+/// [`run_apply`] of this crate's own step for one key, which gives its one
+/// write and an answer of its own, with no list and no `dyn`: the same
+/// catch of a panic, the same checks, the same normalization.
+pub(crate) fn run_step<T>(
+    step: impl FnOnce(Option<&Entry>, Millis) -> (Write, T),
+    current: Option<&Entry>,
+    now: Millis,
+) -> Result<(Write, T), StoreError> {
+    let (mut write, answer) = catch_unwind(AssertUnwindSafe(|| step(current, now)))
+        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) })?;
+    check_writes(std::slice::from_ref(&write), 1)?;
+    if matches!(&write, Write::Put(entry) if entry.expires_at <= now) {
+        write = Write::Delete;
+    }
+    Ok((write, answer))
+}
+
 /// True when `entry` is live at `now` on the store's clock.
 pub fn is_live(entry: &Entry, now: Millis) -> bool {
     entry.expires_at > now

@@ -84,6 +84,15 @@ pub trait LimitStore: Send + Sync {
         None
     }
 
+    /// The store that holds the counts, for this crate's own fast paths: the
+    /// memory store gives itself, and [`Guarded`](crate::Guarded) gives its
+    /// inner store's, since on a store that answers at once its deadline and
+    /// cap never act. `None` (the default) keeps every call on `update`.
+    #[doc(hidden)]
+    fn underlying(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// True for a store that already puts the deadline and the in-flight cap
     /// on its calls ([`Guarded`](crate::Guarded)), so that it is not guarded twice.
     fn is_guarded(&self) -> bool {

@@ -266,3 +266,31 @@ async fn an_apps_own_limit() {
     let d = attempt(&limits, "comment", &post("c")).await;
     assert_eq!(d.limited_by.as_deref(), Some("thread"));
 }
+
+/// A one-part limit on a full memory store (the path that counts without a
+/// list of writes): a new key is answered by the limit's policy and written
+/// nowhere, keys already held go on counting, and a freed place is taken.
+#[tokio::test]
+async fn a_full_memory_store_answers_new_keys_by_policy_and_keeps_counting_the_held_ones() {
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::with_clock(2, Arc::new(clock.clone())));
+    let limits = Limits::builder()
+        .store(store.clone())
+        .single_instance(true)
+        .budget("api", "client", 3)
+        .window("api", "client", MINUTE)
+        .build()
+        .expect("build");
+    for client in ["a", "b"] {
+        assert!(limits.attempt("api", &[("client", client)]).await.unwrap().allowed);
+    }
+    let refused = limits.attempt("api", &[("client", "c")]).await.unwrap();
+    assert_eq!(refused.degraded, Some(limit_store::error::Unavailable::Full));
+    assert!(refused.allowed, "api's policy allows");
+    assert_eq!(store.len(), 2, "the third key was not written");
+    let held = limits.attempt("api", &[("client", "a")]).await.unwrap();
+    assert_eq!((held.allowed, held.remaining, held.degraded), (true, 1, None), "a held key counts on");
+    clock.advance(MINUTE + Duration::from_millis(1));
+    let fresh = limits.attempt("api", &[("client", "c")]).await.unwrap();
+    assert_eq!((fresh.degraded, fresh.remaining), (None, 2), "expired entries made room");
+}

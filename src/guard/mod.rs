@@ -311,6 +311,15 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         self.inner.stats()
     }
 
+    fn underlying(&self) -> Option<&dyn std::any::Any> {
+        // The deadline and the cap never act on a store that answers at once.
+        if self.inner.answers_at_once() {
+            self.inner.underlying()
+        } else {
+            None
+        }
+    }
+
     /// The inner store's own `update_now`, with a panic answered unavailable.
     /// It never waits, so it needs neither the deadline nor an in-flight place.
     fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {

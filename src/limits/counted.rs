@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{LimitStore, Millis, StoreError, Write};
+use crate::{LimitStore, MemoryStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::decision::Decision;
@@ -47,6 +47,8 @@ pub(super) struct Counted {
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
     pub(super) backend: Backend,
+    /// The memory store beneath the backend, counted without `dyn Apply`.
+    memory: Option<MemoryStore>,
     pub(super) allowed: Tally,
     pub(super) limited: Tally,
     pub(super) degraded: AtomicU64,
@@ -69,6 +71,10 @@ impl Counted {
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             stems: limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
+            memory: match &backend {
+                Backend::Store(store) => store.underlying().and_then(|s| s.downcast_ref::<MemoryStore>()).cloned(),
+                Backend::Legacy(_) => None,
+            },
             limit,
             backend,
             allowed: Tally::default(),
@@ -91,6 +97,16 @@ impl Counted {
         let mut keys = CallKeys::new();
         if let Err(e) = self.keys(parts, Need::All, &mut keys) {
             return Some(Err(e));
+        }
+        if let (Some(memory), [algorithm], Some(key)) = (&self.memory, &*self.algorithms, keys.only()) {
+            let counted = memory.count_one(key, |entry, now| {
+                let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+                (write, (verdict, now))
+            });
+            // An error wrote nothing: the guarded call below answers and logs it.
+            if let Ok(counted) = counted {
+                return Some(self.settle(Ok(counted)));
+            }
         }
         // One key, the usual call: no list of them.
         let (one, many);

@@ -75,6 +75,12 @@ where
 
 /// [`join`] of a limit of one part, without a list.
 pub(crate) fn join_one(outcome: Outcome) -> (Vec<Write>, Verdict) {
+    let (write, verdict) = split_one(outcome);
+    (vec![write], verdict)
+}
+
+/// The write and the verdict of a limit of one part.
+pub(crate) fn split_one(outcome: Outcome) -> (Write, Verdict) {
     let verdict = Verdict {
         allowed: outcome.allowed,
         remaining: outcome.remaining,
@@ -82,7 +88,7 @@ pub(crate) fn join_one(outcome: Outcome) -> (Vec<Write>, Verdict) {
         retry_after: outcome.retry_after,
         part: 0,
     };
-    (vec![outcome.write], verdict)
+    (outcome.write, verdict)
 }
 
 /// The verdict of one attempt over its parts' outcomes.

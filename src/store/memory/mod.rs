@@ -214,6 +214,18 @@ impl MemoryStore {
     pub fn max_entries(&self) -> u64 {
         self.inner.bound.max()
     }
+
+    /// One key counted by this crate's own `step` (the limits' algorithms),
+    /// which gives its write and an answer: an [`update`](LimitStore::update)
+    /// of one key with no list of writes and no `dyn Apply`, under the same
+    /// rules. An error writes nothing.
+    pub(crate) fn count_one<T>(
+        &self,
+        key: &str,
+        step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
+    ) -> Result<T, StoreError> {
+        self.inner.count_one(key, step)
+    }
 }
 
 impl Inner {
@@ -310,6 +322,10 @@ impl LimitStore for MemoryStore {
 
     fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
         Some(self.inner.update(keys, apply))
+    }
+
+    fn underlying(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {

@@ -9,13 +9,15 @@ use smallvec::SmallVec;
 
 use super::{Inner, Located, Slot, Table};
 use crate::error::Unavailable;
-use crate::rules::{check_keys, run_apply};
+use crate::rules::{check_keys, run_apply, run_step};
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
 /// The keys of one call; most calls name one to four.
 type Keys = SmallVec<[Located; 4]>;
 /// The entries lent to `apply` by one call.
 type Lent = SmallVec<[Option<Entry>; 4]>;
+/// What one key's update runs on its entry: its write and its answer.
+type OneStep<'a, T> = dyn FnMut(&[Option<Entry>], Millis) -> Result<(Write, T), StoreError> + 'a;
 
 impl Inner {
     /// Locks the shards of `keys` in ascending order, each once.
@@ -31,36 +33,60 @@ impl Inner {
 
     pub(super) fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         check_keys(keys)?;
-        // One key, the usual count: no list of them.
-        let (one, many): ([Located; 1], Keys);
-        let located: &[Located] = match keys {
-            [key] => {
-                one = [self.locate(key)];
-                &one
-            }
-            _ => {
-                many = keys.iter().map(|k| self.locate(k)).collect();
-                &many
-            }
-        };
-        let tried = match located {
-            [one] => self.try_update_one(*one, apply)?,
-            _ => self.try_update(located, apply)?,
-        };
-        match tried {
-            Some(()) => Ok(()),
-            None => {
-                // Full: make room from expired entries only, then try once more.
-                if self.make_room(located) && self.try_update(located, apply)?.is_some() {
-                    return Ok(());
-                }
-                self.bound.note_full("memory");
-                Err(StoreError::unavailable(
-                    Unavailable::Full,
-                    format!("the memory store holds its bound of {} live entries", self.bound.max()),
-                ))
+        if let [key] = keys {
+            // One key, the usual count: no list of them.
+            let mut step = |current: &[Option<Entry>], now: Millis| {
+                let writes = run_apply(apply, current, now)?;
+                Ok((writes.into_iter().next().unwrap_or(Write::Keep), ()))
+            };
+            return self.update_one(self.locate(key), &mut step);
+        }
+        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
+        if self.try_update(&located, apply)?.is_some() {
+            return Ok(());
+        }
+        // Full: make room from expired entries only, then try once more.
+        if self.make_room(&located) && self.try_update(&located, apply)?.is_some() {
+            return Ok(());
+        }
+        Err(self.full())
+    }
+
+    /// One key counted by this crate's own `step`, which gives its write and
+    /// an answer: [`update`](Self::update) of one key with no list, no `dyn`
+    /// and no JSON round trip beyond the entry's own.
+    pub(super) fn count_one<T>(
+        &self,
+        key: &str,
+        mut step: impl FnMut(Option<&Entry>, Millis) -> (Write, T),
+    ) -> Result<T, StoreError> {
+        check_keys(&[key])?;
+        self.update_one(self.locate(key), &mut |current: &[Option<Entry>], now: Millis| {
+            run_step(&mut step, current.first().and_then(Option::as_ref), now)
+        })
+    }
+
+    /// [`try_update_one`](Self::try_update_one), and once more after making
+    /// room when the store is full.
+    fn update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<T, StoreError> {
+        if let Some(answer) = self.try_update_one(k, step)? {
+            return Ok(answer);
+        }
+        if self.make_room(&[k]) {
+            if let Some(answer) = self.try_update_one(k, step)? {
+                return Ok(answer);
             }
         }
+        Err(self.full())
+    }
+
+    /// The answer of a store at its bound, noted and logged.
+    fn full(&self) -> StoreError {
+        self.bound.note_full("memory");
+        StoreError::unavailable(
+            Unavailable::Full,
+            format!("the memory store holds its bound of {} live entries", self.bound.max()),
+        )
     }
 
     /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
@@ -130,15 +156,15 @@ impl Inner {
 
     /// [`try_update`](Self::try_update) of one key, the usual count: the slot
     /// is found once and written through the same handle, with no lists.
-    fn try_update_one(&self, k: Located, apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
+    fn try_update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<Option<T>, StoreError> {
         let now = self.clock.now();
         let mut table = self.shards[k.shard].lock();
         match table.entry(k.hash, k.matches(), Slot::hash) {
             hashbrown::hash_table::Entry::Occupied(mut held) => {
                 let slot = held.get_mut();
                 let mut current = [slot.is_live(now).then(|| slot.lend())];
-                let writes = match run_apply(apply, &current, now) {
-                    Ok(writes) => writes,
+                let (write, answer) = match step(&current, now) {
+                    Ok(done) => done,
                     Err(e) => {
                         if let Some(entry) = current[0].take() {
                             slot.put_back(entry);
@@ -146,32 +172,33 @@ impl Inner {
                         return Err(e);
                     }
                 };
-                match (writes.into_iter().next(), current[0].take()) {
-                    (Some(Write::Put(entry)), _) => {
+                match (write, current[0].take()) {
+                    (Write::Put(entry), _) => {
                         self.note_expiry(entry.expires_at);
                         slot.put(entry);
                     }
-                    (Some(Write::Keep), Some(entry)) => slot.put_back(entry),
-                    // Deleted, or an expired entry that `apply` kept (lazy expiry).
+                    (Write::Keep, Some(entry)) => slot.put_back(entry),
+                    // Deleted, or an expired entry that `step` kept (lazy expiry).
                     _ => {
                         held.remove();
                         drop(table);
                         self.bound.release(1);
                     }
                 }
+                Ok(Some(answer))
             }
             hashbrown::hash_table::Entry::Vacant(absent) => {
-                let writes = run_apply(apply, &[None], now)?;
-                if let Some(Write::Put(entry)) = writes.into_iter().next() {
+                let (write, answer) = step(&[None], now)?;
+                if let Write::Put(entry) = write {
                     if !self.reserve_new(1, now) {
                         return Ok(None);
                     }
                     self.note_expiry(entry.expires_at);
                     absent.insert(Slot::new(k.key, entry));
                 }
+                Ok(Some(answer))
             }
         }
-        Ok(Some(()))
     }
 
     /// Reserves room for `n` new entries (false when the bound has none), and
@@ -234,5 +261,33 @@ impl Locks<'_> {
                 &mut guards[i].1
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::{Entry, LimitStore, MemoryStore, Write};
+
+    const LATER: i64 = i64::MAX / 2;
+
+    /// The one-key count of the crate's own steps: an answer comes back with
+    /// the write, a panic is a refusal that leaves the entry as it was, and a
+    /// write the rules refuse is refused as `update` refuses it.
+    #[tokio::test]
+    async fn a_step_writes_answers_and_fails_cleanly() {
+        let store = MemoryStore::new();
+        let put = |n: i64| Write::Put(Entry { value: json!(n), expires_at: LATER });
+        let seen = store.count_one("k", |entry, _| (put(1), entry.is_none())).unwrap();
+        assert!(seen, "the key was new");
+        let seen = store.count_one("k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
+        assert_eq!(seen, Some(json!(1)));
+        let panicked = store.count_one("k", |_, _| -> (Write, ()) { panic!("a step that panics") });
+        assert!(panicked.unwrap_err().refusal().is_some());
+        let huge = Write::Put(Entry { value: json!("x".repeat(5_000)), expires_at: LATER });
+        assert!(store.count_one("k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
+        let kept = store.read(&["k"]).await.unwrap();
+        assert_eq!(kept[0].as_ref().map(|e| e.value.clone()), Some(json!(2)), "nothing was lost or half-written");
     }
 }
