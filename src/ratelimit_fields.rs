@@ -31,7 +31,7 @@ pub struct RateLimitFields {
 /// The fields for `decision` on limit `limit`, which counts `parts` parts.
 pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields {
     use std::fmt::Write as _;
-    let name = policy_name(limit, parts, &decision.part);
+    let name = policy_name(limit, parts, decision.part);
     let Numbers { window, t, retry } = Numbers::of(decision);
     let mut policy = String::with_capacity(name.len() + 24);
     policy.push_str(&name);

@@ -105,7 +105,7 @@ mod tests {
             reset_at: 1_000_000 + reset_in,
             retry_after: Some(Duration::from_millis(5)).filter(|_| remaining == 0),
             budget,
-            part: "ip".into(),
+            part: "ip",
             window,
             now: 1_000_000,
             limited_by: None,
