@@ -68,7 +68,7 @@ async fn sign_in_and_api_keep_counting_in_the_apps_store() {
     );
     let d = limits.attempt("sign-in", &parts).await.unwrap();
     assert!(d.is_limited());
-    assert_eq!(d.limited_by.as_deref(), Some("account"));
+    assert_eq!(d.limited_by, Some("account"));
     assert_eq!(d.reset_at, T0 + 900_000, "the app store's window end");
     assert!(d.retry_after.is_some());
 

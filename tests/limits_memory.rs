@@ -260,11 +260,11 @@ async fn an_apps_own_limit() {
     assert!(attempt(&limits, "comment", &post("a")).await.allowed);
     assert!(attempt(&limits, "comment", &post("a")).await.allowed);
     let d = attempt(&limits, "comment", &post("a")).await;
-    assert_eq!(d.limited_by.as_deref(), Some("user"));
+    assert_eq!(d.limited_by, Some("user"));
     // The refused attempt was not counted on the thread: one more user fits.
     assert!(attempt(&limits, "comment", &post("b")).await.allowed);
     let d = attempt(&limits, "comment", &post("c")).await;
-    assert_eq!(d.limited_by.as_deref(), Some("thread"));
+    assert_eq!(d.limited_by, Some("thread"));
 }
 
 /// A one-part limit on a full memory store (the path that counts without a

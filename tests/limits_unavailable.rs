@@ -140,7 +140,7 @@ async fn shadow_mode_counts_and_logs_but_refuses_nothing() {
         assert!(d.allowed, "shadow mode refuses nothing");
         assert!(d.shadow_refused);
         assert!(!d.is_limited());
-        assert_eq!(d.limited_by.as_deref(), Some("code"));
+        assert_eq!(d.limited_by, Some("code"));
         assert_eq!(d.retry_after, None);
     }
     let c = limits.counters("code-verify").unwrap();

@@ -20,7 +20,7 @@ pub async fn attempt(limits: &Limits, name: &str, parts: &[(&str, &str)]) -> Dec
 pub fn assert_limited(d: &Decision, part: &str, min: Duration, max: Duration) {
     assert!(!d.allowed, "expected limited, got {d:?}");
     assert!(d.is_limited());
-    assert_eq!(d.limited_by.as_deref(), Some(part));
+    assert_eq!(d.limited_by, Some(part));
     assert_eq!(d.remaining, 0);
     let wait = d.retry_after.expect("a limited answer says when to retry");
     assert!(wait > min && wait <= max, "retry after {wait:?}");
@@ -92,7 +92,7 @@ pub async fn code_sent_cooldown(limits: &Limits) {
     assert_eq!(d.remaining, 4);
     let d = attempt(limits, "code-sent", &to).await;
     assert!(!d.allowed);
-    assert_eq!(d.limited_by.as_deref(), Some("destination"));
+    assert_eq!(d.limited_by, Some("destination"));
     assert_eq!(d.remaining, 4, "a cooldown refusal leaves the budget");
     let wait = d.retry_after.unwrap();
     assert!(wait > Duration::from_secs(50) && wait <= MINUTE, "{wait:?}");
