@@ -19,7 +19,7 @@ use super::decision::Decision;
 use super::error::LimitError;
 use super::key::CallKeys;
 use super::legacy::GuardedLegacy;
-use super::limit::{Limit, Policy};
+use super::limit::{Limit, Part, Policy};
 use super::normalize::KeyRules;
 use super::tally::Tally;
 
@@ -143,6 +143,16 @@ impl Counted {
     /// part's index, in the limit's order of parts.
     pub(super) fn keys(&self, given: &[(&str, &str)], need: Need, keys: &mut CallKeys) -> Result<(), LimitError> {
         let limit = &self.limit;
+        if let ([(name, value)], [part]) = (given, &limit.parts[..]) {
+            if *name == part.name {
+                // One part given for a limit of one, the usual call: no lists.
+                let value = self.rules.apply(part.normalize, value).map_err(|_| self.bad_value(part))?;
+                if need == Need::All || part.resets {
+                    keys.push(0, &self.stems[0], &value);
+                }
+                return Ok(());
+            }
+        }
         let mut values: SmallVec<[Option<&str>; 4]> = smallvec::smallvec![None; limit.parts.len()];
         for &(part, value) in given {
             let Some(i) = limit.parts.iter().position(|p| p.name == part) else {
@@ -159,11 +169,7 @@ impl Counted {
         for (i, (part, value)) in limit.parts.iter().zip(values).enumerate() {
             match value {
                 Some(value) => {
-                    let value = self.rules.apply(part.normalize, value).map_err(|_| LimitError::BadValue {
-                        limit: limit.name.clone(),
-                        part: part.name.clone(),
-                        expected: "an IP address (IPv4 or IPv6)",
-                    })?;
+                    let value = self.rules.apply(part.normalize, value).map_err(|_| self.bad_value(part))?;
                     // A reset clears only the parts that reset.
                     if need == Need::All || part.resets {
                         keys.push(i, &self.stems[i], &value);
@@ -180,6 +186,15 @@ impl Counted {
             }
         }
         Ok(())
+    }
+
+    /// A value its part's normalization refused (only IPs can be refused).
+    fn bad_value(&self, part: &Part) -> LimitError {
+        LimitError::BadValue {
+            limit: self.limit.name.clone(),
+            part: part.name.clone(),
+            expected: "an IP address (IPv4 or IPv6)",
+        }
     }
 
     /// The earlier contract: increment every part, allowed while each count

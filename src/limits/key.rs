@@ -41,9 +41,19 @@ impl CallKeys {
     /// Adds the key of `value` on the part `stem` (`{limit}:{part}`) names.
     pub(crate) fn push(&mut self, part: usize, stem: &str, value: &str) {
         if stem.len() + 1 + value.len() <= MAX_KEY_BYTES {
-            self.push_str(stem);
-            self.push_str(":");
-            self.push_str(value);
+            match &mut self.text {
+                // The usual key: one check that it fits, then three copies.
+                Text::Inline(inline) if inline.remaining_capacity() > stem.len() + value.len() => {
+                    inline.push_str(stem);
+                    inline.push(':');
+                    inline.push_str(value);
+                }
+                _ => {
+                    self.push_str(stem);
+                    self.push_str(":");
+                    self.push_str(value);
+                }
+            }
         } else {
             self.push_str(stem);
             self.push_str("#");
