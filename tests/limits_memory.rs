@@ -268,8 +268,9 @@ async fn an_apps_own_limit() {
 }
 
 /// A one-part limit on a full memory store (the path that counts without a
-/// list of writes): a new key is answered by the limit's policy and written
-/// nowhere, keys already held go on counting, and a freed place is taken.
+/// list of writes or key text): a new key is answered by the limit's policy
+/// and written nowhere, keys already held go on counting and are reset, and
+/// a freed place is taken.
 #[tokio::test]
 async fn a_full_memory_store_answers_new_keys_by_policy_and_keeps_counting_the_held_ones() {
     let clock = ManualClock::new(T0);
@@ -290,6 +291,10 @@ async fn a_full_memory_store_answers_new_keys_by_policy_and_keeps_counting_the_h
     assert_eq!(store.len(), 2, "the third key was not written");
     let held = limits.attempt("api", &[("client", "a")]).await.unwrap();
     assert_eq!((held.allowed, held.remaining, held.degraded), (true, 1, None), "a held key counts on");
+    // A reset finds the key a count wrote: the two name it alike.
+    limits.reset("api", &[("client", "a")]).await.unwrap();
+    assert_eq!(store.len(), 1);
+    assert_eq!(limits.attempt("api", &[("client", "a")]).await.unwrap().remaining, 2);
     clock.advance(MINUTE + Duration::from_millis(1));
     let fresh = limits.attempt("api", &[("client", "c")]).await.unwrap();
     assert_eq!((fresh.degraded, fresh.remaining), (None, 2), "expired entries made room");

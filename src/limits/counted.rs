@@ -12,7 +12,8 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{LimitStore, MemoryStore, Millis, StoreError, Write};
+use crate::store::memory::KeyStart;
+use crate::{LimitStore, MemoryStore, Millis, StoreError, Write, MAX_KEY_BYTES};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::decision::Decision;
@@ -47,8 +48,9 @@ pub(super) struct Counted {
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
     pub(super) backend: Backend,
-    /// The memory store beneath the backend, counted without `dyn Apply`.
-    memory: Option<MemoryStore>,
+    /// The memory store beneath the backend, counted without `dyn Apply`,
+    /// with each part's `{limit}:{part}:` hashed for it.
+    memory: Option<(MemoryStore, Box<[KeyStart]>)>,
     pub(super) allowed: Tally,
     pub(super) limited: Tally,
     pub(super) degraded: AtomicU64,
@@ -72,7 +74,10 @@ impl Counted {
             stems: limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
             memory: match &backend {
-                Backend::Store(store) => store.underlying().and_then(|s| s.downcast_ref::<MemoryStore>()).cloned(),
+                Backend::Store(store) => store.underlying().and_then(|s| s.downcast_ref::<MemoryStore>()).map(|m| {
+                    let starts = limit.parts.iter().map(|p| m.key_start(&format!("{}:{}:", limit.name, p.name)));
+                    (m.clone(), starts.collect())
+                }),
                 Backend::Legacy(_) => None,
             },
             limit,
@@ -94,19 +99,12 @@ impl Counted {
         if !store.answers_at_once() {
             return None;
         }
+        if let Some(answered) = self.attempt_in_memory(parts) {
+            return Some(answered);
+        }
         let mut keys = CallKeys::new();
         if let Err(e) = self.keys(parts, Need::All, &mut keys) {
             return Some(Err(e));
-        }
-        if let (Some(memory), [algorithm], Some(key)) = (&self.memory, &*self.algorithms, keys.only()) {
-            let counted = memory.count_one(key, |entry, now| {
-                let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
-                (write, (verdict, now))
-            });
-            // An error wrote nothing: the guarded call below answers and logs it.
-            if let Ok(counted) = counted {
-                return Some(self.settle(Ok(counted)));
-            }
         }
         // One key, the usual call: no list of them.
         let (one, many);
@@ -128,6 +126,34 @@ impl Counted {
         };
         let done = store.update_now(refs, &mut apply)?;
         Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
+    }
+
+    /// The usual attempt on the memory store (one part, one value), counted
+    /// with no key text: the store hashes the value after the part's
+    /// prehashed `{limit}:{part}:`. `None` for any other call, and for one
+    /// that failed, which wrote nothing: the guarded call answers and logs it.
+    fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        let (memory, starts) = self.memory.as_ref()?;
+        let ([(name, value)], [part], [algorithm], [start]) =
+            (given, &self.limit.parts[..], &*self.algorithms, &**starts)
+        else {
+            return None;
+        };
+        if *name != part.name {
+            return None;
+        }
+        let value = match self.rules.apply(part.normalize, value) {
+            Ok(value) => value,
+            Err(_) => return Some(Err(self.bad_value(part))),
+        };
+        if start.len() + value.len() > MAX_KEY_BYTES {
+            return None; // the key names a hash of the value instead (see `CallKeys`)
+        }
+        let counted = memory.count_one_after(start, &value, |entry, now| {
+            let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+            (write, (verdict, now))
+        });
+        Some(self.settle(Ok(counted.ok()?)))
     }
 
     /// The decision of an attempt the store answered (or failed).

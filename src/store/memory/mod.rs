@@ -40,6 +40,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::bound::Bound;
 use crate::clock::{Clock, SystemClock};
+use crate::error::Refusal;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
@@ -215,16 +216,48 @@ impl MemoryStore {
         self.inner.bound.max()
     }
 
-    /// One key counted by this crate's own `step` (the limits' algorithms),
-    /// which gives its write and an answer: an [`update`](LimitStore::update)
-    /// of one key with no list of writes and no `dyn Apply`, under the same
-    /// rules. An error writes nothing.
-    pub(crate) fn count_one<T>(
+    /// The fixed start of keys that [`count_one_after`](Self::count_one_after)
+    /// goes on from, hashed once; valid for this store only.
+    pub(crate) fn key_start(&self, start: &str) -> KeyStart {
+        self.inner.key_start(start)
+    }
+
+    /// One key, `start` followed by `rest`, counted by this crate's own
+    /// `step` (the limits' algorithms), which gives its write and an answer:
+    /// an [`update`](LimitStore::update) of one key with no list of writes, no
+    /// `dyn Apply` and no key text, under the same rules. An error writes
+    /// nothing.
+    pub(crate) fn count_one_after<T>(
         &self,
-        key: &str,
+        start: &KeyStart,
+        rest: &str,
         step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
     ) -> Result<T, StoreError> {
-        self.inner.count_one(key, step)
+        // The rules' refusals of the whole key, as `check_keys` gives them.
+        let len = start.len + rest.len();
+        if len == 0 {
+            return Err(Refusal::EmptyKey { index: 0 }.into());
+        }
+        if len > crate::MAX_KEY_BYTES {
+            return Err(Refusal::KeyTooLong { index: 0, len }.into());
+        }
+        self.inner.count_one(Inner::locate_after(start, rest), step)
+    }
+}
+
+/// The fixed start of keys (a limit's `{limit}:{part}:`), hashed once, so
+/// that a count hashes only the rest of its key: the same 128-bit hash as
+/// the whole key's, since SipHash reads its input as one stream of bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyStart {
+    sip: SipHasher13,
+    len: usize,
+}
+
+impl KeyStart {
+    /// The start's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -232,6 +265,23 @@ impl Inner {
     fn locate(&self, key: &str) -> Located {
         let mut sip = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
         sip.write(key.as_bytes());
+        Self::located(sip)
+    }
+
+    fn key_start(&self, start: &str) -> KeyStart {
+        let mut sip = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
+        sip.write(start.as_bytes());
+        KeyStart { sip, len: start.len() }
+    }
+
+    /// [`locate`](Self::locate) of the key `start` followed by `rest`.
+    fn locate_after(start: &KeyStart, rest: &str) -> Located {
+        let mut sip = start.sip.clone();
+        sip.write(rest.as_bytes());
+        Self::located(sip)
+    }
+
+    fn located(sip: SipHasher13) -> Located {
         let key = sip.finish128().as_u128();
         let hash = low_half(key);
         // Middle bits pick the shard: hashbrown uses the low bits for the bucket

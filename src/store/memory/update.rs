@@ -52,16 +52,16 @@ impl Inner {
         Err(self.full())
     }
 
-    /// One key counted by this crate's own `step`, which gives its write and
-    /// an answer: [`update`](Self::update) of one key with no list, no `dyn`
-    /// and no JSON round trip beyond the entry's own.
+    /// The key at `k` counted by this crate's own `step`, which gives its
+    /// write and an answer: [`update`](Self::update) of one key with no list,
+    /// no `dyn` and no JSON round trip beyond the entry's own. The caller
+    /// checked the key.
     pub(super) fn count_one<T>(
         &self,
-        key: &str,
+        k: Located,
         mut step: impl FnMut(Option<&Entry>, Millis) -> (Write, T),
     ) -> Result<T, StoreError> {
-        check_keys(&[key])?;
-        self.update_one(self.locate(key), &mut |current: &[Option<Entry>], now: Millis| {
+        self.update_one(k, &mut |current: &[Option<Entry>], now: Millis| {
             run_step(&mut step, current.first().and_then(Option::as_ref), now)
         })
     }
@@ -272,22 +272,29 @@ mod tests {
 
     const LATER: i64 = i64::MAX / 2;
 
-    /// The one-key count of the crate's own steps: an answer comes back with
-    /// the write, a panic is a refusal that leaves the entry as it was, and a
-    /// write the rules refuse is refused as `update` refuses it.
+    /// The one-key count of the crate's own steps: the key is the start's
+    /// text followed by the rest (the store finds it under that name), an
+    /// answer comes back with the write, a panic is a refusal that leaves the
+    /// entry as it was, and a write or a key the rules refuse is refused as
+    /// `update` refuses it.
     #[tokio::test]
     async fn a_step_writes_answers_and_fails_cleanly() {
         let store = MemoryStore::new();
+        let start = store.key_start("limit:part:");
         let put = |n: i64| Write::Put(Entry { value: json!(n), expires_at: LATER });
-        let seen = store.count_one("k", |entry, _| (put(1), entry.is_none())).unwrap();
+        let seen = store.count_one_after(&start, "k", |entry, _| (put(1), entry.is_none())).unwrap();
         assert!(seen, "the key was new");
-        let seen = store.count_one("k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
+        let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
+        assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(1)), "found under its whole name");
+        let seen = store.count_one_after(&start, "k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
         assert_eq!(seen, Some(json!(1)));
-        let panicked = store.count_one("k", |_, _| -> (Write, ()) { panic!("a step that panics") });
+        let panicked = store.count_one_after(&start, "k", |_, _| -> (Write, ()) { panic!("a step that panics") });
         assert!(panicked.unwrap_err().refusal().is_some());
         let huge = Write::Put(Entry { value: json!("x".repeat(5_000)), expires_at: LATER });
-        assert!(store.count_one("k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
-        let kept = store.read(&["k"]).await.unwrap();
-        assert_eq!(kept[0].as_ref().map(|e| e.value.clone()), Some(json!(2)), "nothing was lost or half-written");
+        assert!(store.count_one_after(&start, "k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
+        let long = "k".repeat(crate::MAX_KEY_BYTES);
+        let refused = store.count_one_after(&start, &long, |_, _| (put(3), ())).unwrap_err();
+        assert!(matches!(refused.refusal(), Some(crate::error::Refusal::KeyTooLong { .. })));
+        assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "nothing was lost or half-written");
     }
 }
