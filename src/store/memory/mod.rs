@@ -276,7 +276,7 @@ impl Inner {
 
     /// [`locate`](Self::locate) of the key `start` followed by `rest`.
     fn locate_after(start: &KeyStart, rest: &str) -> Located {
-        let mut sip = start.sip.clone();
+        let mut sip = start.sip;
         sip.write(rest.as_bytes());
         Self::located(sip)
     }
