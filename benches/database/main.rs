@@ -48,6 +48,8 @@ use limit_store::{update_with, DatabaseStore, Entry, Millis, Write};
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Executor, Row};
 
+#[path = "../common/args.rs"]
+mod args;
 mod databases;
 #[path = "../common/figures.rs"]
 mod figures;
@@ -57,6 +59,7 @@ mod raw;
 mod store;
 mod table;
 
+use args::{parse_args, Timing};
 use databases::*;
 use figures::{fmt_rate, median};
 use peers::*;
@@ -99,10 +102,7 @@ type Op = Arc<dyn Fn(usize) -> BoxFut + Send + Sync>;
 // ---------------------------------------------------------------- settings
 
 struct Opts {
-    secs: f64,
-    warmup: f64,
-    rounds: usize,
-    callers: Vec<usize>,
+    timing: Timing,
     only: Vec<String>,
     node: bool,
     pgbench: bool,
@@ -117,10 +117,7 @@ impl Opts {
     fn parse() -> Result<Opts> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut o = Opts {
-            secs: 4.0,
-            warmup: 1.0,
-            rounds: 3,
-            callers: vec![1, 8, 32],
+            timing: Timing { secs: 4.0, warmup: 1.0, rounds: 3, callers: vec![1, 8, 32] },
             only: vec!["sqlite".into(), "postgres".into(), "mysql".into(), "size".into()],
             node: true,
             pgbench: true,
@@ -131,23 +128,17 @@ impl Opts {
             my: std::env::var("LIMIT_STORE_BENCH_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
             dir: root.join("target").join("limit-store-bench"),
         };
-        let mut args = std::env::args().skip(1);
-        while let Some(a) = args.next() {
-            let mut value = || args.next().context(format!("{a} needs a value"));
-            match a.as_str() {
-                "--secs" => o.secs = value()?.parse()?,
-                "--warmup" => o.warmup = value()?.parse()?,
-                "--rounds" => o.rounds = value()?.parse()?,
-                "--callers" => o.callers = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        parse_args(&mut o.timing, |flag, value| {
+            match flag {
                 "--only" => o.only = value()?.split(',').map(str::to_owned).collect(),
                 "--no-node" => o.node = false,
                 "--no-pgbench" => o.pgbench = false,
                 "--no-runlimit" => o.runlimit = false,
                 "--no-raw" => o.raw = false,
-                "--bench" => {} // cargo bench passes it
-                other => bail!("unknown argument {other:?}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         std::fs::create_dir_all(&o.dir)?;
         Ok(o)
     }
@@ -298,11 +289,11 @@ impl Results {
     /// `rounds` times: for each caller count, every contender in turn. Side
     /// by side in time, so a slow spell of the shared machine hits all.
     async fn rounds(&mut self, o: &Opts, contenders: &mut [Contender], callers: &[usize]) {
-        for round in 1..=o.rounds {
-            eprintln!(" round {round}/{}", o.rounds);
+        for round in 1..=o.timing.rounds {
+            eprintln!(" round {round}/{}", o.timing.rounds);
             for &c in callers {
                 for k in contenders.iter_mut() {
-                    match k.point(c, o.warmup, o.secs).await {
+                    match k.point(c, o.timing.warmup, o.timing.secs).await {
                         Ok((r, e)) => self.add(k.db, &k.name, c, r, e),
                         Err(e) => eprintln!("  {} {} C={c}: {e:#}", k.db, k.name),
                     }

@@ -70,9 +70,9 @@ pub(crate) async fn drive(
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs_f64(o.warmup)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.timing.warmup)).await;
     let (n0, e0, t0) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
-    tokio::time::sleep(Duration::from_secs_f64(o.secs)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.timing.secs)).await;
     let (n1, e1, t1) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
