@@ -53,6 +53,8 @@ mod args;
 mod databases;
 #[path = "../common/figures.rs"]
 mod figures;
+#[path = "../common/keys.rs"]
+mod keys;
 mod peers;
 mod procs;
 mod raw;
@@ -62,6 +64,7 @@ mod table;
 use args::{parse_args, Timing};
 use databases::*;
 use figures::{fmt_rate, median};
+use keys::{keys, Rng};
 use peers::*;
 use procs::*;
 use raw::*;
@@ -149,33 +152,10 @@ impl Opts {
 
 // ---------------------------------------------------------------- keys
 
-/// `user:` + 16 hex digits of SHA-256 of the index: 100,000 random-looking
-/// strings, 21 bytes each; `bench/node/rlf.js` builds the same list.
-fn keys() -> Vec<String> {
-    (0..KEY_COUNT)
-        .map(|i| {
-            let d = Sha256::digest(i.to_string().as_bytes());
-            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-            format!("user:{hex}")
-        })
-        .collect()
-}
-
 /// The raw loops' row names: SHA-256 of the decimal `k`, for `k` in
 /// 1..=100,000, exactly what the pgbench scripts compute for `:k`.
 fn raw_hashes() -> Vec<[u8; 32]> {
     (1..=KEY_COUNT).map(|k| Sha256::digest(k.to_string().as_bytes()).into()).collect()
-}
-
-/// A small xorshift per caller: uniform key indexes without a shared RNG.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).unwrap()
-    }
 }
 
 // ---------------------------------------------------------------- driver
@@ -191,7 +171,7 @@ async fn drive(op: Op, n_keys: usize, callers: usize, warmup: f64, secs: f64) ->
         .map(|c| {
             let (op, done, errors, stop) = (op.clone(), done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     match op(rng.next(n_keys)).await {
                         Ok(()) => done.fetch_add(1, Ordering::Relaxed),
@@ -314,7 +294,7 @@ fn main() -> Result<()> {
     let o = Opts::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        let keys = Arc::new(keys());
+        let keys = Arc::new(keys(KEY_COUNT));
         let mut res = Results(Vec::new());
         let began = Instant::now();
         if o.wants("sqlite") {

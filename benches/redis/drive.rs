@@ -41,7 +41,7 @@ pub(crate) async fn drive(
             let (store, keys, tag) = (store.clone(), keys.clone(), tag.clone());
             let (done, errors, stop) = (done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     let fresh;
                     let key = match which {

@@ -37,6 +37,8 @@ mod args;
 mod drive;
 #[path = "../common/figures.rs"]
 mod figures;
+#[path = "../common/keys.rs"]
+mod keys;
 mod peers;
 mod table;
 
@@ -46,11 +48,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use limit_store::{Entry, Guarded, LimitStore, Millis, RedisStore, Write};
-use sha2::{Digest, Sha256};
 
 use self::args::{parse_args, Timing};
 use self::drive::{prefill, Keys};
 use self::figures::median;
+use self::keys::keys;
+pub(crate) use self::keys::Rng;
 use self::peers::{Contender, Runner};
 use self::table::{print_table, Point};
 
@@ -107,17 +110,6 @@ impl Opts {
     }
 }
 
-/// `user:` + 16 hex digits of SHA-256 of the index; rlf.js and bench/limitador build the same list.
-fn keys() -> Vec<String> {
-    (0..KEY_COUNT)
-        .map(|i| {
-            let d = Sha256::digest(i.to_string().as_bytes());
-            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-            format!("user:{hex}")
-        })
-        .collect()
-}
-
 /// The fixed-window count: `n + 1` with the entry's expiry, or 1 with `window` to live.
 pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (Vec<Write>, u64) {
     let (n, expires_at) = match &current[0] {
@@ -125,17 +117,6 @@ pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (
         None => (0, now + window),
     };
     (vec![Write::Put(Entry { value: (n + 1).into(), expires_at })], n + 1)
-}
-
-/// A small xorshift per caller: uniform key indexes without a shared RNG.
-pub(crate) struct Rng(u64);
-impl Rng {
-    pub(crate) fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).unwrap()
-    }
 }
 
 fn main() -> Result<()> {
@@ -147,7 +128,7 @@ fn main() -> Result<()> {
     };
     rt.block_on(async {
         let began = Instant::now();
-        let keys = Arc::new(keys());
+        let keys = Arc::new(keys(KEY_COUNT));
         let mut contenders = Vec::new();
 
         eprintln!("limit-store: connecting, counting every key once");
