@@ -64,7 +64,7 @@ pub(crate) async fn run_sqlite(o: &Opts, res: &mut Results, keys: &Arc<Vec<Strin
             runner: Runner::Rusqlite { path, table: T_RAW, hashes },
         },
     ];
-    res.rounds(o, &mut contenders, &o.callers).await;
+    res.rounds(o, &mut contenders, &o.timing.callers).await;
     Ok(())
 }
 
@@ -184,7 +184,7 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
             }
         }
     }
-    res.rounds(o, &mut contenders, &o.callers).await;
+    res.rounds(o, &mut contenders, &o.timing.callers).await;
     Ok(())
 }
 
@@ -216,7 +216,7 @@ pub(crate) async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String
             }
         }
     }
-    res.rounds(o, &mut contenders, &o.callers).await;
+    res.rounds(o, &mut contenders, &o.timing.callers).await;
     Ok(())
 }
 

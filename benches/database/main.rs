@@ -48,17 +48,23 @@ use limit_store::{update_with, DatabaseStore, Entry, Millis, Write};
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Executor, Row};
 
+#[path = "../common/args.rs"]
+mod args;
 mod databases;
 #[path = "../common/figures.rs"]
 mod figures;
+#[path = "../common/keys.rs"]
+mod keys;
 mod peers;
 mod procs;
 mod raw;
 mod store;
 mod table;
 
+use args::{parse_args, Timing};
 use databases::*;
 use figures::{fmt_rate, median};
+use keys::{keys, Rng};
 use peers::*;
 use procs::*;
 use raw::*;
@@ -99,10 +105,7 @@ type Op = Arc<dyn Fn(usize) -> BoxFut + Send + Sync>;
 // ---------------------------------------------------------------- settings
 
 struct Opts {
-    secs: f64,
-    warmup: f64,
-    rounds: usize,
-    callers: Vec<usize>,
+    timing: Timing,
     only: Vec<String>,
     node: bool,
     pgbench: bool,
@@ -117,10 +120,7 @@ impl Opts {
     fn parse() -> Result<Opts> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut o = Opts {
-            secs: 4.0,
-            warmup: 1.0,
-            rounds: 3,
-            callers: vec![1, 8, 32],
+            timing: Timing { secs: 4.0, warmup: 1.0, rounds: 3, callers: vec![1, 8, 32] },
             only: vec!["sqlite".into(), "postgres".into(), "mysql".into(), "size".into()],
             node: true,
             pgbench: true,
@@ -131,23 +131,17 @@ impl Opts {
             my: std::env::var("LIMIT_STORE_BENCH_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
             dir: root.join("target").join("limit-store-bench"),
         };
-        let mut args = std::env::args().skip(1);
-        while let Some(a) = args.next() {
-            let mut value = || args.next().context(format!("{a} needs a value"));
-            match a.as_str() {
-                "--secs" => o.secs = value()?.parse()?,
-                "--warmup" => o.warmup = value()?.parse()?,
-                "--rounds" => o.rounds = value()?.parse()?,
-                "--callers" => o.callers = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        parse_args(&mut o.timing, |flag, value| {
+            match flag {
                 "--only" => o.only = value()?.split(',').map(str::to_owned).collect(),
                 "--no-node" => o.node = false,
                 "--no-pgbench" => o.pgbench = false,
                 "--no-runlimit" => o.runlimit = false,
                 "--no-raw" => o.raw = false,
-                "--bench" => {} // cargo bench passes it
-                other => bail!("unknown argument {other:?}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         std::fs::create_dir_all(&o.dir)?;
         Ok(o)
     }
@@ -158,33 +152,10 @@ impl Opts {
 
 // ---------------------------------------------------------------- keys
 
-/// `user:` + 16 hex digits of SHA-256 of the index: 100,000 random-looking
-/// strings, 21 bytes each; `bench/node/rlf.js` builds the same list.
-fn keys() -> Vec<String> {
-    (0..KEY_COUNT)
-        .map(|i| {
-            let d = Sha256::digest(i.to_string().as_bytes());
-            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-            format!("user:{hex}")
-        })
-        .collect()
-}
-
 /// The raw loops' row names: SHA-256 of the decimal `k`, for `k` in
 /// 1..=100,000, exactly what the pgbench scripts compute for `:k`.
 fn raw_hashes() -> Vec<[u8; 32]> {
     (1..=KEY_COUNT).map(|k| Sha256::digest(k.to_string().as_bytes()).into()).collect()
-}
-
-/// A small xorshift per caller: uniform key indexes without a shared RNG.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).unwrap()
-    }
 }
 
 // ---------------------------------------------------------------- driver
@@ -200,7 +171,7 @@ async fn drive(op: Op, n_keys: usize, callers: usize, warmup: f64, secs: f64) ->
         .map(|c| {
             let (op, done, errors, stop) = (op.clone(), done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     match op(rng.next(n_keys)).await {
                         Ok(()) => done.fetch_add(1, Ordering::Relaxed),
@@ -298,11 +269,11 @@ impl Results {
     /// `rounds` times: for each caller count, every contender in turn. Side
     /// by side in time, so a slow spell of the shared machine hits all.
     async fn rounds(&mut self, o: &Opts, contenders: &mut [Contender], callers: &[usize]) {
-        for round in 1..=o.rounds {
-            eprintln!(" round {round}/{}", o.rounds);
+        for round in 1..=o.timing.rounds {
+            eprintln!(" round {round}/{}", o.timing.rounds);
             for &c in callers {
                 for k in contenders.iter_mut() {
-                    match k.point(c, o.warmup, o.secs).await {
+                    match k.point(c, o.timing.warmup, o.timing.secs).await {
                         Ok((r, e)) => self.add(k.db, &k.name, c, r, e),
                         Err(e) => eprintln!("  {} {} C={c}: {e:#}", k.db, k.name),
                     }
@@ -323,7 +294,7 @@ fn main() -> Result<()> {
     let o = Opts::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        let keys = Arc::new(keys());
+        let keys = Arc::new(keys(KEY_COUNT));
         let mut res = Results(Vec::new());
         let began = Instant::now();
         if o.wants("sqlite") {

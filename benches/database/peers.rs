@@ -81,7 +81,7 @@ pub(crate) fn rlf(o: &Opts, db: &'static str, which: &str, url: &str, processes:
     if !dir.join("node_modules").exists() {
         bail!("run `npm ci` in {} first (bash bench/database.sh does)", dir.display());
     }
-    let pool = o.callers.iter().max().copied().unwrap_or(1).div_ceil(processes).to_string();
+    let pool = o.timing.callers.iter().max().copied().unwrap_or(1).div_ceil(processes).to_string();
     let commands = (0..processes)
         .map(|i| {
             let mut command = Command::new("node");

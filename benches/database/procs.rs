@@ -98,7 +98,7 @@ impl StoreChild {
     pub(crate) fn serve(self) -> Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         rt.block_on(async {
-            let keys = Arc::new(keys());
+            let keys = Arc::new(keys(KEY_COUNT));
             println!("ready");
             for line in std::io::stdin().lock().lines() {
                 let line = line?;

@@ -228,7 +228,7 @@ pub(crate) fn lite_rusqlite(
                 conn.pragma_update(None, "journal_mode", "wal")?;
                 conn.pragma_update(None, "synchronous", "normal")?;
                 let t = table;
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     let key = &hashes[rng.next(hashes.len())];
                     let one = (|| -> rusqlite::Result<()> {

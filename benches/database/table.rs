@@ -3,6 +3,7 @@
 use super::*;
 
 pub(crate) fn print_tables(o: &Opts, res: &Results) {
+    let callers = &o.timing.callers;
     // Per round, limit-store's counts/s over this row's; the median of those.
     let ratio = |p: &Point| -> Option<f64> {
         let ours = res.0.iter().find(|q| q.db == p.db && q.contender == STORE && q.callers == p.callers)?;
@@ -32,16 +33,16 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
     println!();
     println!(
         "Counts per second: median of {} rounds, {} s per point after {} s of warm-up, keys uniform over 100,000.",
-        o.rounds, o.secs, o.warmup
+        o.timing.rounds, o.timing.secs, o.timing.warmup
     );
     println!("In brackets: limit-store's counts/s over this row's, per round, median (above 1: limit-store is ahead).");
     println!();
-    let head: Vec<String> = o.callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
+    let head: Vec<String> = callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
     println!("| database | contender | {} |", head.join(" | "));
     println!("|---|---|{}", "---:|".repeat(head.len()));
     for (db, name) in &rows {
         let cells: Vec<String> =
-            o.callers.iter().map(|&c| find(db, name, c).map_or("-".into(), |p| cell(p, *name != STORE))).collect();
+            callers.iter().map(|&c| find(db, name, c).map_or("-".into(), |p| cell(p, *name != STORE))).collect();
         println!("| {db} | {name} | {} |", cells.join(" | "));
     }
     println!();
@@ -50,8 +51,7 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
     println!("| database | contender | {} |", head.join(" | "));
     println!("|---|---|{}", "---:|".repeat(head.len()));
     for (db, name) in &rows {
-        let cells: Vec<String> = o
-            .callers
+        let cells: Vec<String> = callers
             .iter()
             .map(|&c| {
                 find(db, name, c).map_or("-".into(), |p| {
@@ -101,11 +101,12 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
 /// per point; three processes, each one) at least 1.2 times
 /// rate-limiter-flexible's counts/s, in one process and in three.
 fn print_fresh(o: &Opts, res: &Results) {
+    let callers = &o.timing.callers;
     let find = |db: &str, name: &str, c: usize| {
         res.0.iter().find(|p| p.db == db && p.contender == name && p.callers == c && !p.rounds.is_empty())
     };
     let rows: Vec<_> =
-        FRESH_PAIRS.iter().filter(|(ours, _, db)| o.callers.iter().any(|&c| find(db, ours, c).is_some())).collect();
+        FRESH_PAIRS.iter().filter(|(ours, _, db)| callers.iter().any(|&c| find(db, ours, c).is_some())).collect();
     if rows.is_empty() {
         return;
     }
@@ -116,12 +117,11 @@ fn print_fresh(o: &Opts, res: &Results) {
          three processes: C callers in all, split among them."
     );
     println!();
-    let head: Vec<String> = o.callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
+    let head: Vec<String> = callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
     println!("| database | limit-store | {} |", head.join(" | "));
     println!("|---|---|{}", "---:|".repeat(head.len()));
     for (ours, theirs, db) in rows {
-        let cells: Vec<String> = o
-            .callers
+        let cells: Vec<String> = callers
             .iter()
             .map(|&c| match (find(db, ours, c), find(db, theirs, c)) {
                 (Some(a), Some(b)) => {

@@ -41,7 +41,7 @@ pub(crate) async fn drive(
             let (store, keys, tag) = (store.clone(), keys.clone(), tag.clone());
             let (done, errors, stop) = (done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     let fresh;
                     let key = match which {
@@ -70,9 +70,9 @@ pub(crate) async fn drive(
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs_f64(o.warmup)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.timing.warmup)).await;
     let (n0, e0, t0) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
-    tokio::time::sleep(Duration::from_secs_f64(o.secs)).await;
+    tokio::time::sleep(Duration::from_secs_f64(o.timing.secs)).await;
     let (n1, e1, t1) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
     stop.store(true, Ordering::Relaxed);
     for t in tasks {

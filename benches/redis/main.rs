@@ -32,9 +32,13 @@
 //! bench writes has an expiry; only `redis-benchmark`'s `lsbench:incr:*` keys
 //! have none, and bench/redis.sh removes them after the run.
 
+#[path = "../common/args.rs"]
+mod args;
 mod drive;
 #[path = "../common/figures.rs"]
 mod figures;
+#[path = "../common/keys.rs"]
+mod keys;
 mod peers;
 mod table;
 
@@ -44,10 +48,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use limit_store::{Entry, Guarded, LimitStore, Millis, RedisStore, Write};
-use sha2::{Digest, Sha256};
 
+use self::args::{parse_args, Timing};
 use self::drive::{prefill, Keys};
 use self::figures::median;
+use self::keys::keys;
+pub(crate) use self::keys::Rng;
 use self::peers::{Contender, Runner};
 use self::table::{print_table, Point};
 
@@ -62,10 +68,7 @@ pub(crate) const LIMITADOR: &str = "limitador `AsyncRedisStorage`";
 pub(crate) const INCR: &str = "`redis-benchmark` INCR (ceiling)";
 
 pub(crate) struct Opts {
-    pub(crate) secs: f64,
-    pub(crate) warmup: f64,
-    pub(crate) rounds: usize,
-    pub(crate) callers: Vec<usize>,
+    pub(crate) timing: Timing,
     pub(crate) fresh: bool,
     pub(crate) node: bool,
     pub(crate) limitador: bool,
@@ -82,10 +85,7 @@ pub(crate) struct Opts {
 impl Opts {
     pub(crate) fn parse() -> Result<Opts> {
         let mut o = Opts {
-            secs: 4.0,
-            warmup: 1.0,
-            rounds: 2,
-            callers: vec![1, 8, 32],
+            timing: Timing { secs: 4.0, warmup: 1.0, rounds: 2, callers: vec![1, 8, 32] },
             fresh: false,
             node: true,
             limitador: true,
@@ -94,37 +94,20 @@ impl Opts {
             threads: 1,
             url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
         };
-        let mut args = std::env::args().skip(1);
-        while let Some(a) = args.next() {
-            let mut value = || args.next().context(format!("{a} needs a value"));
-            match a.as_str() {
-                "--secs" => o.secs = value()?.parse()?,
-                "--warmup" => o.warmup = value()?.parse()?,
-                "--rounds" => o.rounds = value()?.parse()?,
-                "--callers" => o.callers = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        parse_args(&mut o.timing, |flag, value| {
+            match flag {
                 "--fresh" => o.fresh = true,
                 "--no-node" => o.node = false,
                 "--no-limitador" => o.limitador = false,
                 "--no-incr" => o.incr = false,
                 "--remember" => o.remember = Some(value()?.parse()?),
                 "--threads" => o.threads = value()?.parse()?,
-                "--bench" => {} // cargo bench passes it
-                other => bail!("unknown argument {other:?}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
-}
-
-/// `user:` + 16 hex digits of SHA-256 of the index; rlf.js and bench/limitador build the same list.
-fn keys() -> Vec<String> {
-    (0..KEY_COUNT)
-        .map(|i| {
-            let d = Sha256::digest(i.to_string().as_bytes());
-            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-            format!("user:{hex}")
-        })
-        .collect()
 }
 
 /// The fixed-window count: `n + 1` with the entry's expiry, or 1 with `window` to live.
@@ -136,17 +119,6 @@ pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (
     (vec![Write::Put(Entry { value: (n + 1).into(), expires_at })], n + 1)
 }
 
-/// A small xorshift per caller: uniform key indexes without a shared RNG.
-pub(crate) struct Rng(u64);
-impl Rng {
-    pub(crate) fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).unwrap()
-    }
-}
-
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -156,7 +128,7 @@ fn main() -> Result<()> {
     };
     rt.block_on(async {
         let began = Instant::now();
-        let keys = Arc::new(keys());
+        let keys = Arc::new(keys(KEY_COUNT));
         let mut contenders = Vec::new();
 
         eprintln!("limit-store: connecting, counting every key once");
@@ -219,9 +191,9 @@ fn main() -> Result<()> {
         // Rounds: for each caller count, every contender in turn, so a slow
         // spell of the shared machine hits all of them.
         let mut res: Vec<Point> = Vec::new();
-        for round in 1..=o.rounds {
-            eprintln!(" round {round}/{}", o.rounds);
-            for &c in &o.callers {
+        for round in 1..=o.timing.rounds {
+            eprintln!(" round {round}/{}", o.timing.rounds);
+            for &c in &o.timing.callers {
                 for k in contenders.iter_mut() {
                     let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
                     match k.point(&keys, c, &o, last).await {

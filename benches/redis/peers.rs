@@ -74,7 +74,7 @@ impl Contender {
             }
             Runner::Child { child, out } => {
                 let stdin = child.stdin.as_mut().context("child stdin")?;
-                writeln!(stdin, "{c} {} {}", o.warmup, o.secs)?;
+                writeln!(stdin, "{c} {} {}", o.timing.warmup, o.timing.secs)?;
                 stdin.flush()?;
                 let mut line = String::new();
                 out.read_line(&mut line)?;
@@ -83,7 +83,7 @@ impl Contender {
                 let per_sec = v["counts"].as_f64().context("counts")? / v["secs"].as_f64().context("secs")?;
                 Ok((per_sec, v["errors"].as_u64().unwrap_or(0)))
             }
-            Runner::Incr => incr(&o.url, c, o.secs, last),
+            Runner::Incr => incr(&o.url, c, o.timing.secs, last),
         }
     }
 }

@@ -12,22 +12,22 @@ pub(crate) struct Point {
 }
 
 pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
+    let callers = &o.timing.callers;
     let find = |name: &str, c: usize| res.iter().find(|p| p.name == name && p.callers == c);
     println!();
     println!(
         "Counts per second: median of {} rounds (lowest-highest), {} s per point after {} s of warm-up, keys uniform over 100,000; limit-store's callers on {}.",
-        o.rounds,
-        o.secs,
-        o.warmup,
+        o.timing.rounds,
+        o.timing.secs,
+        o.timing.warmup,
         if o.threads <= 1 { "one thread (a current-thread runtime)".to_owned() } else { format!("{} tokio threads", o.threads) }
     );
     println!();
-    let head: Vec<String> = o.callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
+    let head: Vec<String> = callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
     println!("| contender | {} |", head.join(" | "));
     println!("|---|{}", "---:|".repeat(head.len()));
     for name in names {
-        let cells: Vec<String> = o
-            .callers
+        let cells: Vec<String> = callers
             .iter()
             .map(|&c| {
                 find(name, c).map_or("-".into(), |p| {
@@ -54,7 +54,7 @@ pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
     let cols: Vec<(&str, usize, f64)> =
         [(RLF, 8, 1.0), (RLF, 32, 1.0), (LIMITADOR, 8, 1.0), (LIMITADOR, 32, 1.0), (INCR, 32, 0.4)]
             .into_iter()
-            .filter(|(n, c, _)| names.contains(n) && o.callers.contains(c))
+            .filter(|(n, c, _)| names.contains(n) && callers.contains(c))
             .collect();
     if cols.is_empty() {
         return;

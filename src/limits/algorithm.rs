@@ -12,15 +12,8 @@ use smallvec::SmallVec;
 use crate::{Entry, Millis, Write};
 
 pub use super::outcome::{join, Outcome, Verdict};
+pub use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
 use super::{gcra, lockout, window};
-
-/// Most attempts a sliding window keeps: its stored value is the list of them,
-/// and it must stay well under the store's 4096-byte value limit.
-pub const MAX_SLIDING_BUDGET: u64 = 256;
-/// Longest sliding window: 100 years. Its stored value keeps each attempt as
-/// an offset from the oldest, at most two windows, so 256 of them stay under
-/// the store's 4096-byte value limit only for windows up to about 150 years.
-pub const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
 
 /// How one part of a limit counts attempts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +38,7 @@ pub enum Algorithm {
         window: Millis,
     },
     /// `budget` attempts per window; the attempt that uses the last of it
-    /// locks the part for `lock` from then on. [`Limits::reset`](super::Limits::reset)
+    /// locks the part for `lock` from then on. [`Limits::reset`](crate::Limits::reset)
     /// (a success) unlocks it.
     Lockout {
         /// Attempts allowed before the lock.

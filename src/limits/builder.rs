@@ -7,11 +7,24 @@ use std::time::Duration;
 use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
-use super::algorithm::millis;
+use super::algorithm::{millis, Algorithm};
 use super::counted::{Backend, Counted};
+use super::error::LimitError;
+use super::handle::Limits;
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
+use super::limit::{Limit, Policy};
 use super::normalize::KeyRules;
-use super::{presets, Limit, LimitError, Limits, Policy, KIND_NOT_SHARED};
+use super::presets;
+
+/// `kind` of the startup warning that counts are not shared between instances.
+pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
+
+impl Limits {
+    /// A builder with the presets on and the memory store.
+    pub fn builder() -> LimitsBuilder {
+        LimitsBuilder::new()
+    }
+}
 
 /// A change to a limit, applied when the limits are built.
 #[derive(Clone, Debug)]
@@ -143,7 +156,7 @@ impl LimitsBuilder {
     }
 
     /// Trims and case-folds the values of account and destination parts
-    /// ([`Normalize::Folded`](super::Normalize::Folded)), so `Ada@Example.com`
+    /// ([`Normalize::Folded`](super::normalize::Normalize::Folded)), so `Ada@Example.com`
     /// and `ada@example.com` share one budget; on by default.
     pub fn fold_case(mut self, fold: bool) -> Self {
         self.rules.fold_case = fold;
@@ -202,12 +215,12 @@ impl LimitsBuilder {
                 (limit.name.clone(), Counted::new(limit, backend, self.rules))
             })
             .collect();
-        Ok(Limits { limits: Arc::new(counted) })
+        Ok(Limits::new(counted))
     }
 }
 
 /// The algorithm of `part` of `limit`, for a change.
-fn part_of<'a>(limit: &'a mut Limit, part: &str) -> Result<&'a mut super::Algorithm, LimitError> {
+fn part_of<'a>(limit: &'a mut Limit, part: &str) -> Result<&'a mut Algorithm, LimitError> {
     let takes = limit.part_names();
     let name = limit.name.clone();
     limit.part_named_mut(part).map(|p| &mut p.algorithm).ok_or_else(|| LimitError::UnknownPart {

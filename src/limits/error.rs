@@ -2,7 +2,7 @@
 
 use crate::StoreError;
 
-/// The error of a limit call. Limited is not an error (see [`Decision`](super::Decision)).
+/// The error of a limit call. Limited is not an error (see [`Decision`](super::decision::Decision)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitError {

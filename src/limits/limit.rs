@@ -62,7 +62,7 @@ impl Part {
         self
     }
 
-    /// The part's name, as passed to [`Limits::attempt`](super::Limits::attempt).
+    /// The part's name, as passed to [`Limits::attempt`](crate::Limits::attempt).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -72,7 +72,7 @@ impl Part {
         &self.algorithm
     }
 
-    /// True when [`Limits::reset`](super::Limits::reset) clears this part.
+    /// True when [`Limits::reset`](crate::Limits::reset) clears this part.
     pub fn resets(&self) -> bool {
         self.resets
     }

@@ -1,7 +1,7 @@
 //! Lockout: `budget` attempts per window, and the attempt that uses the last of
 //! the budget locks the part for a while from then on.
 //!
-//! The app counts every attempt and calls [`Limits::reset`](super::Limits::reset)
+//! The app counts every attempt and calls [`Limits::reset`](crate::Limits::reset)
 //! on a success, so what is left over are failures. The stored value is the
 //! count alone; the entry expires at the end of the window, or of the lock
 //! once the part is locked.

@@ -27,6 +27,7 @@ mod counted;
 mod decision;
 mod error;
 pub mod gcra;
+mod handle;
 mod key;
 pub mod legacy;
 mod limit;
@@ -38,182 +39,12 @@ pub mod presets;
 mod tally;
 pub mod window;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use crate::transaction::refuse_in_transaction;
-use crate::{update_with, Millis, StoreError, Write};
-
 pub use algorithm::Algorithm;
-pub use builder::LimitsBuilder;
+pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 pub use decision::{Decision, LimitCounters};
 pub use error::LimitError;
+pub use handle::Limits;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use normalize::Normalize;
-
-use counted::{Backend, Counted, Need};
-use key::CallKeys;
-
-/// `kind` of the startup warning that counts are not shared between instances.
-pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
-
-/// The limits of an app, counting in one store. Cheap to clone.
-#[derive(Clone)]
-pub struct Limits {
-    /// By name; foldhash, since the names are the app's own, not a client's.
-    limits: Arc<hashbrown::HashMap<String, Counted>>,
-}
-
-impl std::fmt::Debug for Limits {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Limits").field("limits", &self.names()).finish_non_exhaustive()
-    }
-}
-
-impl Limits {
-    /// A builder with the presets on and the memory store.
-    pub fn builder() -> LimitsBuilder {
-        LimitsBuilder::new()
-    }
-
-    /// Counts one attempt on limit `name` for the given parts, as
-    /// `(part, value)` pairs in any order (values are any UTF-8: emails, IPs).
-    ///
-    /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub async fn attempt(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
-        refuse_in_transaction()?;
-        let counted = self.get(name)?;
-        if let Some(answered) = counted.attempt_now(parts) {
-            return answered;
-        }
-        let mut keys = CallKeys::new();
-        counted.keys(parts, Need::All, &mut keys)?;
-        let refs = keys.refs();
-        let answered = match &counted.backend {
-            Backend::Store(store) if store.answers_at_once() => {
-                let algorithms = &counted.algorithms;
-                update_with(&**store, &refs, |current, now| {
-                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
-                    (writes, (verdict, now))
-                })
-                .await
-            }
-            Backend::Store(store) => {
-                let algorithms = counted.algorithms.clone();
-                let answer = Arc::new(parking_lot::Mutex::new(None));
-                let last = answer.clone();
-                let apply = move |current: &[Option<crate::Entry>], now: Millis| {
-                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
-                    *last.lock() = Some((verdict, now));
-                    writes
-                };
-                match store.update_owned(&refs, Box::new(apply)).await {
-                    Ok(()) => answer.lock().take().ok_or_else(crate::store::no_apply_run),
-                    Err(e) => Err(e),
-                }
-            }
-            Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
-        };
-        counted.settle(answered)
-    }
-
-    /// [`attempt`](Self::attempt) without a future, for a store that
-    /// [answers at once](LimitStore::update_now) (the memory store); `None`
-    /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
-    /// counted when it answers `None`.
-    #[cfg(feature = "axum")]
-    pub(crate) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        if let Err(e) = refuse_in_transaction() {
-            return Some(Err(e.into()));
-        }
-        match self.get(name) {
-            Ok(counted) => counted.attempt_now(parts),
-            Err(e) => Some(Err(e)),
-        }
-    }
-
-    /// Clears limit `name`'s counts for the given parts: call it on a success
-    /// (the right password, the right code). Parts marked
-    /// [`kept_on_reset`](Part::kept_on_reset) keep counting and may be omitted.
-    ///
-    /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub async fn reset(&self, name: &str, parts: &[(&str, &str)]) -> Result<(), LimitError> {
-        refuse_in_transaction()?;
-        let counted = self.get(name)?;
-        let mut keys = CallKeys::new();
-        counted.keys(parts, Need::Resetting, &mut keys)?;
-        if keys.is_empty() {
-            return Ok(());
-        }
-        match &counted.backend {
-            Backend::Store(store) => {
-                let refs = keys.refs();
-                store
-                    .update_owned(
-                        &refs,
-                        Box::new(|current: &[Option<crate::Entry>], _| vec![Write::Delete; current.len()]),
-                    )
-                    .await?;
-            }
-            Backend::Legacy(legacy) => {
-                for (_, key) in keys.iter() {
-                    legacy.reset(key.to_owned()).await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The store's fill and sweeps (see [`LimitStore::stats`](crate::LimitStore::stats)).
-    pub fn store_stats(&self) -> Option<crate::StoreStats> {
-        self.limits.values().find_map(|c| match &c.backend {
-            Backend::Store(store) => store.stats(),
-            Backend::Legacy(_) => None,
-        })
-    }
-
-    /// Whether the store answers: one read through its guard. For health checks.
-    pub async fn check_store(&self) -> Result<(), StoreError> {
-        let store = self.limits.values().find_map(|c| match &c.backend {
-            Backend::Store(store) => Some(store),
-            Backend::Legacy(_) => None,
-        });
-        match store {
-            Some(store) => store.read(&["limit-store:health"]).await.map(drop),
-            None => Ok(()),
-        }
-    }
-
-    /// The definition of limit `name`, as built (overrides applied).
-    pub fn limit(&self, name: &str) -> Option<&Limit> {
-        self.limits.get(name).map(|c| &c.limit)
-    }
-
-    /// The names of the limits, sorted.
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.limits.keys().cloned().collect();
-        names.sort();
-        names
-    }
-
-    /// How often limit `name` gave each answer.
-    pub fn counters(&self, name: &str) -> Option<LimitCounters> {
-        self.limits.get(name).map(|c| LimitCounters {
-            allowed: c.allowed.total(),
-            limited: c.limited.total(),
-            degraded: c.degraded.load(Ordering::Relaxed),
-            shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
-        })
-    }
-
-    /// Attempts answered by an unavailable policy, over every limit.
-    pub fn degraded_total(&self) -> u64 {
-        self.limits.values().map(|c| c.degraded.load(Ordering::Relaxed)).sum()
-    }
-
-    fn get(&self, name: &str) -> Result<&Counted, LimitError> {
-        self.limits.get(name).ok_or_else(|| LimitError::UnknownLimit { name: name.to_owned(), known: self.names() })
-    }
-}

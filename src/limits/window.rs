@@ -18,6 +18,14 @@ use crate::{Entry, Millis};
 
 use super::outcome::Outcome;
 
+/// Most attempts a sliding window keeps: its stored value is the list of them,
+/// and it must stay well under the store's 4096-byte value limit.
+pub const MAX_SLIDING_BUDGET: u64 = 256;
+/// Longest sliding window: 100 years. Its stored value keeps each attempt as
+/// an offset from the oldest, at most two windows, so 256 of them stay under
+/// the store's 4096-byte value limit only for windows up to about 150 years.
+pub const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
+
 /// One attempt on a fixed window of `budget` per `window` opened by the first
 /// attempt, with at least `cooldown` ms between allowed attempts.
 ///
@@ -244,7 +252,7 @@ mod tests {
     #[test]
     fn sliding_value_fits_the_store_whatever_times_it_read() {
         // A corrupt or foreign value: attempts recorded far in the future.
-        let budget = crate::limits::algorithm::MAX_SLIDING_BUDGET;
+        let budget = MAX_SLIDING_BUDGET;
         let mut value = vec![json!(T0)];
         value.extend((0..budget - 1).map(|i| json!(i64::MAX - i64::try_from(i).unwrap())));
         let e = Entry { value: json!(value), expires_at: i64::MAX };
@@ -258,7 +266,7 @@ mod tests {
 
     #[test]
     fn sliding_value_stays_compact_at_the_largest_budget() {
-        let budget = crate::limits::algorithm::MAX_SLIDING_BUDGET;
+        let budget = MAX_SLIDING_BUDGET;
         let mut current: Option<Entry> = None;
         let day = 86_400_000;
         for i in 0..budget {

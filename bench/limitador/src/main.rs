@@ -22,8 +22,12 @@ use anyhow::{bail, Context as _, Result};
 use limitador::limit::{Context, Expression, Limit, Namespace};
 use limitador::storage::redis::AsyncRedisStorage;
 use limitador::AsyncRateLimiter;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+// The same keys as benches/redis and rlf.js, and the same draw of them.
+#[path = "../../../benches/common/keys.rs"]
+mod keys;
+use keys::{keys, Rng};
 
 const NAMESPACE: &str = "lsbench_limitador";
 const MAX: u64 = 1_000_000_000_000;
@@ -63,18 +67,6 @@ fn opts() -> Result<Opts> {
     Ok(o)
 }
 
-/// The same key strings as benches/redis.rs and rlf.js: "user:" + the first
-/// 16 hex digits of SHA-256 of the index.
-fn keys(n: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let d = Sha256::digest(i.to_string().as_bytes());
-            let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-            format!("user:{hex}")
-        })
-        .collect()
-}
-
 /// One count: limitador's context is built per request, as a proxy does.
 async fn count(limiter: &AsyncRateLimiter, ns: &Namespace, key: &str) -> Result<()> {
     let ctx: Context = HashMap::from([("user".to_owned(), key.to_owned())]).into();
@@ -83,16 +75,6 @@ async fn count(limiter: &AsyncRateLimiter, ns: &Namespace, key: &str) -> Result<
         bail!("limitador limited a count");
     }
     Ok(())
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).unwrap()
-    }
 }
 
 /// `callers` tasks counting on random keys, one count at a time each, for
@@ -113,7 +95,7 @@ async fn run(
                 (limiter.clone(), keys.clone(), done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
                 let ns = Namespace::from(NAMESPACE);
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     match count(&limiter, &ns, &keys[rng.next(keys.len())]).await {
                         Ok(()) => done.fetch_add(1, Ordering::Relaxed),

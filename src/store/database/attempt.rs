@@ -60,17 +60,43 @@ pub(super) trait Attempts {
     /// One locked transaction over the rows of `hashes`.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure>;
 
-    /// One optimistic try on a single key; `None` for a backend without
-    /// such a path.
-    async fn optimistic(
-        &self,
-        _hash: &KeyHash,
-        _generation: i64,
-        _decide: &mut Decide<'_>,
-    ) -> Option<Result<Tried, Failure>> {
+    /// One optimistic try on a single key (its hash, the store's generation,
+    /// `decide`); `None` for a backend without such a path.
+    async fn optimistic(&self, _: &KeyHash, _: i64, _: &mut Decide<'_>) -> Option<Result<Tried, Failure>> {
         None
     }
 }
+
+/// Implements [`Attempts`] for a backend whose `impl` has `try_update` (the
+/// locked transaction) and `try_optimistic` (one optimistic try on a single
+/// key): PostgreSQL and MySQL, which differ only in how they make each.
+/// `Attempts`, `KeyHash`, `Decide`, `Failure` and `Tried` are in scope.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! attempts {
+    ($backend:ty) => {
+        impl Attempts for $backend {
+            async fn locked(
+                &self,
+                hashes: &[KeyHash],
+                generation: i64,
+                decide: &mut Decide<'_>,
+            ) -> Result<(), Failure> {
+                self.try_update(hashes, generation, decide).await
+            }
+
+            async fn optimistic(
+                &self,
+                hash: &KeyHash,
+                generation: i64,
+                decide: &mut Decide<'_>,
+            ) -> Option<Result<Tried, Failure>> {
+                Some(self.try_optimistic(hash, generation, decide).await)
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) use attempts;
 
 /// Runs one count on `backend`.
 pub(super) async fn count<B: Attempts>(

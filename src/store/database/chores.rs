@@ -102,6 +102,26 @@ macro_rules! chores {
 }
 pub(super) use chores;
 
+/// Generates `read` inside a backend's `impl`: the rows of `hashes` in key
+/// order and the database's clock, by the backend's `read_rows(conn, hashes)`
+/// on one of its `pool`'s connections.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! read {
+    () => {
+        pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
+            let read = async {
+                let mut conn = self.pool.acquire().await?;
+                let read = self.read_rows(&mut conn, hashes).await?;
+                conn.release();
+                Ok(read)
+            };
+            read.await.map_err(|e| db_error("read", e))
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) use read;
+
 /// Generates `try_optimistic` inside a backend's `impl` (with [`write_if`]): read
 /// the row and the clock in one autocommit statement, run `decide`, then write
 /// with one statement that only applies if the row is still as read, both on
@@ -154,7 +174,7 @@ pub(super) use optimistic;
 /// Generates `write_if` and `write_decided` inside a backend's `impl`: the
 /// conditional write of an optimistic count, after its read. The backend has
 /// `insert_new`, `replace_if`, `delete_if` and `remember` (see
-/// [`optimistic`]).
+/// [`optimistic`]), and `row::decide_one` is in scope.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! write_if {
     ($conn:ty) => {
@@ -169,8 +189,7 @@ macro_rules! write_if {
             now: Millis,
             decide: &mut Decide<'_>,
         ) -> Result<bool, Failure> {
-            let writes = decide(std::slice::from_ref(&row), now).map_err(Failure::Store)?;
-            let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+            let write = decide_one(decide, &row, now).map_err(Failure::Store)?;
             self.write_decided(conn, hash, generation, row, write).await
         }
 

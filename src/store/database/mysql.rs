@@ -12,12 +12,12 @@ use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
-use super::attempt::{Attempts, Guess, Tried};
-use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic, write_if};
+use super::attempt::{attempts, Attempts, Guess, Tried};
+use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic, read, write_if};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
-use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
 use crate::{Millis, StoreError};
 
@@ -175,15 +175,7 @@ impl Mysql {
         Ok(())
     }
 
-    pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-        let read = async {
-            let mut conn = self.pool.acquire().await?;
-            let read = self.read_rows(&mut conn, hashes).await?;
-            conn.release();
-            Ok(read)
-        };
-        read.await.map_err(|e| db_error("read", e))
-    }
+    read!();
 
     /// The rows of `hashes` in key order and the database's clock, in one statement.
     async fn read_rows(
@@ -216,17 +208,4 @@ impl Mysql {
     );
 }
 
-impl Attempts for Mysql {
-    async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        self.try_update(hashes, generation, decide).await
-    }
-
-    async fn optimistic(
-        &self,
-        hash: &KeyHash,
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Option<Result<Tried, Failure>> {
-        Some(self.try_optimistic(hash, generation, decide).await)
-    }
-}
+attempts!(Mysql);

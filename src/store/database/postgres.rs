@@ -24,12 +24,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use super::attempt::{Attempts, Tried};
-use super::chores::{chores, latest_now, match_rows, write_if};
+use super::attempt::{attempts, Attempts, Tried};
+use super::chores::{chores, latest_now, match_rows, read, write_if};
 use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
-use super::row::{row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;
@@ -191,15 +191,7 @@ impl Postgres {
         self.seen.set(hash, row);
     }
 
-    pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-        let read = async {
-            let mut conn = self.pool.acquire().await?;
-            let read = self.read_rows(&mut conn, hashes).await?;
-            conn.release();
-            Ok(read)
-        };
-        read.await.map_err(|e| db_error("read", e))
-    }
+    read!();
 
     /// The rows of `hashes` in key order and the database's clock, in one statement.
     async fn read_rows(
@@ -230,20 +222,7 @@ impl Postgres {
     );
 }
 
-impl Attempts for Postgres {
-    async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
-        self.try_update(hashes, generation, decide).await
-    }
-
-    async fn optimistic(
-        &self,
-        hash: &KeyHash,
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Option<Result<Tried, Failure>> {
-        Some(self.try_optimistic(hash, generation, decide).await)
-    }
-}
+attempts!(Postgres);
 
 /// The test server's URL, or `None` after saying the test is skipped.
 #[cfg(test)]

@@ -103,6 +103,14 @@ pub(super) fn decide(
         .collect())
 }
 
+/// Runs `decide` over the one row of a single-key count, as read at `now`:
+/// that key's write (keep when `decide` answers none).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) fn decide_one(decide: &mut Decide<'_>, row: &Option<Stored>, now: Millis) -> Result<RowWrite, StoreError> {
+    let writes = decide(std::slice::from_ref(row), now)?;
+    Ok(writes.into_iter().next().unwrap_or(RowWrite::Keep))
+}
+
 /// The one conditional statement an optimistic single-key update needs: it
 /// writes only if the row is still as read, so a concurrent update makes it
 /// write nothing, and the caller falls back to the locked path.

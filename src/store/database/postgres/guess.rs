@@ -16,12 +16,12 @@ use sqlx::Row;
 use super::super::attempt::{Guess, Tried};
 use super::super::chores::{latest_now, match_rows};
 use super::super::error::Failure;
-use super::super::row::{row_after, Decide, KeyHash, RowWrite, Stored};
+use super::super::row::{decide_one, row_after, Decide, KeyHash, RowWrite, Stored};
 use super::replace::{Replace, Replaced};
 use super::{Postgres, NOW};
 use crate::error::Unavailable;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
-use crate::{Millis, StoreError};
+use crate::StoreError;
 
 /// The one-statement tries (see `seen.rs`). Each writes only if the row is
 /// as remembered and the clock within bounds of the estimate `apply` was
@@ -106,11 +106,12 @@ impl Postgres {
                 return Ok(if done { Tried::ReadThenWrite } else { Tried::Changed });
             }
         };
-        let done = self.second_try(hash, generation, row, now, decide).await?;
+        let write = decide_one(decide, &row, now).map_err(Failure::Store)?;
+        let done = self.second_try(hash, generation, row, write).await?;
         Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
     }
 
-    /// The write after a missed guess, from the row and the clock its
+    /// The write after a missed guess, decided from the row and the clock its
     /// statement read: with the others waiting when a few statements are
     /// out already, as a guess would go (fewer out alone held 8 callers'
     /// first counts to half in a quick run), else alone; either way only if
@@ -120,11 +121,8 @@ impl Postgres {
         hash: &KeyHash,
         generation: i64,
         row: Option<Stored>,
-        now: Millis,
-        decide: &mut Decide<'_>,
+        write: RowWrite,
     ) -> Result<bool, Failure> {
-        let writes = decide(std::slice::from_ref(&row), now).map_err(Failure::Store)?;
-        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
         let alone = self.replacer.alone();
         if let (None, RowWrite::Put { value, expires_at }) = (&alone, &write) {
             let after = row_after(&row, &write, generation);
@@ -166,8 +164,7 @@ impl Postgres {
         let seen = self.seen.get(hash);
         // A refusal here (full, corrupt, a bad answer) may be of the guess
         // only: the count reads the row and decides again.
-        let Ok(writes) = decide(std::slice::from_ref(&seen), est) else { return Ok(Guess::NotTried) };
-        let write = writes.into_iter().next().unwrap_or(RowWrite::Keep);
+        let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
         let after = row_after(&seen, &write, generation);
         // A place among the guesses out alone, held until the statement answers.
         let mut alone = None;
@@ -260,6 +257,7 @@ impl Postgres {
 mod tests {
     use super::super::test_server;
     use super::*;
+    use crate::Millis;
 
     /// One count of `n + 1` on `hash` by the optimistic path; the clock each
     /// run of `decide` was given goes to `nows`.

@@ -1,0 +1,204 @@
+//! [`DatabaseStoreBuilder`]: a store's settings, the backend its URL names,
+//! and opening it, to migrate its table or to connect and start its sweeper.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    attempt, migrate, on_backend, sweep, DatabaseStore, Db, Shared, DEFAULT_MAX_ENTRIES, DEFAULT_REMEMBER_ROWS,
+    DEFAULT_TABLE, SWEEP_EVERY,
+};
+use crate::bound::SharedBound;
+use crate::keys::Secret;
+use crate::StoreError;
+
+/// Which backend a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+fn kind_of(url: &str) -> Result<Kind, StoreError> {
+    let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+    let kind = match scheme {
+        "sqlite" => Kind::Sqlite,
+        "postgres" | "postgresql" => Kind::Postgres,
+        "mysql" | "mariadb" => Kind::Mysql,
+        _ => {
+            return Err(StoreError::setup(format!(
+                "unsupported database URL {:?}: use sqlite://PATH, postgres://… or mysql://…",
+                crate::secret::redact(url)
+            )))
+        }
+    };
+    let compiled = match kind {
+        Kind::Sqlite => cfg!(feature = "sqlite"),
+        Kind::Postgres => cfg!(feature = "postgres"),
+        Kind::Mysql => cfg!(feature = "mysql"),
+    };
+    if !compiled {
+        let feature = match kind {
+            Kind::Sqlite => "sqlite",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+        };
+        return Err(StoreError::setup(format!(
+            "this build has no {feature} support: enable the `{feature}` feature of limit-store"
+        )));
+    }
+    Ok(kind)
+}
+
+/// Settings of a [`DatabaseStore`]; from [`DatabaseStore::builder`].
+#[derive(Clone)]
+pub struct DatabaseStoreBuilder {
+    url: String,
+    secret: Option<crate::SecretString>,
+    max_entries: u64,
+    table: String,
+    max_connections: u32,
+    sweep_every: Option<Duration>,
+    remember_rows: usize,
+    sqlite_in_place: bool,
+}
+
+impl std::fmt::Debug for DatabaseStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseStoreBuilder")
+            .field("url", &crate::secret::redact(&self.url))
+            .field("max_entries", &self.max_entries)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatabaseStore {
+    /// Settings for a store on the database at `url` (`sqlite://PATH`,
+    /// `postgres://…`, `mysql://…`).
+    pub fn builder(url: &str) -> DatabaseStoreBuilder {
+        DatabaseStoreBuilder {
+            url: url.to_owned(),
+            secret: None,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: 16,
+            sweep_every: Some(SWEEP_EVERY),
+            remember_rows: DEFAULT_REMEMBER_ROWS,
+            sqlite_in_place: false,
+        }
+    }
+}
+
+impl DatabaseStoreBuilder {
+    /// The site secret keys are hashed under (at least 32 bytes). Required by
+    /// `connect`; `migrate` needs none.
+    pub fn secret(mut self, secret: &str) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// The bound on live entries (default 1,000,000).
+    pub fn max_entries(mut self, max_entries: u64) -> Self {
+        self.max_entries = max_entries;
+        self
+    }
+
+    /// The table's name (default `limit_store`): letters, digits and `_`,
+    /// starting with a letter or `_`, at most 48 characters.
+    pub fn table(mut self, table: &str) -> Self {
+        self.table = table.to_owned();
+        self
+    }
+
+    /// The most connections this store's pool opens (default 16).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How often the background sweeper runs (default 5 minutes); `None` runs
+    /// no sweeper (sweep with `limit-store sweep` or [`LimitStore::sweep`](crate::LimitStore::sweep)).
+    pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
+    /// How many keys' last rows this store remembers (default 100,000; 0
+    /// remembers none). On PostgreSQL, a count on a key this store counted
+    /// last, or on a key with no row, is one statement, written only if the
+    /// row and the database's clock are as guessed (else the count goes on
+    /// from the row that statement read); other counts take two. A
+    /// remembered row costs about 150 bytes. SQLite and MySQL ignore it.
+    pub fn remember_rows(mut self, n: usize) -> Self {
+        self.remember_rows = n;
+        self
+    }
+
+    /// SQLite only: a caller that finds the writer idle runs the
+    /// transaction (and up to 4 batches that queue meanwhile) on its own
+    /// runtime thread (tokio's `block_in_place`) instead of handing it to a
+    /// blocking thread and back (default off). That saves the hop: about
+    /// 1.2 times the counts per second of one caller on a small machine,
+    /// and nothing with 8 or 32 (see BENCHMARKS.md). The cost: a
+    /// count stuck on the disk (a stalled write or read) holds its caller,
+    /// and the guard cannot answer it at its 2 s deadline; a wait for a
+    /// locked file is still cut at 1.5 s. Needs a multi-thread runtime; on a
+    /// current-thread runtime counts are handed off as by default.
+    pub fn sqlite_in_place(mut self, in_place: bool) -> Self {
+        self.sqlite_in_place = in_place;
+        self
+    }
+
+    /// Creates or upgrades the table and its indexes. Needs no secret.
+    pub async fn migrate(self) -> Result<(), StoreError> {
+        let table = migrate::check_table_name(&self.table)?;
+        let db = self.open().await?;
+        on_backend!(&db, b => b.migrate(&table).await)
+    }
+
+    /// Connects, checks the table exists, and starts the sweeper.
+    pub async fn connect(self) -> Result<DatabaseStore, StoreError> {
+        let secret = match &self.secret {
+            Some(secret) => Secret::new(secret.expose())?,
+            None => {
+                return Err(StoreError::setup(
+                    "the database store needs the site secret: set LIMIT_STORE_SECRET, --secret or \
+                     `secret` in the config (at least 32 bytes)",
+                ))
+            }
+        };
+        migrate::check_table_name(&self.table)?;
+        let db = self.open().await?;
+        on_backend!(&db, b => b.check_table().await)?;
+        let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
+        let bound = SharedBound::new("database", self.max_entries, live);
+        let shared =
+            Arc::new(Shared { db, tally: attempt::Tally::default(), secret, bound, sweeper: Default::default() });
+        if let Some(every) = self.sweep_every {
+            // The sweeper holds a `Weak`, so `Arc::get_mut` would fail here:
+            // the handle goes in a cell that is set once.
+            let _ = shared.sweeper.set(sweep::spawn(Arc::downgrade(&shared), every));
+        }
+        Ok(DatabaseStore { shared })
+    }
+
+    async fn open(&self) -> Result<Db, StoreError> {
+        let kind = kind_of(&self.url)?;
+        let table = self.table.clone();
+        let n = self.max_connections;
+        Ok(match kind {
+            #[cfg(feature = "sqlite")]
+            Kind::Sqlite => Db::Sqlite(super::sqlite::Sqlite::open(&self.url, table, n, self.sqlite_in_place).await?),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => {
+                Db::Postgres(Box::new(super::postgres::Postgres::open(&self.url, table, n, self.remember_rows).await?))
+            }
+            #[cfg(feature = "mysql")]
+            Kind::Mysql => Db::Mysql(super::mysql::Mysql::open(&self.url, table, n).await?),
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("kind_of refuses backends not compiled in"),
+        })
+    }
+}
