@@ -3,29 +3,63 @@
 # rather than timed: the one figure a shared, noisy machine can't move.
 #
 #   bash bench/instructions.sh [--ops N] [contender ...]
+#   bash bench/instructions.sh --layer     # the axum layer's bench instead
 #
 # Each contender runs twice under `valgrind --tool=cachegrind` (benches/memory/
 # probe.rs): warmed with one count per key, then N ops (default 100,000) or none;
 # the difference over N is its cost per op, with setup and warm-up cancelled.
-# Prints a markdown table with each row's instructions over governor's.
+# Prints a markdown table with each row's instructions over governor's. With
+# --layer: benches/layer.rs's contenders, 10,240 requests less 2,048, each
+# row's instructions per request added over the bare router's, and that over
+# tower_governor's.
 # Needs valgrind (`apt-get install -y valgrind`). About 3 minutes once built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ops=100000
+layer=0
 contenders=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
+    --layer) layer=1; shift ;;
     *) contenders+=("$1"); shift ;;
   esac
 done
 [ ${#contenders[@]} -gt 0 ] || contenders=(governor limits_attempt memory_store memory_store_number memory_store_guarded runlimit_prehashed runlimit_hmac)
 command -v valgrind >/dev/null || { echo "bench/instructions.sh needs valgrind: apt-get install -y valgrind" >&2; exit 1; }
 
+# Instructions of one valgrind run of `$1` with `$2` set in the environment.
+refs() {
+  env "$2" valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$1" 2>&1 \
+    | awk '/I *refs/ {gsub(",","",$4); print $4}'
+}
+
+if [ "$layer" = 1 ]; then
+  cargo bench --bench layer --features axum --no-run >&2
+  bin=$(cargo bench --bench layer --features axum --no-run --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*deps\/layer-[^"]*\)".*/\1/p' | tail -n 1)
+  [ -x "$bin" ] || { echo "could not build the layer bench" >&2; exit 1; }
+  declare -A per
+  for c in bare tower_governor tower_governor_headers limit_layer; do
+    small=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:2048")
+    large=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:10240")
+    per[$c]=$(( (large - small) / 8192 ))
+    echo "counted $c" >&2
+  done
+  echo "| contender | instructions per request | added over bare | ÷ tower_governor's added |"
+  echo "|---|---:|---:|---:|"
+  base=$(( per[tower_governor] - per[bare] ))
+  for c in bare tower_governor tower_governor_headers limit_layer; do
+    added=$(( per[$c] - per[bare] ))
+    echo "| $c | ${per[$c]} | $added | $(awk -v a="$added" -v b="$base" 'BEGIN {printf "%.2f", a / b}') |"
+  done
+  exit 0
+fi
+
 cargo bench --bench memory --no-run >&2
 bin=$(cargo bench --bench memory --no-run --message-format=json 2>/dev/null \
-  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  | sed -n 's/.*"executable":"\([^"]*deps\/memory-[^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "could not build the memory bench" >&2; exit 1; }
 
 # "<instructions> <D1 misses> <last-level misses>" of one probe run.
