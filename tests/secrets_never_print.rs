@@ -71,3 +71,20 @@ async fn builders_and_their_errors_show_neither() {
     assert_clean("a limits error", &err.to_string());
     every_format("a limits error", &err);
 }
+
+/// A memory store shows its fill, not what it holds: no stored value, and
+/// no hash state (the random key its keys are held under).
+#[tokio::test]
+async fn a_memory_store_shows_its_fill_not_its_entries() {
+    use limit_store::{update_with, Entry, MemoryStore, Write};
+    let store = MemoryStore::new();
+    update_with(&store, &["k"], |_, now| {
+        let entry = Entry { value: serde_json::json!(PASSWORD), expires_at: now + 60_000 };
+        (vec![Write::Put(entry)], ())
+    })
+    .await
+    .unwrap();
+    every_format("MemoryStore", &store);
+    let shown = format!("{store:?}");
+    assert!(shown.contains("len: 1") && !shown.contains("sip"), "{shown}");
+}

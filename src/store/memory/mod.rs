@@ -51,12 +51,18 @@ const SHARDS: usize = 64;
 ///
 /// `shared()` is false: on several instances, every budget is multiplied by
 /// their number (say so with `single_instance` when you run one).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+/// Shows the fill, never the entries or the random key they are held under.
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").field("len", &self.len()).field("max_entries", &self.max_entries()).finish()
+    }
+}
+
 struct Inner {
     shards: Box<[CachePadded<Mutex<Table>>]>,
     /// The random SipHash key that keys are held under.
@@ -248,10 +254,17 @@ impl MemoryStore {
 /// The fixed start of keys (a limit's `{limit}:{part}:`), hashed once, so
 /// that a count hashes only the rest of its key: the same 128-bit hash as
 /// the whole key's, since SipHash reads its input as one stream of bytes.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct KeyStart {
     sip: SipHasher13,
     len: usize,
+}
+
+/// Shows the length, never the hash state (it holds the store's key).
+impl std::fmt::Debug for KeyStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyStart").field("len", &self.len).finish_non_exhaustive()
+    }
 }
 
 impl KeyStart {
