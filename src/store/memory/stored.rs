@@ -143,6 +143,39 @@ mod tests {
         }
     }
 
+    /// Any JSON value: numbers of every kind, strings with anything in them.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Every value is kept as it was given, and lent and put back as it was.
+        #[test]
+        fn every_value_comes_back(value in any_value()) {
+            let mut stored = Stored::new(value.clone());
+            proptest::prop_assert_eq!(stored.value(), value.clone());
+            let lent = stored.lend();
+            proptest::prop_assert_eq!(&lent, &value);
+            stored.put_back(lent);
+            proptest::prop_assert_eq!(stored.value(), value);
+        }
+    }
+
     #[test]
     fn small_objects_stay_inline_and_the_slot_stays_small() {
         assert!(matches!(Stored::new(json!({"n": 3})), Stored::Short { len: 7, .. }));
