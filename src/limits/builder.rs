@@ -205,7 +205,7 @@ impl LimitsBuilder {
             );
         }
         let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l, self.deadline, self.max_in_flight)));
-        let counted: hashbrown::HashMap<String, Counted> = limits
+        let counted: Vec<(String, Counted)> = limits
             .into_iter()
             .map(|limit| {
                 let backend = match &legacy {

@@ -8,6 +8,7 @@ use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
 
 use super::algorithm;
+use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
@@ -17,8 +18,7 @@ use super::limit::Limit;
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
-    /// By name; foldhash, since the names are the app's own, not a client's.
-    limits: Arc<hashbrown::HashMap<String, Counted>>,
+    limits: Arc<ByName<Counted>>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -29,8 +29,8 @@ impl std::fmt::Debug for Limits {
 
 impl Limits {
     /// The limits ready to count, by name, as the builder put them together.
-    pub(super) fn new(limits: hashbrown::HashMap<String, Counted>) -> Self {
-        Limits { limits: Arc::new(limits) }
+    pub(super) fn new(limits: Vec<(String, Counted)>) -> Self {
+        Limits { limits: Arc::new(ByName::new(limits)) }
     }
 
     /// Counts one attempt on limit `name` for the given parts, as
@@ -148,7 +148,7 @@ impl Limits {
 
     /// The names of the limits, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.limits.keys().cloned().collect();
+        let mut names: Vec<String> = self.limits.names().map(str::to_owned).collect();
         names.sort();
         names
     }

@@ -23,6 +23,7 @@
 
 pub mod algorithm;
 mod builder;
+mod by_name;
 mod counted;
 mod decision;
 mod error;
