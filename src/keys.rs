@@ -57,6 +57,7 @@ impl Secret {
 
 /// `hash` in lowercase hex, appended to `out`: how stores name a key hash in
 /// keys and in errors.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) fn push_hex(out: &mut String, hash: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for byte in hash {
@@ -66,6 +67,7 @@ pub(crate) fn push_hex(out: &mut String, hash: &[u8]) {
 }
 
 /// `hash` in lowercase hex.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) fn hex(hash: &[u8]) -> String {
     let mut out = String::with_capacity(hash.len() * 2);
     push_hex(&mut out, hash);

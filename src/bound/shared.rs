@@ -34,6 +34,7 @@ pub(crate) struct SharedBound {
     near_full_ms: i64,
     refreshed_ms: AtomicI64,
     refreshing: AtomicBool,
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     made_room_ms: AtomicI64,
     started: Instant,
     /// Sweeps run since the store was made, and entries they removed.
@@ -62,6 +63,7 @@ impl SharedBound {
     /// Refreshes every `every` whatever the fill, and every `near_full` at
     /// or above 80%: for a store whose exact count costs more than an index
     /// scan.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn refreshing_every(mut self, every: std::time::Duration, near_full: std::time::Duration) -> Self {
         self.every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX);
         self.near_full_ms = i64::try_from(near_full.as_millis()).unwrap_or(i64::MAX);
@@ -133,6 +135,7 @@ impl SharedBound {
 
     /// A full store: removes expired entries with `sweep` (which refreshes the
     /// count) at most once a second; true if there is room now.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) async fn make_room<F, Fut>(&self, sweep: F) -> bool
     where
         F: FnOnce() -> Fut,

@@ -11,6 +11,7 @@ use super::row::{KeyHash, Stored};
 /// A connection given back after a call that ended cleanly: at once for the
 /// store's own pool (`conns.rs`); sqlx's pool (SQLite's chores) tests it on
 /// the way back whatever this says.
+#[cfg(feature = "sqlite")]
 pub(super) trait Release {
     /// Gives the connection back.
     fn release(self);

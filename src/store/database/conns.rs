@@ -46,6 +46,7 @@ pub(super) const CHECK_AFTER: Duration = Duration::from_millis(500);
 pub(super) type Init<C> = for<'c> fn(&'c mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>>;
 
 /// An [`Init`] that sets nothing up.
+#[cfg(feature = "postgres")]
 pub(super) fn no_init<C>(_: &mut C) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
     Box::pin(async { Ok(()) })
 }

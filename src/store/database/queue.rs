@@ -39,7 +39,7 @@ pub(super) enum Joined<T> {
     Run(T),
     /// The count waits, behind this many others; whoever holds the queue
     /// busy will run it.
-    Waiting(usize),
+    Waiting(#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] usize),
 }
 
 impl<T> Queue<T> {
