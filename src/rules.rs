@@ -99,13 +99,10 @@ pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
 /// The returned writes are normalized: a `Put` of an entry already expired at
 /// `now` comes back as `Delete`.
 pub fn run_apply(apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) -> Result<Vec<Write>, StoreError> {
-    let mut writes = catch_unwind(AssertUnwindSafe(|| apply(current, now)))
-        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) })?;
+    let mut writes = caught(|| apply(current, now))?;
     check_writes(&writes, current.len())?;
     for write in &mut writes {
-        if matches!(write, Write::Put(entry) if entry.expires_at <= now) {
-            *write = Write::Delete;
-        }
+        expired_is_delete(write, now);
     }
     Ok(writes)
 }
@@ -118,13 +115,23 @@ pub(crate) fn run_step<T>(
     current: Option<&Entry>,
     now: Millis,
 ) -> Result<(Write, T), StoreError> {
-    let (mut write, answer) = catch_unwind(AssertUnwindSafe(|| step(current, now)))
-        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) })?;
+    let (mut write, answer) = caught(|| step(current, now))?;
     check_writes(std::slice::from_ref(&write), 1)?;
-    if matches!(&write, Write::Put(entry) if entry.expires_at <= now) {
-        write = Write::Delete;
-    }
+    expired_is_delete(&mut write, now);
     Ok((write, answer))
+}
+
+/// What `run` returns, or the refusal of its panic.
+fn caught<R>(run: impl FnOnce() -> R) -> Result<R, StoreError> {
+    catch_unwind(AssertUnwindSafe(run))
+        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) }.into())
+}
+
+/// A `Put` of an entry already expired at `now` is a `Delete`.
+fn expired_is_delete(write: &mut Write, now: Millis) {
+    if matches!(write, Write::Put(entry) if entry.expires_at <= now) {
+        *write = Write::Delete;
+    }
 }
 
 /// True when `entry` is live at `now` on the store's clock.
