@@ -3,6 +3,7 @@
 //! future), its answers by policy when the store is unavailable, and the
 //! tallies of each answer.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use super::error::LimitError;
 use super::key::CallKeys;
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
-use super::normalize::KeyRules;
+use super::normalize::{KeyRules, NotAnIp};
 use super::tally::Tally;
 
 /// `kind` of the warning that a limit answered by its policy because its
@@ -68,18 +69,19 @@ pub(super) enum Need {
 
 impl Counted {
     pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules) -> Self {
+        let stems: Box<[String]> = limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect();
         Counted {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
-            stems: limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
             memory: match &backend {
-                Backend::Store(store) => store.underlying().and_then(|s| s.downcast_ref::<MemoryStore>()).map(|m| {
-                    let starts = limit.parts.iter().map(|p| m.key_start(&format!("{}:{}:", limit.name, p.name)));
-                    (m.clone(), starts.collect())
-                }),
+                Backend::Store(store) => store
+                    .underlying()
+                    .and_then(|s| s.downcast_ref::<MemoryStore>())
+                    .map(|m| (m.clone(), stems.iter().map(|stem| m.key_start(&format!("{stem}:"))).collect())),
                 Backend::Legacy(_) => None,
             },
+            stems,
             limit,
             backend,
             allowed: Tally::default(),
@@ -134,18 +136,9 @@ impl Counted {
     /// that failed, which wrote nothing: the guarded call answers and logs it.
     fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
         let (memory, starts) = self.memory.as_ref()?;
-        let ([(name, value)], [part], [algorithm], [start]) =
-            (given, &self.limit.parts[..], &*self.algorithms, &**starts)
-        else {
-            return None;
-        };
-        if *name != part.name {
-            return None;
-        }
-        let value = match self.rules.apply(part.normalize, value) {
-            Ok(value) => value,
-            Err(_) => return Some(Err(self.bad_value(part))),
-        };
+        let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
+        let (part, value) = self.only_value(given)?;
+        let Ok(value) = value else { return Some(Err(self.bad_value(part))) };
         if start.len() + value.len() > MAX_KEY_BYTES {
             return None; // the key names a hash of the value instead (see `CallKeys`)
         }
@@ -169,15 +162,13 @@ impl Counted {
     /// part's index, in the limit's order of parts.
     pub(super) fn keys(&self, given: &[(&str, &str)], need: Need, keys: &mut CallKeys) -> Result<(), LimitError> {
         let limit = &self.limit;
-        if let ([(name, value)], [part]) = (given, &limit.parts[..]) {
-            if *name == part.name {
-                // One part given for a limit of one, the usual call: no lists.
-                let value = self.rules.apply(part.normalize, value).map_err(|_| self.bad_value(part))?;
-                if need == Need::All || part.resets {
-                    keys.push(0, &self.stems[0], &value);
-                }
-                return Ok(());
+        if let Some((part, value)) = self.only_value(given) {
+            // One part given for a limit of one, the usual call: no lists.
+            let value = value.map_err(|_| self.bad_value(part))?;
+            if need == Need::All || part.resets {
+                keys.push(0, &self.stems[0], &value);
             }
+            return Ok(());
         }
         let mut values: SmallVec<[Option<&str>; 4]> = smallvec::smallvec![None; limit.parts.len()];
         for &(part, value) in given {
@@ -212,6 +203,13 @@ impl Counted {
             }
         }
         Ok(())
+    }
+
+    /// For a limit of one part given just that part: the part, and its
+    /// value normalized (or refused). `None` for any other call.
+    fn only_value<'v>(&self, given: &[(&str, &'v str)]) -> Option<(&Part, Result<Cow<'v, str>, NotAnIp>)> {
+        let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
+        (*name == part.name).then(|| (part, self.rules.apply(part.normalize, value)))
     }
 
     /// A value its part's normalization refused (only IPs can be refused).
