@@ -140,6 +140,29 @@ async fn allowed_then_limited(store: Arc<dyn LimitStore>) {
     assert_eq!(get_from(&app, "192.0.2.1", &[("x-api-key", "k2")]).await.status(), StatusCode::OK);
 }
 
+#[tokio::test]
+async fn an_address_counted_by_the_layer_is_the_one_a_handler_counts() {
+    for store in [Arc::new(MemoryStore::new()) as Arc<dyn LimitStore>, Arc::new(Later(MemoryStore::new()))] {
+        // `ip` normalized as an address; `client` counted as the text it is given.
+        let limits = limits_on(store, &[("per-ip", "ip", 3), ("exact", "client", 3)]);
+        let app = router()
+            .layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap())
+            .layer(LimitLayer::new(limits.clone(), "exact", "client", PeerIp::new()).unwrap());
+        for (peer, given, written) in [
+            ("192.0.2.7", "192.0.2.7", "192.0.2.7"),
+            ("::ffff:198.51.100.9", " 198.51.100.9 ", "198.51.100.9"),
+            ("2001:db8:1:2:aaaa::1", "2001:DB8:1:2:ffff::9", "2001:db8:1:2::"),
+        ] {
+            assert_eq!(get_from(&app, peer, &[]).await.status(), StatusCode::OK);
+            // The layer's count and a handler's share one budget.
+            let per_ip = limits.attempt("per-ip", &[("ip", given)]).await.unwrap();
+            assert_eq!(per_ip.remaining, 1, "{peer} as {given}");
+            let exact = limits.attempt("exact", &[("client", written)]).await.unwrap();
+            assert_eq!(exact.remaining, 1, "{peer} as {written}");
+        }
+    }
+}
+
 /// Answers every call unavailable.
 struct Down;
 

@@ -1,10 +1,8 @@
 //! Key extractors: where a layer finds the value it counts a request by (the
 //! client's address, an API key, anything in the request's head).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use arrayvec::ArrayString;
 
 use axum::extract::ConnectInfo;
 use axum::http::header::HeaderName;
@@ -106,32 +104,10 @@ pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
     found
 }
 
-/// An address as the layer counts it: text of its client network, which an
-/// `ip` part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
+/// An address as the layer counts it: its client network, which an `ip`
+/// part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
 pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> Key {
-    match client_network(ip, ipv6_prefix) {
-        IpAddr::V4(v4) => Key::new(&ipv4_text(v4)),
-        v6 => Key::write(|out| write!(out, "{v6}")),
-    }
-}
-
-/// `ip` as `Display` writes it, without the formatter: formatting
-/// addresses was a large share of a counted request's cost.
-fn ipv4_text(ip: Ipv4Addr) -> ArrayString<15> {
-    let mut text = ArrayString::new();
-    for (i, octet) in ip.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push('.');
-        }
-        if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
-        }
-        text.push(char::from(b'0' + octet % 10));
-    }
-    text
+    Key::address(client_network(ip, ipv6_prefix))
 }
 
 /// The value of a request header, as an API key: `HeaderKey::new("x-api-key")`.
@@ -168,14 +144,6 @@ impl KeyExtractor for HeaderKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_are_written_as_display_writes_them() {
-        for ip in ["0.0.0.0", "9.10.99.100", "192.0.2.7", "255.255.255.255", "10.200.0.1"] {
-            let ip: Ipv4Addr = ip.parse().unwrap();
-            assert_eq!(ipv4_text(ip).as_str(), ip.to_string());
-        }
-    }
 
     #[test]
     fn keys_are_the_extracted_text() {

@@ -1,19 +1,27 @@
-//! `Key`: the value a request is counted by, held inline when it is short
-//! (an address), so that counting a request by its address needs no heap.
+//! `Key`: the value a request is counted by, held inline when it is short,
+//! and as the address itself when it is the client's, so that counting a
+//! request by its address needs no heap and no text to parse.
 
 use std::fmt;
+use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use arrayvec::ArrayString;
 
+use crate::limits::normalize::{AddressText, KeyRules, Normalize};
+
 /// The value a request is counted by, as a [`KeyExtractor`](super::KeyExtractor)
-/// finds it: inline up to 48 bytes (any address's text), else on the heap.
-#[derive(Clone, PartialEq, Eq)]
+/// finds it: inline up to 48 bytes, else on the heap; a client's address
+/// (from [`PeerIp`](super::PeerIp) or [`ClientIp`](super::ClientIp)) as the
+/// address, its text written only if asked for.
+#[derive(Clone)]
 pub struct Key(Repr);
 
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 enum Repr {
     Inline(ArrayString<48>),
     Heap(String),
+    Address { ip: IpAddr, text: OnceLock<AddressText> },
 }
 
 impl Key {
@@ -33,14 +41,37 @@ impl Key {
         Key(Repr::Heap(heap))
     }
 
+    /// The client address `ip` (its network, as the extractor counts it).
+    pub(crate) fn address(ip: IpAddr) -> Self {
+        Key(Repr::Address { ip, text: OnceLock::new() })
+    }
+
+    /// The address, for a key that is one.
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
+        match &self.0 {
+            Repr::Address { ip, .. } => Some(*ip),
+            _ => None,
+        }
+    }
+
     /// The key's text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Inline(s) => s,
             Repr::Heap(s) => s,
+            Repr::Address { ip, text } => text.get_or_init(|| KeyRules::default().address(Normalize::Exact, *ip)),
         }
     }
 }
+
+/// Keys are equal when their texts are.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
 
 impl From<String> for Key {
     fn from(text: String) -> Self {

@@ -117,7 +117,7 @@ where
         let key = layer.extractor.key(&head);
         let request = Request::from_parts(head, body);
         let counted = match key {
-            Some(key) => match layer.limits.attempt_at_once(&layer.limit, &[(&layer.part, key.as_str())]) {
+            Some(key) => match layer.count_now(&key) {
                 Some(counted) => Some(counted),
                 // The store answers through a future: count in a boxed one.
                 None => return LimitFuture { state: State::Boxed { future: self.count_later(key, request) } },
@@ -167,6 +167,15 @@ enum Answer {
 }
 
 impl<K> LimitLayer<K> {
+    /// `key` counted on a store that answers at once; `None` when it answers
+    /// only through a future (nothing is counted then).
+    fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
+        match key.ip() {
+            Some(ip) => self.limits.attempt_address_at_once(&self.limit, &self.part, ip),
+            None => self.limits.attempt_at_once(&self.limit, &[(&self.part, key.as_str())]),
+        }
+    }
+
     /// What to do with a request the limit `counted` (`None`: it has no key).
     fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
         let limit = self.limit.as_str();

@@ -4,6 +4,8 @@
 //! tallies of each answer.
 
 use std::borrow::Cow;
+#[cfg(feature = "axum")]
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,19 +132,46 @@ impl Counted {
         Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
     }
 
+    /// [`attempt_now`](Self::attempt_now) of one part given as the client
+    /// address `ip`: on the memory store, its text as the part normalizes it
+    /// is written from the address, not parsed; elsewhere, the address's text
+    /// goes the usual way (the same text: see `KeyRules::address`).
+    #[cfg(feature = "axum")]
+    pub(super) fn attempt_address_now(&self, part: &str, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
+        let Backend::Store(store) = &self.backend else { return None };
+        if let (Some(_), [only]) = (&self.memory, &self.limit.parts[..]) {
+            if only.name == part && store.answers_at_once() {
+                if let Some(answered) = self.count_in_memory(&self.rules.address(only.normalize, ip)) {
+                    return Some(answered);
+                }
+            }
+        }
+        let text = self.rules.address(super::normalize::Normalize::Exact, ip);
+        self.attempt_now(&[(part, &text)])
+    }
+
     /// The usual attempt on the memory store (one part, one value), counted
-    /// with no key text: the store hashes the value after the part's
-    /// prehashed `{limit}:{part}:`. `None` for any other call, and for one
-    /// that failed, which wrote nothing: the guarded call answers and logs it.
+    /// with no key text: see [`count_in_memory`](Self::count_in_memory).
+    /// `None` for any other call, and for one that failed.
     fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        let (memory, starts) = self.memory.as_ref()?;
-        let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
+        self.memory.as_ref()?;
         let (part, value) = self.only_value(given)?;
         let Ok(value) = value else { return Some(Err(self.bad_value(part))) };
+        self.count_in_memory(&value)
+    }
+
+    /// `value`, normalized, counted on a one-part limit's memory store with
+    /// no key text: the store hashes it after the part's prehashed
+    /// `{limit}:{part}:`. `None` when this limit has no such path, and for a
+    /// count that failed, which wrote nothing: the guarded call answers and
+    /// logs it.
+    fn count_in_memory(&self, value: &str) -> Option<Result<Decision, LimitError>> {
+        let (memory, starts) = self.memory.as_ref()?;
+        let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
         if start.len() + value.len() > MAX_KEY_BYTES {
             return None; // the key names a hash of the value instead (see `CallKeys`)
         }
-        let counted = memory.count_one_after(start, &value, |entry, now| {
+        let counted = memory.count_one_after(start, value, |entry, now| {
             let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
             (write, (verdict, now))
         });

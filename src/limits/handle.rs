@@ -89,6 +89,26 @@ impl Limits {
         }
     }
 
+    /// [`attempt_at_once`](Self::attempt_at_once) of one part, `part`,
+    /// given as the client address `ip` (its network, as the layer's
+    /// extractor counts it): counted as its text would be, with no text to
+    /// parse on the memory store.
+    #[cfg(feature = "axum")]
+    pub(crate) fn attempt_address_at_once(
+        &self,
+        name: &str,
+        part: &str,
+        ip: std::net::IpAddr,
+    ) -> Option<Result<Decision, LimitError>> {
+        if let Err(e) = refuse_in_transaction() {
+            return Some(Err(e.into()));
+        }
+        match self.get(name) {
+            Ok(counted) => counted.attempt_address_now(part, ip),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// Clears limit `name`'s counts for the given parts: call it on a success
     /// (the right password, the right code). Parts marked
     /// [`kept_on_reset`](super::limit::Part::kept_on_reset) keep counting and may be omitted.
