@@ -106,20 +106,28 @@ fn push(text: &mut AddressText, what: impl std::fmt::Display) {
 }
 
 /// Appends `ip` as `Display` writes it, without the formatter: formatting
-/// addresses was a large share of a counted request's cost.
+/// addresses was a large share of a counted request's cost. The digits go
+/// to a byte buffer first (a `char` pushed at a time cost twice as much).
 pub(crate) fn push_ipv4(text: &mut AddressText, ip: Ipv4Addr) {
-    for (i, octet) in ip.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push('.');
+    let mut out = [b'.'; 15];
+    let mut n = 0;
+    for octet in ip.octets() {
+        if n > 0 {
+            n += 1; // the '.' already there
         }
         if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
+            out[n] = b'0' + octet / 100;
+            n += 1;
         }
         if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
+            out[n] = b'0' + octet / 10 % 10;
+            n += 1;
         }
-        text.push(char::from(b'0' + octet % 10));
+        out[n] = b'0' + octet % 10;
+        n += 1;
     }
+    // Digits and dots only: always text, and at most 15 bytes.
+    text.push_str(std::str::from_utf8(&out[..n]).unwrap_or_default());
 }
 
 /// The address `ip` counts as: an IPv4-mapped IPv6 address as its IPv4
