@@ -119,3 +119,35 @@ async fn three_new_stores_on_the_same_keys_stay_exact() {
     assert!(paths.iter().any(|p| p.one_statement > 0), "{paths:?}");
     drop_table(&url, &table).await;
 }
+
+/// A new store under load, counting rows another instance wrote: the
+/// counts that find no place for a guess alone read their rows in shared
+/// statements, then write each only if unchanged, and every count lands
+/// once, its row's old count plus one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_never_seen_are_read_together_under_load_and_stay_exact() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = fresh_table(&url, "together").await;
+    let before = store(&url, &table).await;
+    for i in 0..64 {
+        add_one(&before, &format!("k{i}")).await;
+    }
+    drop(before);
+    let db = Arc::new(store(&url, &table).await);
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let db = db.clone();
+            tokio::spawn(async move { add_one(&db, &format!("k{i}")).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for i in 0..64 {
+        assert_eq!(value(&db, &format!("k{i}")).await, Some(2), "k{i}");
+    }
+    let paths = db.count_paths();
+    assert!(paths.read_together > 1, "{paths:?}");
+    assert_eq!(paths.one_statement, 0, "every row was there, so no guess held: {paths:?}");
+    drop_table(&url, &table).await;
+}

@@ -51,6 +51,7 @@ impl Tally {
             read_then_write: self.read_then_write.load(Ordering::Relaxed),
             locked: self.locked.load(Ordering::Relaxed),
             batched: 0,
+            read_together: 0,
         }
     }
 }

@@ -160,7 +160,8 @@ impl DatabaseStore {
     /// one statement, a read then a write, or the locked transaction.
     pub fn count_paths(&self) -> CountPaths {
         let batched = on_backend!(&self.shared.db, b => b.batched());
-        CountPaths { batched, ..self.shared.tally.paths() }
+        let read_together = on_backend!(&self.shared.db, b => b.read_together());
+        CountPaths { batched, read_together, ..self.shared.tally.paths() }
     }
 }
 
@@ -179,6 +180,10 @@ pub struct CountPaths {
     /// transaction (SQLite) or one statement (PostgreSQL). Each is still
     /// counted under one of the paths above.
     pub batched: u64,
+    /// One-key counts of a row this store had not seen that read it in one
+    /// statement with others' (PostgreSQL, under load); each then wrote
+    /// under one of the paths above.
+    pub read_together: u64,
 }
 
 /// Runs one store call for at most [`CALL_LIMIT`]; past it the call is

@@ -16,6 +16,7 @@
 //! plans cost more to make than to run.
 
 mod guess;
+mod reader;
 mod replace;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
 use self::guess::Guesses;
+use self::reader::Reader;
 use self::replace::Replacer;
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
@@ -54,6 +56,7 @@ pub(super) struct Postgres {
     delete_if: String,
     guess: Guesses,
     replacer: Arc<Replacer>,
+    reader: Arc<Reader>,
     seen: Seen<Stored>,
     clock: ServerClock,
 }
@@ -81,6 +84,10 @@ impl Postgres {
             .await
             .map_err(|e| db_error("connect to PostgreSQL", e))?;
         let t = &table;
+        let read = format!(
+            "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+             FROM (SELECT 1) AS one LEFT JOIN {t} AS t ON t.key_hash = ANY($1::bytea[])"
+        );
         Ok(Postgres {
             url_hint: crate::secret::redact(url),
             lock: format!(
@@ -96,10 +103,7 @@ impl Postgres {
                  del AS (DELETE FROM {t} WHERE key_hash = ANY($5::bytea[]) RETURNING 1) \
                  SELECT (SELECT count(*) FROM up) + (SELECT count(*) FROM del)"
             ),
-            read: format!(
-                "SELECT {NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
-                 FROM (SELECT 1) AS one LEFT JOIN {t} AS t ON t.key_hash = ANY($1::bytea[])"
-            ),
+            read: read.clone(),
             sweep: format!(
                 "DELETE FROM {t} WHERE key_hash IN \
                    (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH} FOR UPDATE SKIP LOCKED) \
@@ -118,6 +122,7 @@ impl Postgres {
             ),
             guess: Guesses::new(t),
             replacer: Replacer::new(pool.clone(), t),
+            reader: Reader::new(pool.clone(), read),
             pool,
             seen: Seen::new(remember),
             clock: ServerClock::new(),
@@ -208,6 +213,10 @@ impl Postgres {
 
     pub(super) fn batched(&self) -> u64 {
         self.replacer.batched()
+    }
+
+    pub(super) fn read_together(&self) -> u64 {
+        self.reader.together()
     }
 
     fn sweep_sql(&self) -> String {

@@ -145,6 +145,11 @@ impl Sqlite {
         self.writer.batched()
     }
 
+    /// SQLite reads inside each count's own transaction.
+    pub(super) fn read_together(&self) -> u64 {
+        0
+    }
+
     fn sweep_sql(&self) -> String {
         let t = &self.table;
         format!(

@@ -97,13 +97,31 @@ impl Postgres {
             Guess::Done => return Ok(Tried::OneStatement),
             Guess::Missed { row, now } => (row, now),
             Guess::NotTried => {
-                // No clock estimate: the read and the write on one connection.
-                let mut conn = self.pool.acquire().await?;
-                let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
-                let row = rows.into_iter().next().flatten();
-                let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
-                conn.release();
-                return Ok(if done { Tried::ReadThenWrite } else { Tried::Changed });
+                // No clock estimate, or no place for a guess alone: read,
+                // with the others reading at the same time (see `reader.rs`).
+                let (row, now) = match self.reader.read(*hash).await {
+                    Some((row, now)) => {
+                        self.clock.reading(now);
+                        (row, now)
+                    }
+                    // The read failed: alone then, to meet the error there.
+                    None => {
+                        let mut conn = self.pool.acquire().await?;
+                        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+                        conn.release();
+                        (rows.into_iter().next().flatten(), now)
+                    }
+                };
+                if row.is_none() {
+                    // A new row is inserted alone, never in a batch (see `guess`).
+                    let mut conn = self.pool.acquire().await?;
+                    let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
+                    conn.release();
+                    return Ok(if done { Tried::ReadThenWrite } else { Tried::Changed });
+                }
+                // A row that is there is replaced as a missed guess's is:
+                // with the others waiting when the server is busy.
+                (row, now)
             }
         };
         let write = decide_one(decide, &row, now).map_err(Failure::Store)?;
