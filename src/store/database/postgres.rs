@@ -18,6 +18,7 @@
 mod guess;
 mod reader;
 mod replace;
+mod rows_there;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,7 @@ use crate::{Millis, StoreError};
 use self::guess::Guesses;
 use self::reader::Reader;
 use self::replace::Replacer;
+use self::rows_there::RowsThere;
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 
@@ -57,6 +59,7 @@ pub(super) struct Postgres {
     guess: Guesses,
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
+    rows_there: RowsThere,
     seen: Seen<Stored>,
     clock: ServerClock,
 }
@@ -123,6 +126,7 @@ impl Postgres {
             guess: Guesses::new(t),
             replacer: Replacer::new(pool.clone(), t),
             reader: Reader::new(pool.clone(), read),
+            rows_there: RowsThere::default(),
             pool,
             seen: Seen::new(remember),
             clock: ServerClock::new(),

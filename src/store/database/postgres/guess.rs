@@ -112,6 +112,7 @@ impl Postgres {
                         (rows.into_iter().next().flatten(), now)
                     }
                 };
+                self.rows_there.note(row.is_some());
                 if row.is_none() {
                     // A new row is inserted alone, never in a batch (see `guess`).
                     let mut conn = self.pool.acquire().await?;
@@ -186,6 +187,7 @@ impl Postgres {
         let after = row_after(&seen, &write, generation);
         // A place among the guesses out alone, held until the statement answers.
         let mut alone = None;
+        let mut inserting = false;
         let g = &self.guess;
         let query = match (seen, write) {
             (Some(old), RowWrite::Put { value, expires_at }) => {
@@ -205,6 +207,9 @@ impl Postgres {
                     .bind(est)
             }
             (None, RowWrite::Put { value, expires_at }) => {
+                if self.rows_there.likely() {
+                    return Ok(Guess::NotTried); // read first: see `rows_there.rs`
+                }
                 alone = self.replacer.alone();
                 if alone.is_none() {
                     // Under load a first count takes the locked path: an
@@ -213,6 +218,7 @@ impl Postgres {
                     // as statement timeouts in the contract's multi-key cases).
                     return Ok(Guess::NotTried);
                 }
+                inserting = true;
                 sqlx::query(&g.insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(est)
             }
             (Some(old), RowWrite::Delete) => sqlx::query(&g.delete)
@@ -241,6 +247,9 @@ impl Postgres {
             let row = match_rows(&found, std::slice::from_ref(hash))?.into_iter().next().flatten();
             Replaced::Missed { row, now }
         };
+        if inserting {
+            self.rows_there.note(matches!(replaced, Replaced::Missed { row: Some(_), .. }));
+        }
         Ok(self.answered(hash, after, replaced))
     }
 

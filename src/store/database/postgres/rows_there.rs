@@ -1,0 +1,58 @@
+//! Whether the keys this store has not seen tend to have rows already.
+//!
+//! After a deploy or a restart, or beside other instances, most do: a guess
+//! that the row is missing then costs a statement that reads it, and the
+//! count's write a second. On brand-new keys most don't, and the guess is the
+//! one statement the count needs. So a store guesses while guesses hold, and
+//! while rows tend to be there it reads first instead, in a read shared with
+//! the other counts reading at the same time (see `reader.rs`). Either way
+//! the count stays exact: only the statements it takes differ.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// How far the tally leans either way: after this many keys the other way
+/// in a row, the store changes its mind.
+const LEAN: i32 = 16;
+
+/// A tally of keys not seen before: up for each that had a row, down for
+/// each that did not.
+#[derive(Debug, Default)]
+pub(super) struct RowsThere(AtomicI32);
+
+impl RowsThere {
+    /// True when keys not seen before lately had rows: read first.
+    pub(super) fn likely(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 0
+    }
+
+    /// Notes whether a key not seen before had a row.
+    pub(super) fn note(&self, there: bool) {
+        let step = |n: i32| Some(if there { (n + 1).min(LEAN) } else { (n - 1).max(-LEAN) });
+        let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, step);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leans_to_what_keys_were_lately_and_turns_back_within_the_lean() {
+        let t = RowsThere::default();
+        assert!(!t.likely(), "a new store guesses");
+        t.note(true);
+        assert!(t.likely());
+        for _ in 0..1_000 {
+            t.note(true);
+        }
+        for _ in 0..LEAN {
+            t.note(false);
+        }
+        assert!(!t.likely(), "{LEAN} new keys in a row turn it back");
+        for _ in 0..1_000 {
+            t.note(false);
+        }
+        t.note(true);
+        assert!(!t.likely());
+    }
+}
