@@ -106,6 +106,16 @@ impl Counted {
         if let Some(answered) = self.attempt_in_memory(parts) {
             return Some(answered);
         }
+        self.attempt_guarded_now(store, parts)
+    }
+
+    /// [`attempt_now`](Self::attempt_now) past the memory store's own path:
+    /// through the store's (guarded) `update_now`.
+    fn attempt_guarded_now(
+        &self,
+        store: &Arc<dyn LimitStore>,
+        parts: &[(&str, &str)],
+    ) -> Option<Result<Decision, LimitError>> {
         let mut keys = CallKeys::new();
         if let Err(e) = self.keys(parts, Need::All, &mut keys) {
             return Some(Err(e));
@@ -139,15 +149,18 @@ impl Counted {
     #[cfg(feature = "axum")]
     pub(super) fn attempt_address_now(&self, part: &str, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
         let Backend::Store(store) = &self.backend else { return None };
+        if !store.answers_at_once() {
+            return None;
+        }
         if let (Some(_), [only]) = (&self.memory, &self.limit.parts[..]) {
-            if only.name == part && store.answers_at_once() {
+            if only.name == part {
                 if let Some(answered) = self.count_in_memory(&self.rules.address(only.normalize, ip)) {
                     return Some(answered);
                 }
             }
         }
         let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_now(&[(part, &text)])
+        self.attempt_guarded_now(store, &[(part, &text)])
     }
 
     /// The usual attempt on the memory store (one part, one value), counted
