@@ -108,7 +108,7 @@ fn push(text: &mut AddressText, what: impl std::fmt::Display) {
 /// Appends `ip` as `Display` writes it, without the formatter: formatting
 /// addresses was a large share of a counted request's cost. The digits go
 /// to a byte buffer first (a `char` pushed at a time cost twice as much).
-pub(crate) fn push_ipv4(text: &mut AddressText, ip: Ipv4Addr) {
+fn push_ipv4(text: &mut AddressText, ip: Ipv4Addr) {
     let mut out = [b'.'; 15];
     let mut n = 0;
     for octet in ip.octets() {
