@@ -208,9 +208,7 @@ impl Postgres {
         conn: &mut sqlx::PgConnection,
         hashes: &[KeyHash],
     ) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let found = sqlx::query(&self.read).bind(keys).fetch_all(&mut *conn).await?;
-        let (rows, now) = (match_rows(&found, hashes)?, latest_now(&found)?);
+        let (rows, now) = select_rows(conn, &self.read, hashes).await?;
         self.clock.reading(now);
         Ok((rows, now))
     }
@@ -236,6 +234,19 @@ impl Postgres {
 }
 
 attempts!(Postgres);
+
+/// The rows of `hashes` in key order and the database's clock, by the store's
+/// read `sql` (`$1`: the keys), in one statement; for the store's own reads
+/// and the shared ones (`reader.rs`).
+async fn select_rows(
+    conn: &mut PgConnection,
+    sql: &str,
+    hashes: &[KeyHash],
+) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
+    let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
+    let found = sqlx::query(sql).bind(keys).fetch_all(&mut *conn).await?;
+    Ok((match_rows(&found, hashes)?, latest_now(&found)?))
+}
 
 /// The test server's URL, or `None` after saying the test is skipped.
 #[cfg(test)]

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use sqlx::postgres::PgConnection;
 use tokio::sync::oneshot;
 
-use super::super::chores::{latest_now, match_rows};
 use super::super::conns::Conns;
 use super::super::queue::{Holding, Joined, Queue};
 use super::super::row::{KeyHash, Stored};
@@ -94,9 +93,8 @@ impl Reader {
 
     async fn run(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.to_vec()).collect();
-        let found = sqlx::query(&self.sql).bind(keys).fetch_all(&mut *conn).await?;
+        let read = super::select_rows(&mut conn, &self.sql, hashes).await?;
         conn.release();
-        Ok((match_rows(&found, hashes)?, latest_now(&found)?))
+        Ok(read)
     }
 }
