@@ -80,13 +80,7 @@ impl Limits {
     /// counted when it answers `None`.
     #[cfg(feature = "axum")]
     pub(crate) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        if let Err(e) = refuse_in_transaction() {
-            return Some(Err(e.into()));
-        }
-        match self.get(name) {
-            Ok(counted) => counted.attempt_now(parts),
-            Err(e) => Some(Err(e)),
-        }
+        self.at_once(name, |counted| counted.attempt_now(parts))
     }
 
     /// [`attempt_at_once`](Self::attempt_at_once) of one part, `part`,
@@ -100,11 +94,21 @@ impl Limits {
         part: &str,
         ip: std::net::IpAddr,
     ) -> Option<Result<Decision, LimitError>> {
+        self.at_once(name, |counted| counted.attempt_address_now(part, ip))
+    }
+
+    /// `count` on limit `name`, past the checks every attempt makes.
+    #[cfg(feature = "axum")]
+    fn at_once(
+        &self,
+        name: &str,
+        count: impl FnOnce(&Counted) -> Option<Result<Decision, LimitError>>,
+    ) -> Option<Result<Decision, LimitError>> {
         if let Err(e) = refuse_in_transaction() {
             return Some(Err(e.into()));
         }
         match self.get(name) {
-            Ok(counted) => counted.attempt_address_now(part, ip),
+            Ok(counted) => count(counted),
             Err(e) => Some(Err(e)),
         }
     }
