@@ -343,4 +343,28 @@ mod tests {
             sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
         }
     }
+
+    /// While keys not seen before tend to have rows, a new key's count
+    /// reads first instead of guessing its row is missing (so even a missing
+    /// row takes the read and the write); a key without a row turns the
+    /// store back to guessing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn while_rows_tend_to_be_there_a_new_key_reads_first() {
+        let Some(url) = test_server() else { return };
+        let table = format!("ls_guess_first_{}", std::process::id());
+        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        let pg = Postgres::open(&url, table.clone(), 2, 100).await.unwrap();
+        let mut nows = Vec::new();
+        assert_eq!(count(&pg, &[1u8; 32], &mut nows).await, Tried::ReadThenWrite, "no clock reading yet");
+        assert_eq!(count(&pg, &[2u8; 32], &mut nows).await, Tried::OneStatement, "the guess: no row");
+        // Two keys without rows so far: three with rows lean it to reading first.
+        for _ in 0..3 {
+            pg.rows_there.note(true);
+        }
+        assert_eq!(count(&pg, &[3u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first");
+        assert_eq!(count(&pg, &[4u8; 32], &mut nows).await, Tried::OneStatement, "no row there: guessing again");
+        for t in [table.clone(), format!("{table}_migrations")] {
+            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
+        }
+    }
 }
