@@ -184,10 +184,17 @@ impl Counted {
         if start.len() + value.len() > MAX_KEY_BYTES {
             return None; // the key names a hash of the value instead (see `CallKeys`)
         }
-        let counted = memory.count_one_after(start, value, |entry, now| {
-            let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
-            (write, (verdict, now))
-        });
+        let counted = match *algorithm {
+            // A GCRA's state is one integer: counted with no JSON.
+            Algorithm::Gcra { budget, window } => memory.count_number_after(start, value, |tat, now| {
+                let (next, verdict) = super::gcra::step(tat, now, budget, window);
+                (next.map(|next| (next, next)), (verdict, now))
+            }),
+            _ => memory.count_one_after(start, value, |entry, now| {
+                let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+                (write, (verdict, now))
+            }),
+        };
         Some(self.settle(Ok(counted.ok()?)))
     }
 

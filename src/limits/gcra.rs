@@ -9,9 +9,9 @@
 
 use serde_json::Value;
 
-use crate::{Entry, Millis};
+use crate::{Entry, Millis, Write};
 
-use super::outcome::Outcome;
+use super::outcome::{Outcome, Verdict};
 
 /// Milliseconds between two refilled attempts (0 when the window is too short
 /// for the budget; such an algorithm is refused when the limit is built).
@@ -24,24 +24,46 @@ pub fn interval(budget: u64, window: Millis) -> Millis {
 
 /// One attempt on a GCRA of `budget` per `window`.
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
+    let tat = entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_i64());
+    let (next, verdict) = step(tat, now, budget, window);
+    Outcome {
+        allowed: verdict.allowed,
+        remaining: verdict.remaining,
+        reset_at: verdict.reset_at,
+        retry_after: verdict.retry_after,
+        write: next.map_or(Write::Keep, |next| Write::Put(Entry { value: Value::from(next), expires_at: next })),
+    }
+}
+
+/// [`check`] on the stored TAT itself (`None`: no live entry, or one that
+/// holds no integer): the TAT to store when the attempt is allowed (its
+/// entry expires then), and the answer of a limit of this one part. The
+/// memory store counts with it and no JSON.
+pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
     let t = interval(budget, window).max(1);
     let capacity = t.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX));
-    let tat = entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_i64()).map_or(now, |tat| tat.max(now));
+    let tat = tat.map_or(now, |tat| tat.max(now));
     let next = tat.saturating_add(t);
     if next - now > capacity {
         // The bucket is empty: allowed again once one interval has refilled.
         let allowed_at = next - capacity;
         let left = (capacity - (tat - now)) / t;
-        return Outcome::refused(u64::try_from(left).unwrap_or(0), tat, allowed_at, now);
+        let verdict = Verdict {
+            allowed: false,
+            remaining: u64::try_from(left).unwrap_or(0),
+            reset_at: tat,
+            retry_after: Some((allowed_at - now).max(1)),
+            part: 0,
+        };
+        return (None, verdict);
     }
     let left = u64::try_from((capacity - (next - now)) / t).unwrap_or(0);
-    Outcome::counted(left, next, Entry { value: Value::from(next), expires_at: next })
+    (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Write;
 
     const T0: Millis = 1_700_000_000_000;
 
@@ -102,5 +124,61 @@ mod tests {
             allowed += 1;
         }
         assert_eq!(allowed, 10);
+    }
+
+    /// What one count on both stores did.
+    type Seen = (Verdict, Option<crate::Entry>);
+
+    /// One count of `key` on `store`, by the memory store's integer path or
+    /// by the JSON one, and the entry it left.
+    fn count(store: &crate::MemoryStore, typed: bool, budget: u64, window: Millis) -> Seen {
+        use futures_util::FutureExt;
+        let start = store.key_start("api:client:");
+        let verdict = if typed {
+            store.count_number_after(&start, "k", |tat, now| {
+                let (next, verdict) = step(tat, now, budget, window);
+                (next.map(|next| (next, next)), verdict)
+            })
+        } else {
+            store.count_one_after(&start, "k", |entry, now| {
+                super::super::outcome::split_one(check(entry, now, budget, window))
+            })
+        };
+        let read = crate::LimitStore::read(store, &["api:client:k"]).now_or_never().expect("at once");
+        (verdict.expect("counted"), read.expect("read").pop().flatten())
+    }
+
+    proptest::proptest! {
+        /// The memory store's GCRA on the integer itself answers and writes
+        /// exactly as the JSON `check` does, through refills, expiry and a
+        /// key that held something else.
+        #[test]
+        fn the_integer_path_counts_as_the_json_path_does(
+            budget in 1u64..12,
+            window in 1i64..3_000,
+            steps in proptest::collection::vec((0i64..400, 0u8..8), 1..60),
+        ) {
+            use std::sync::Arc;
+            let clock = crate::clock::ManualClock::new(T0);
+            let stores = [true, false].map(|_| crate::MemoryStore::with_clock(100, Arc::new(clock.clone())));
+            for (advance, other) in steps {
+                clock.set(crate::clock::Clock::now(&clock) + advance);
+                if other == 0 {
+                    // Another writer left something that is not a TAT.
+                    for store in &stores {
+                        use futures_util::FutureExt;
+                        let other = |_: &[Option<crate::Entry>], now: Millis| {
+                            let entry = crate::Entry { value: serde_json::json!({"n": 1}), expires_at: now + 50 };
+                            (vec![Write::Put(entry)], ())
+                        };
+                        let written = crate::update_with(store, &["api:client:k"], other).now_or_never();
+                        proptest::prop_assert!(matches!(written, Some(Ok(()))));
+                    }
+                }
+                let typed = count(&stores[0], true, budget, window);
+                let json = count(&stores[1], false, budget, window);
+                proptest::prop_assert_eq!(typed, json);
+            }
+        }
     }
 }

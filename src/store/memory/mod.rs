@@ -239,16 +239,35 @@ impl MemoryStore {
         rest: &str,
         step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
     ) -> Result<T, StoreError> {
-        // The rules' refusals of the whole key, as `check_keys` gives them.
-        let len = start.len + rest.len();
-        if len == 0 {
-            return Err(Refusal::EmptyKey { index: 0 }.into());
-        }
-        if len > crate::MAX_KEY_BYTES {
-            return Err(Refusal::KeyTooLong { index: 0, len }.into());
-        }
-        self.inner.count_one(Inner::locate_after(start, rest), step)
+        self.inner.count_one(located_after(start, rest)?, step)
     }
+
+    /// [`count_one_after`](Self::count_one_after) by a `step` on the key's
+    /// value as one integer (`None`: no live entry, or one holding anything
+    /// else), which gives the integer to hold and when it expires (or nothing
+    /// to write) and an answer: no JSON is rebuilt, parsed or checked. A GCRA
+    /// counts so.
+    pub(crate) fn count_number_after<T>(
+        &self,
+        start: &KeyStart,
+        rest: &str,
+        step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+    ) -> Result<T, StoreError> {
+        self.inner.count_number(located_after(start, rest)?, step)
+    }
+}
+
+/// Where the key `start` followed by `rest` lives, or the rules' refusal of
+/// it, as `check_keys` gives it.
+fn located_after(start: &KeyStart, rest: &str) -> Result<Located, StoreError> {
+    let len = start.len + rest.len();
+    if len == 0 {
+        return Err(Refusal::EmptyKey { index: 0 }.into());
+    }
+    if len > crate::MAX_KEY_BYTES {
+        return Err(Refusal::KeyTooLong { index: 0, len }.into());
+    }
+    Ok(Inner::locate_after(start, rest))
 }
 
 /// The fixed start of keys (a limit's `{limit}:{part}:`), hashed once, so

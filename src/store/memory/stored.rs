@@ -47,6 +47,20 @@ impl Stored {
         }
     }
 
+    /// An integer, held as itself.
+    pub(super) fn number(n: i64) -> Self {
+        Stored::Plain(Value::from(n))
+    }
+
+    /// The value as one integer, when it is one: read in place, nothing
+    /// rebuilt (an integer is always held plain).
+    pub(super) fn as_i64(&self) -> Option<i64> {
+        match self {
+            Stored::Plain(value) => value.as_i64(),
+            _ => None,
+        }
+    }
+
     /// The value, rebuilt.
     pub(super) fn value(&self) -> Value {
         match self {

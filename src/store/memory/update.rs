@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
+use super::stored::Stored;
 use super::{Inner, Located, Slot, Table};
 use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply, run_step};
@@ -66,14 +67,45 @@ impl Inner {
         })
     }
 
-    /// [`try_update_one`](Self::try_update_one), and once more after making
-    /// room when the store is full.
+    /// The key at `k` counted by this crate's own `step` on its value as one
+    /// integer (`None`: no live entry, or one holding anything else). `step`
+    /// gives the integer to hold and when it expires, or nothing to write,
+    /// and an answer: no JSON at all. The caller checked the key.
+    pub(super) fn count_number<T>(
+        &self,
+        k: Located,
+        mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+    ) -> Result<T, StoreError> {
+        self.at_slot(k, &mut |slot: Option<&mut Slot>, now: Millis| {
+            let (write, answer) = step(slot.and_then(|s| s.value.as_i64()), now);
+            let write = match write {
+                Some((value, expires_at)) if expires_at > now => {
+                    SlotWrite::Put { value: Stored::number(value), expires_at }
+                }
+                // Expired as it is written: a delete, as `run_step` makes it.
+                Some(_) => SlotWrite::Delete,
+                None => SlotWrite::Keep,
+            };
+            Ok((write, answer))
+        })
+    }
+
+    /// `step` run on the entries of one key, lent from its slot.
     fn update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<T, StoreError> {
-        if let Some(answer) = self.try_update_one(k, step)? {
+        self.at_slot(k, &mut |slot: Option<&mut Slot>, now: Millis| lend_to(step, slot, now))
+    }
+
+    /// [`try_at_slot`](Self::try_at_slot), and once more after making room
+    /// when the store is full.
+    fn at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<T, StoreError>
+    where
+        S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
+    {
+        if let Some(answer) = self.try_at_slot(k, step)? {
             return Ok(answer);
         }
         if self.make_room(&[k]) {
-            if let Some(answer) = self.try_update_one(k, step)? {
+            if let Some(answer) = self.try_at_slot(k, step)? {
                 return Ok(answer);
             }
         }
@@ -155,29 +187,27 @@ impl Inner {
     }
 
     /// [`try_update`](Self::try_update) of one key, the usual count: the slot
-    /// is found once and written through the same handle, with no lists.
-    fn try_update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<Option<T>, StoreError> {
+    /// is found once, lent to `step` while its entry is live, and written
+    /// through the same handle, with no lists. `Ok(None)`: the write needed a
+    /// new entry and the store is full; nothing was written.
+    fn try_at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<Option<T>, StoreError>
+    where
+        S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
+    {
         let now = self.clock.now();
         let mut table = self.shards[k.shard].lock();
         match table.entry(k.hash, k.matches(), Slot::hash) {
             hashbrown::hash_table::Entry::Occupied(mut held) => {
                 let slot = held.get_mut();
-                let mut current = [slot.is_live(now).then(|| slot.lend())];
-                let (write, answer) = match step(&current, now) {
-                    Ok(done) => done,
-                    Err(e) => {
-                        if let Some(entry) = current[0].take() {
-                            slot.put_back(entry);
-                        }
-                        return Err(e);
+                let live = slot.is_live(now);
+                let (write, answer) = step(if live { Some(&mut *slot) } else { None }, now)?;
+                match write {
+                    SlotWrite::Put { value, expires_at } => {
+                        self.note_expiry(expires_at);
+                        slot.expires_at = expires_at;
+                        slot.value = value;
                     }
-                };
-                match (write, current[0].take()) {
-                    (Write::Put(entry), _) => {
-                        self.note_expiry(entry.expires_at);
-                        slot.put(entry);
-                    }
-                    (Write::Keep, Some(entry)) => slot.put_back(entry),
+                    SlotWrite::Keep if live => {}
                     // Deleted, or an expired entry that `step` kept (lazy expiry).
                     _ => {
                         held.remove();
@@ -188,13 +218,13 @@ impl Inner {
                 Ok(Some(answer))
             }
             hashbrown::hash_table::Entry::Vacant(absent) => {
-                let (write, answer) = step(&[None], now)?;
-                if let Write::Put(entry) = write {
+                let (write, answer) = step(None, now)?;
+                if let SlotWrite::Put { value, expires_at } = write {
                     if !self.reserve_new(1, now) {
                         return Ok(None);
                     }
-                    self.note_expiry(entry.expires_at);
-                    absent.insert(Slot::new(k.key, entry));
+                    self.note_expiry(expires_at);
+                    absent.insert(Slot { key: k.key, expires_at, value });
                 }
                 Ok(Some(answer))
             }
@@ -229,6 +259,47 @@ impl Inner {
             .iter()
             .map(|k| locks.table(k.shard).find(k.hash, k.matches()).filter(|s| s.is_live(now)).map(Slot::entry))
             .collect())
+    }
+}
+
+/// What a one-key step does to its key's slot.
+enum SlotWrite {
+    /// Leaves a live entry as it is; an expired one goes (lazy expiry).
+    Keep,
+    Delete,
+    Put {
+        value: Stored,
+        expires_at: Millis,
+    },
+}
+
+impl From<Write> for SlotWrite {
+    fn from(write: Write) -> Self {
+        match write {
+            Write::Keep => SlotWrite::Keep,
+            Write::Delete => SlotWrite::Delete,
+            Write::Put(entry) => SlotWrite::Put { value: Stored::new(entry.value), expires_at: entry.expires_at },
+        }
+    }
+}
+
+/// `step` run on the live entry of `slot` (if any), lent and not cloned: put
+/// back when `step` keeps it or fails.
+fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<&mut Slot>, now: Millis) -> Result<(SlotWrite, T), StoreError> {
+    let Some(slot) = slot else {
+        return step(&[None], now).map(|(write, answer)| (write.into(), answer));
+    };
+    let mut current = [Some(slot.lend())];
+    let done = step(&current, now);
+    let lent = current[0].take();
+    match done {
+        Ok((Write::Keep, _)) | Err(_) => {
+            if let Some(entry) = lent {
+                slot.put_back(entry);
+            }
+            done.map(|(_, answer)| (SlotWrite::Keep, answer))
+        }
+        Ok((write, answer)) => Ok((write.into(), answer)),
     }
 }
 
