@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::bound::Bound;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SteadyClock};
 use crate::error::Refusal;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError};
 
@@ -170,14 +170,14 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store bounded at 100,000 live entries, on the system clock.
+    /// A store bounded at 100,000 live entries, on the process's [`SteadyClock`].
     pub fn new() -> Self {
         Self::with_max_entries(DEFAULT_MAX_ENTRIES)
     }
 
-    /// A store bounded at `max_entries` live entries, on the system clock.
+    /// A store bounded at `max_entries` live entries, on the process's [`SteadyClock`].
     pub fn with_max_entries(max_entries: u64) -> Self {
-        Self::with_clock(max_entries, Arc::new(SystemClock))
+        Self::with_clock(max_entries, Arc::new(SteadyClock::new()))
     }
 
     /// A store bounded at `max_entries` that judges expiry by `clock` (tests use
