@@ -171,8 +171,8 @@ impl<K> LimitLayer<K> {
     /// only through a future (nothing is counted then).
     fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
         match key.ip() {
-            Some(ip) => self.limits.attempt_address_at_once(&self.limit, &self.part, ip),
-            None => self.limits.attempt_at_once(&self.limit, &[(&self.part, key.as_str())]),
+            Some(ip) => self.limits.attempt_address_at_once(self.at, ip),
+            None => self.limits.attempt_only_at_once(self.at, key.as_str()),
         }
     }
 

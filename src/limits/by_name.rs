@@ -30,10 +30,21 @@ impl<T> ByName<T> {
 
     /// The value named `name`.
     pub(super) fn get(&self, name: &str) -> Option<&T> {
+        self.position(name).map(|i| &self.entries[i].1)
+    }
+
+    /// Where the value named `name` is, for [`at`](Self::at).
+    pub(super) fn position(&self, name: &str) -> Option<usize> {
         match &self.index {
-            Some(index) => index.get(name).map(|&i| &self.entries[i].1),
-            None => self.entries.iter().find(|(n, _)| **n == *name).map(|(_, value)| value),
+            Some(index) => index.get(name).copied(),
+            None => self.entries.iter().position(|(n, _)| **n == *name),
         }
+    }
+
+    /// The value at `i`, as [`position`](Self::position) gave it.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(super) fn at(&self, i: usize) -> Option<&T> {
+        self.entries.get(i).map(|(_, value)| value)
     }
 
     /// Every value, in the order given.
@@ -59,6 +70,7 @@ mod tests {
             assert_eq!(by_name.index.is_some(), count > SCAN_UP_TO);
             for (i, name) in names.iter().enumerate() {
                 assert_eq!(by_name.get(name), Some(&i), "{name} of {count}");
+                assert_eq!(by_name.position(name).and_then(|at| by_name.at(at)), Some(&i));
             }
             assert_eq!(by_name.get("limit-"), None);
             assert_eq!(by_name.get(&format!("limit-{count}")), None);

@@ -99,10 +99,7 @@ impl Counted {
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. `None` when the store has no such path.
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        let Backend::Store(store) = &self.backend else { return None };
-        if !store.answers_at_once() {
-            return None;
-        }
+        let store = self.answering_at_once()?;
         if let Some(answered) = self.attempt_in_memory(parts) {
             return Some(answered);
         }
@@ -142,25 +139,42 @@ impl Counted {
         Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
     }
 
-    /// [`attempt_now`](Self::attempt_now) of one part given as the client
-    /// address `ip`: on the memory store, its text as the part normalizes it
-    /// is written from the address, not parsed; elsewhere, the address's text
+    /// [`attempt_now`](Self::attempt_now) of a limit of one part, given its
+    /// value (the layer's count: it checked the part when it was built).
+    #[cfg(feature = "axum")]
+    pub(super) fn attempt_only_now(&self, value: &str) -> Option<Result<Decision, LimitError>> {
+        let store = self.answering_at_once()?;
+        let [only] = &self.limit.parts[..] else { return None };
+        let Ok(normalized) = self.rules.apply(only.normalize, value) else { return Some(Err(self.bad_value(only))) };
+        if let Some(answered) = self.count_in_memory(&normalized) {
+            return Some(answered);
+        }
+        self.attempt_guarded_now(store, &[(&only.name, value)])
+    }
+
+    /// [`attempt_only_now`](Self::attempt_only_now) given the client address
+    /// `ip`: on the memory store, its text as the part normalizes it is
+    /// written from the address, not parsed; elsewhere, the address's text
     /// goes the usual way (the same text: see `KeyRules::address`).
     #[cfg(feature = "axum")]
-    pub(super) fn attempt_address_now(&self, part: &str, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
-        let Backend::Store(store) = &self.backend else { return None };
-        if !store.answers_at_once() {
-            return None;
-        }
-        if let (Some(_), [only]) = (&self.memory, &self.limit.parts[..]) {
-            if only.name == part {
-                if let Some(answered) = self.count_in_memory(&self.rules.address(only.normalize, ip)) {
-                    return Some(answered);
-                }
+    pub(super) fn attempt_address_now(&self, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
+        let store = self.answering_at_once()?;
+        let [only] = &self.limit.parts[..] else { return None };
+        if self.memory.is_some() {
+            if let Some(answered) = self.count_in_memory(&self.rules.address(only.normalize, ip)) {
+                return Some(answered);
             }
         }
         let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_guarded_now(store, &[(part, &text)])
+        self.attempt_guarded_now(store, &[(&only.name, &text)])
+    }
+
+    /// The store, when it [answers at once](LimitStore::update_now).
+    fn answering_at_once(&self) -> Option<&Arc<dyn LimitStore>> {
+        match &self.backend {
+            Backend::Store(store) if store.answers_at_once() => Some(store),
+            _ => None,
+        }
     }
 
     /// The usual attempt on the memory store (one part, one value), counted

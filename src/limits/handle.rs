@@ -15,6 +15,11 @@ use super::error::LimitError;
 use super::key::CallKeys;
 use super::limit::Limit;
 
+/// Where one limit of a [`Limits`] is, as [`Limits::position`] found it.
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LimitAt(usize);
+
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
@@ -74,43 +79,47 @@ impl Limits {
         counted.settle(answered)
     }
 
-    /// [`attempt`](Self::attempt) without a future, for a store that
+    /// Where limit `name` is, for the `*_at_once` calls: found once, not on
+    /// every count.
+    #[cfg(feature = "axum")]
+    pub(crate) fn position(&self, name: &str) -> Option<LimitAt> {
+        self.limits.position(name).map(LimitAt)
+    }
+
+    /// [`attempt`](Self::attempt) of the only part of the limit `at` with
+    /// `value`, without a future, for a store that
     /// [answers at once](crate::LimitStore::update_now) (the memory store); `None`
     /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
     /// counted when it answers `None`.
     #[cfg(feature = "axum")]
-    pub(crate) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        self.at_once(name, |counted| counted.attempt_now(parts))
+    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str) -> Option<Result<Decision, LimitError>> {
+        self.at_once(at, |counted| counted.attempt_only_now(value))
     }
 
-    /// [`attempt_at_once`](Self::attempt_at_once) of one part, `part`,
-    /// given as the client address `ip` (its network, as the layer's
-    /// extractor counts it): counted as its text would be, with no text to
-    /// parse on the memory store.
+    /// [`attempt_only_at_once`](Self::attempt_only_at_once) with the client
+    /// address `ip` (its network, as the layer's extractor counts it):
+    /// counted as its text would be, with no text to parse on the memory store.
     #[cfg(feature = "axum")]
     pub(crate) fn attempt_address_at_once(
         &self,
-        name: &str,
-        part: &str,
+        at: LimitAt,
         ip: std::net::IpAddr,
     ) -> Option<Result<Decision, LimitError>> {
-        self.at_once(name, |counted| counted.attempt_address_now(part, ip))
+        self.at_once(at, |counted| counted.attempt_address_now(ip))
     }
 
-    /// `count` on limit `name`, past the checks every attempt makes.
+    /// `count` on the limit `at`, past the checks every attempt makes.
     #[cfg(feature = "axum")]
     fn at_once(
         &self,
-        name: &str,
+        at: LimitAt,
         count: impl FnOnce(&Counted) -> Option<Result<Decision, LimitError>>,
     ) -> Option<Result<Decision, LimitError>> {
         if let Err(e) = refuse_in_transaction() {
             return Some(Err(e.into()));
         }
-        match self.get(name) {
-            Ok(counted) => count(counted),
-            Err(e) => Some(Err(e)),
-        }
+        // A position of these limits always names one: they never change.
+        count(self.limits.at(at.0)?)
     }
 
     /// Clears limit `name`'s counts for the given parts: call it on a success

@@ -45,6 +45,8 @@ pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 pub use decision::{Decision, LimitCounters};
 pub use error::LimitError;
+#[cfg(feature = "axum")]
+pub(crate) use handle::LimitAt;
 pub use handle::Limits;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};

@@ -1,7 +1,8 @@
 //! How the memory store holds a value: compactly, rebuilt as a
 //! `serde_json::Value` only when `apply` or a read needs it.
 //!
-//! A number, a bool or null is held as the `Value` itself (no heap). A string,
+//! An integer is held as an `i64`, which a GCRA reads and writes in place; any
+//! other number, a bool or null as the `Value` itself (no heap). A string,
 //! an array or an object is held as its compact JSON text: inline in the slot
 //! when it is short (`{"n":3}`, a sliding window's `[1733300000000,0]`), on the
 //! heap as one `Box<str>` when not. So a small object costs no `BTreeMap` node
@@ -17,7 +18,9 @@ const SHORT: usize = 38;
 /// One stored value.
 #[derive(Debug)]
 pub(super) enum Stored {
-    /// Null, a bool or a number, or a value holding a float.
+    /// An integer that fits an `i64`.
+    Int(i64),
+    /// Null, a bool or another number, or a value holding a float.
     Plain(Value),
     /// Compact JSON text of up to [`SHORT`] bytes.
     Short { len: u8, text: [u8; SHORT] },
@@ -28,6 +31,9 @@ pub(super) enum Stored {
 impl Stored {
     /// Holds `value` compactly.
     pub(super) fn new(value: Value) -> Self {
+        if let Some(n) = value.as_i64() {
+            return Stored::Int(n);
+        }
         match value {
             Value::Null | Value::Bool(_) | Value::Number(_) => Stored::Plain(value),
             _ if has_float(&value) => Stored::Plain(value),
@@ -49,14 +55,14 @@ impl Stored {
 
     /// An integer, held as itself.
     pub(super) fn number(n: i64) -> Self {
-        Stored::Plain(Value::from(n))
+        Stored::Int(n)
     }
 
     /// The value as one integer, when it is one: read in place, nothing
-    /// rebuilt (an integer is always held plain).
+    /// rebuilt (every integer that fits is held as one).
     pub(super) fn as_i64(&self) -> Option<i64> {
         match self {
-            Stored::Plain(value) => value.as_i64(),
+            Stored::Int(n) => Some(*n),
             _ => None,
         }
     }
@@ -64,6 +70,7 @@ impl Stored {
     /// The value, rebuilt.
     pub(super) fn value(&self) -> Value {
         match self {
+            Stored::Int(n) => Value::from(*n),
             Stored::Plain(value) => value.clone(),
             Stored::Short { len, text } => parse(&text[..usize::from(*len)]),
             Stored::Long(text) => parse(text.as_bytes()),
@@ -71,7 +78,7 @@ impl Stored {
     }
 
     /// The value for `apply`: a plain one is moved out (leaving null, no
-    /// clone), text is parsed and stays.
+    /// clone), an integer is copied and text is parsed, and both stay.
     pub(super) fn lend(&mut self) -> Value {
         match self {
             Stored::Plain(value) => std::mem::take(value),
@@ -193,6 +200,8 @@ mod tests {
     #[test]
     fn small_objects_stay_inline_and_the_slot_stays_small() {
         assert!(matches!(Stored::new(json!({"n": 3})), Stored::Short { len: 7, .. }));
+        assert!(matches!(Stored::new(json!(-7)), Stored::Int(-7)));
+        assert!(matches!(Stored::new(json!(u64::MAX)), Stored::Plain(_)));
         assert!(matches!(Stored::new(json!([1_733_300_000_000_i64, 0, 1234, 5678])), Stored::Short { .. }));
         assert!(matches!(Stored::new(json!("x".repeat(SHORT))), Stored::Long(_)));
         assert!(std::mem::size_of::<Stored>() <= 40);
