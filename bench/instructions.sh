@@ -2,26 +2,31 @@
 # Instructions per op of the memory bench's contenders, counted by cachegrind
 # rather than timed: the one figure a shared, noisy machine can't move.
 #
-#   bash bench/instructions.sh [--ops N] [contender ...]
+#   bash bench/instructions.sh [--ops N] [--runs R] [contender ...]
 #   bash bench/instructions.sh --layer     # the axum layer's bench instead
 #
 # Each contender runs twice under `valgrind --tool=cachegrind` (benches/memory/
 # probe.rs): warmed with one count per key, then N ops (default 100,000) or none;
 # the difference over N is its cost per op, with setup and warm-up cancelled.
+# Each figure is the median of R such pairs (default 3): a contender's count
+# moves by up to a fifth between processes (hash seeds: probe lengths, shard
+# spread), and one process can draw an unlucky seed.
 # Prints a markdown table with each row's instructions over governor's. With
 # --layer: benches/layer.rs's contenders, 10,240 requests less 2,048, each
 # row's instructions per request added over the bare router's, and that over
 # tower_governor's.
-# Needs valgrind (`apt-get install -y valgrind`). About 3 minutes once built.
+# Needs valgrind (`apt-get install -y valgrind`). About 8 minutes once built (3 runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ops=100000
+runs=3
 layer=0
 contenders=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ops) ops=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
     --layer) layer=1; shift ;;
     *) contenders+=("$1"); shift ;;
   esac
@@ -35,6 +40,11 @@ refs() {
     | awk '/I *refs/ {gsub(",","",$4); print $4}'
 }
 
+# The median of the numbers given.
+median() {
+  printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+
 if [ "$layer" = 1 ]; then
   cargo bench --bench layer --features axum --no-run >&2
   bin=$(cargo bench --bench layer --features axum --no-run --message-format=json 2>/dev/null \
@@ -42,10 +52,14 @@ if [ "$layer" = 1 ]; then
   [ -x "$bin" ] || { echo "could not build the layer bench" >&2; exit 1; }
   declare -A per
   for c in bare tower_governor tower_governor_headers limit_layer; do
-    small=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:2048")
-    large=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:10240")
-    per[$c]=$(( (large - small) / 8192 ))
-    echo "counted $c" >&2
+    each=()
+    for _ in $(seq "$runs"); do
+      small=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:2048")
+      large=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:10240")
+      each+=($(( (large - small) / 8192 )))
+    done
+    per[$c]=$(median "${each[@]}")
+    echo "counted $c: ${each[*]}" >&2
   done
   echo "| contender | instructions per request | added over bare | ÷ tower_governor's added |"
   echo "|---|---:|---:|---:|"
@@ -71,17 +85,23 @@ counts() {
 
 declare -A ir d1 ll
 for c in "${contenders[@]}"; do
-  read -r i0 d0 l0 < <(counts "$c" 0)
-  read -r i1 d1_ l1 < <(counts "$c" "$ops")
-  if [ -z "${i0:-}" ] || [ -z "${i1:-}" ] || [ "$i1" -le "$i0" ]; then
-    echo "the cachegrind runs of $c failed (counts: '${i0:-}' and '${i1:-}'); run it alone:" >&2
-    echo "  LIMIT_STORE_BENCH_PROBE=$c:$ops valgrind --tool=cachegrind $bin" >&2
-    exit 1
-  fi
-  ir[$c]=$(( (i1 - i0) / ops ))
-  d1[$c]=$(awk -v a="$d0" -v b="$d1_" -v n="$ops" 'BEGIN {printf "%.1f", (b - a) / n}')
-  ll[$c]=$(awk -v a="$l0" -v b="$l1" -v n="$ops" 'BEGIN {printf "%.2f", (b - a) / n}')
-  echo "counted $c" >&2
+  each=(); each_d1=(); each_ll=()
+  for _ in $(seq "$runs"); do
+    read -r i0 d0 l0 < <(counts "$c" 0)
+    read -r i1 d1_ l1 < <(counts "$c" "$ops")
+    if [ -z "${i0:-}" ] || [ -z "${i1:-}" ] || [ "$i1" -le "$i0" ]; then
+      echo "the cachegrind runs of $c failed (counts: '${i0:-}' and '${i1:-}'); run it alone:" >&2
+      echo "  LIMIT_STORE_BENCH_PROBE=$c:$ops valgrind --tool=cachegrind $bin" >&2
+      exit 1
+    fi
+    each+=($(( (i1 - i0) / ops )))
+    each_d1+=($(awk -v a="$d0" -v b="$d1_" -v n="$ops" 'BEGIN {printf "%.1f", (b - a) / n}'))
+    each_ll+=($(awk -v a="$l0" -v b="$l1" -v n="$ops" 'BEGIN {printf "%.2f", (b - a) / n}'))
+  done
+  ir[$c]=$(median "${each[@]}")
+  d1[$c]=$(median "${each_d1[@]}")
+  ll[$c]=$(median "${each_ll[@]}")
+  echo "counted $c: ${each[*]}" >&2
 done
 
 echo "| contender | instructions per op | ÷ governor's | D1 misses per op | LL misses per op |"
