@@ -9,18 +9,20 @@
 # probe.rs): warmed with one count per key, then N ops (default 100,000) or none;
 # the difference over N is its cost per op, with setup and warm-up cancelled.
 # Each figure is the median of R such pairs (default 3): a contender's count
-# moves by up to a fifth between processes (hash seeds: probe lengths, shard
-# spread), and one process can draw an unlucky seed.
+# moves between processes (hash seeds, a clock's calibration loop), and one
+# process can draw an unlucky one.
 # Prints a markdown table with each row's instructions over governor's. With
-# --layer: benches/layer.rs's contenders, 10,240 requests less 2,048, each
-# row's instructions per request added over the bare router's, and that over
+# --layer: benches/layer.rs's contenders, 8,192 requests after a warm-up,
+# counted by callgrind inside the bench's `counted` only (the same in every
+# process, so R defaults to 1); each row's
+# instructions per request added over the bare router's, and that over
 # tower_governor's.
-# Needs valgrind (`apt-get install -y valgrind`). About 8 minutes once built (3 runs).
+# Needs valgrind (`apt-get install -y valgrind`). About 8 minutes once built; --layer 1 minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ops=100000
-runs=3
+runs=
 layer=0
 contenders=()
 while [ $# -gt 0 ]; do
@@ -34,18 +36,13 @@ done
 [ ${#contenders[@]} -gt 0 ] || contenders=(governor limits_attempt memory_store memory_store_number memory_store_guarded runlimit_prehashed runlimit_hmac)
 command -v valgrind >/dev/null || { echo "bench/instructions.sh needs valgrind: apt-get install -y valgrind" >&2; exit 1; }
 
-# Instructions of one valgrind run of `$1` with `$2` set in the environment.
-refs() {
-  env "$2" valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$1" 2>&1 \
-    | awk '/I *refs/ {gsub(",","",$4); print $4}'
-}
-
 # The median of the numbers given.
 median() {
   printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
 }
 
 if [ "$layer" = 1 ]; then
+  runs=${runs:-1}
   cargo bench --bench layer --features axum --no-run >&2
   bin=$(cargo bench --bench layer --features axum --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*deps\/layer-[^"]*\)".*/\1/p' | tail -n 1)
@@ -54,9 +51,15 @@ if [ "$layer" = 1 ]; then
   for c in bare tower_governor tower_governor_headers limit_layer; do
     each=()
     for _ in $(seq "$runs"); do
-      small=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:2048")
-      large=$(refs "$bin" "LIMIT_STORE_BENCH_COUNT=$c:10240")
-      each+=($(( (large - small) / 8192 )))
+      # Only inside `counted`: the warm-up and each process's own start-up
+      # (a clock's calibration loop, whose length varies) are not counted.
+      out=$(mktemp)
+      LIMIT_STORE_BENCH_COUNT=$c:8192 valgrind --tool=callgrind --collect-atstart=no \
+        --toggle-collect='layer::counted' --callgrind-out-file="$out" "$bin" >/dev/null 2>&1
+      total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")
+      rm -f "$out"
+      [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "callgrind counted nothing for $c" >&2; exit 1; }
+      each+=($(( total / 8192 )))
     done
     per[$c]=$(median "${each[@]}")
     echo "counted $c: ${each[*]}" >&2
@@ -71,6 +74,7 @@ if [ "$layer" = 1 ]; then
   exit 0
 fi
 
+runs=${runs:-3}
 cargo bench --bench memory --no-run >&2
 bin=$(cargo bench --bench memory --no-run --message-format=json 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*deps\/memory-[^"]*\)".*/\1/p' | tail -n 1)

@@ -24,8 +24,9 @@
 //!
 //! Run: `cargo bench --bench layer --features axum` (about 30 s once built),
 //! or with `LIMIT_STORE_BENCH_QUICK=1` for a rough pass. For instruction
-//! counts, `LIMIT_STORE_BENCH_COUNT=<contender>:<n>` only sends `n` requests
-//! through that contender, untimed, for `valgrind --tool=cachegrind`.
+//! counts, `LIMIT_STORE_BENCH_COUNT=<contender>:<n>` only sends requests
+//! through that contender, untimed: a warm-up, then `n` in `counted`, for
+//! `valgrind --tool=callgrind --toggle-collect=layer::counted`.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -179,8 +180,19 @@ fn count_only() -> bool {
         other => panic!("no contender {other}"),
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    run(&runtime, &app.with_state(()), &peers(), n.parse().expect("a count"));
+    let (app, peers) = (app.with_state(()), peers());
+    // Every peer counted once, and every first use paid (a clock's
+    // calibration takes more instructions in one process than in another).
+    run(&runtime, &app, &peers, u64::from(PEERS) * 2);
+    counted(&runtime, &app, &peers, n.parse().expect("a count"));
     true
+}
+
+/// The requests whose instructions are counted: `bench/instructions.sh`
+/// runs callgrind collecting only inside this function.
+#[inline(never)]
+fn counted(runtime: &tokio::runtime::Runtime, app: &Router, peers: &[SocketAddr], n: u64) {
+    black_box(run(runtime, app, peers, n));
 }
 
 fn main() {
