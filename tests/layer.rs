@@ -335,3 +335,30 @@ async fn a_custom_body_keeps_the_status_and_the_fields() {
     assert!(header(&r, "retry-after").is_some() && header(&r, "ratelimit").is_some());
     assert!(body(r).await.as_str().unwrap().starts_with("slow down (limited, "));
 }
+
+#[tokio::test]
+async fn a_gcra_counted_by_the_layer_shares_its_budget_with_a_handler_for_any_key() {
+    // A GCRA counts on the memory store's integer; a key too long to name in
+    // the store goes through the guarded call and names a hash instead.
+    let part = Part::new("client", Algorithm::gcra(3, MINUTE));
+    let limits = Limits::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .single_instance(true)
+        .limit(Limit::new("bucket").part(part))
+        .build()
+        .unwrap();
+    let app = router().layer(LimitLayer::new(limits.clone(), "bucket", "client", HeaderKey::new("x-api-key")).unwrap());
+    for key in ["short".to_owned(), "k".repeat(limit_store::MAX_KEY_BYTES)] {
+        let r = get_from(&app, "192.0.2.1", &[("x-api-key", &key)]).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(field(header(&r, "ratelimit").unwrap(), "r", "t").1, 2, "{} bytes", key.len());
+        let by_handler = limits.attempt("bucket", &[("client", &key)]).await.unwrap();
+        assert_eq!(by_handler.remaining, 1, "one budget, {} bytes", key.len());
+        assert_eq!(get_from(&app, "192.0.2.1", &[("x-api-key", &key)]).await.status(), StatusCode::OK);
+        let r = get_from(&app, "192.0.2.1", &[("x-api-key", &key)]).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{} bytes", key.len());
+        // A GCRA's reset is when its bucket is full again (a minute here), and
+        // Retry-After never names a time before the reset `RateLimit` announces.
+        assert_eq!(header(&r, "retry-after"), Some("60"));
+    }
+}
