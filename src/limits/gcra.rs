@@ -44,20 +44,21 @@ pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis
     let capacity = t.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX));
     let tat = tat.map_or(now, |tat| tat.max(now));
     let next = tat.saturating_add(t);
-    if next - now > capacity {
+    // Saturating throughout: a stored TAT can be any integer, `now` any time.
+    if next.saturating_sub(now) > capacity {
         // The bucket is empty: allowed again once one interval has refilled.
-        let allowed_at = next - capacity;
-        let left = (capacity - (tat - now)) / t;
+        let allowed_at = next.saturating_sub(capacity);
+        let left = capacity.saturating_sub(tat.saturating_sub(now)) / t;
         let verdict = Verdict {
             allowed: false,
             remaining: u64::try_from(left).unwrap_or(0),
             reset_at: tat,
-            retry_after: Some((allowed_at - now).max(1)),
+            retry_after: Some(allowed_at.saturating_sub(now).max(1)),
             part: 0,
         };
         return (None, verdict);
     }
-    let left = u64::try_from((capacity - (next - now)) / t).unwrap_or(0);
+    let left = u64::try_from(capacity.saturating_sub(next.saturating_sub(now)) / t).unwrap_or(0);
     (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
 }
 
@@ -96,6 +97,17 @@ mod tests {
         let one = check(current.as_ref(), T0 + 100, 10, 1_000);
         assert!(one.allowed);
         assert_eq!(one.remaining, 0);
+    }
+
+    #[test]
+    fn any_stored_integer_at_any_time_answers_without_overflow() {
+        for now in [Millis::MIN, -1, 0, T0, Millis::MAX] {
+            for tat in [None, Some(Millis::MIN), Some(-1), Some(now), Some(Millis::MAX)] {
+                let (next, verdict) = step(tat, now, 10, 1_000);
+                assert!(verdict.allowed == next.is_some(), "{tat:?} at {now}");
+                assert!(verdict.retry_after.is_none_or(|r| r >= 1));
+            }
+        }
     }
 
     #[test]
