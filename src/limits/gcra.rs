@@ -52,7 +52,9 @@ pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis
         let verdict = Verdict {
             allowed: false,
             remaining: u64::try_from(left).unwrap_or(0),
-            reset_at: tat,
+            // When it next has budget: one interval refilled, not the whole
+            // bucket (an `api` client may go on at 10 a second, not wait a minute).
+            reset_at: allowed_at,
             retry_after: Some(allowed_at.saturating_sub(now).max(1)),
             part: 0,
         };
@@ -91,7 +93,7 @@ mod tests {
         assert!(!refused.allowed);
         assert_eq!(refused.write, Write::Keep);
         assert_eq!(refused.retry_after, Some(100));
-        assert_eq!(refused.reset_at, tat);
+        assert_eq!(refused.reset_at, T0 + 100, "more budget one interval later, not when full");
         // One millisecond early: still refused; at the interval's end: one more.
         assert!(!check(current.as_ref(), T0 + 99, 10, 1_000).allowed);
         let one = check(current.as_ref(), T0 + 100, 10, 1_000);
