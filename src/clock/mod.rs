@@ -1,6 +1,7 @@
-//! The clock a store judges expiry by. In-process stores read [`SystemClock`]
-//! (the memory store, whose entries are its own, the cheaper [`SteadyClock`]);
-//! tests inject a [`ManualClock`] and move time by hand instead of sleeping.
+//! The clock a store judges expiry by. In-process stores read [`SystemClock`],
+//! except the memory store, whose entries only this process judges: it reads
+//! the cheaper [`SteadyClock`]. Tests inject a [`ManualClock`] and move time
+//! by hand instead of sleeping.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicI64, Ordering};
