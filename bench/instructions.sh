@@ -1,28 +1,26 @@
 #!/usr/bin/env bash
-# Instructions per op of the memory bench's contenders, counted by cachegrind
+# Instructions per op of the memory bench's contenders, counted by callgrind
 # rather than timed: the one figure a shared, noisy machine can't move.
 #
 #   bash bench/instructions.sh [--ops N] [--runs R] [contender ...]
 #   bash bench/instructions.sh --layer     # the axum layer's bench instead
 #
-# Each contender runs twice under `valgrind --tool=cachegrind` (benches/memory/
-# probe.rs): warmed with one count per key, then N ops (default 100,000) or none;
-# the difference over N is its cost per op, with setup and warm-up cancelled.
-# Each figure is the median of R such pairs (default 3): a contender's count
-# moves between processes (hash seeds, a clock's calibration loop), and one
-# process can draw an unlucky one.
+# Each contender runs under `valgrind --tool=callgrind` (benches/memory/probe.rs):
+# warmed with one count per key, then N ops (default 100,000) inside `counted`,
+# the only place callgrind counts, so set-up, warm-up and each process's own
+# start-up (a clock's calibration loop, whose length varies) are left out.
+# With --runs R, each figure is the median of R processes (default 1: hash
+# seeds move a count by a few instructions at most).
 # Prints a markdown table with each row's instructions over governor's. With
 # --layer: benches/layer.rs's contenders, 8,192 requests after a warm-up,
-# counted by callgrind inside the bench's `counted` only (the same in every
-# process, so R defaults to 1); each row's
-# instructions per request added over the bare router's, and that over
-# tower_governor's.
-# Needs valgrind (`apt-get install -y valgrind`). About 8 minutes once built; --layer 1 minute.
+# counted the same way inside the bench's `counted`; each row's instructions
+# per request added over the bare router's, and that over tower_governor's.
+# Needs valgrind (`apt-get install -y valgrind`). About 4 minutes once built; --layer 1 minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ops=100000
-runs=
+runs=1
 layer=0
 contenders=()
 while [ $# -gt 0 ]; do
@@ -42,7 +40,6 @@ median() {
 }
 
 if [ "$layer" = 1 ]; then
-  runs=${runs:-1}
   cargo bench --bench layer --features axum --no-run >&2
   bin=$(cargo bench --bench layer --features axum --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*deps\/layer-[^"]*\)".*/\1/p' | tail -n 1)
@@ -74,33 +71,36 @@ if [ "$layer" = 1 ]; then
   exit 0
 fi
 
-runs=${runs:-3}
 cargo bench --bench memory --no-run >&2
 bin=$(cargo bench --bench memory --no-run --message-format=json 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*deps\/memory-[^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "could not build the memory bench" >&2; exit 1; }
 
-# "<instructions> <D1 misses> <last-level misses>" of one probe run.
+# "<instructions> <D1 misses> <last-level data misses>" inside `counted` of
+# one probe run of `$1` doing `$2` ops.
 counts() {
-  LIMIT_STORE_BENCH_PROBE="$1:$2" valgrind --tool=cachegrind --cache-sim=yes \
-    --cachegrind-out-file=/dev/null "$bin" 2>&1 \
-    | awk '/I *refs/ {gsub(",","",$4); i=$4} /D1  misses/ {gsub(",","",$4); d=$4} /LLd misses/ {gsub(",","",$4); l=$4} END {print i, d, l}'
+  local out
+  out=$(mktemp)
+  LIMIT_STORE_BENCH_PROBE="$1:$2" valgrind --tool=callgrind --collect-atstart=no --cache-sim=yes \
+    --toggle-collect='memory::probe::counted*' --callgrind-out-file="$out" "$bin" >/dev/null 2>&1
+  awk '/^events:/ {for (i = 2; i <= NF; i++) at[$i] = i}
+       /^(summary|totals):/ && !done {done = 1; print $at["Ir"], $at["D1mr"] + $at["D1mw"], $at["DLmr"] + $at["DLmw"]}' "$out"
+  rm -f "$out"
 }
 
 declare -A ir d1 ll
 for c in "${contenders[@]}"; do
   each=(); each_d1=(); each_ll=()
   for _ in $(seq "$runs"); do
-    read -r i0 d0 l0 < <(counts "$c" 0)
-    read -r i1 d1_ l1 < <(counts "$c" "$ops")
-    if [ -z "${i0:-}" ] || [ -z "${i1:-}" ] || [ "$i1" -le "$i0" ]; then
-      echo "the cachegrind runs of $c failed (counts: '${i0:-}' and '${i1:-}'); run it alone:" >&2
-      echo "  LIMIT_STORE_BENCH_PROBE=$c:$ops valgrind --tool=cachegrind $bin" >&2
+    read -r i d l < <(counts "$c" "$ops")
+    if [ -z "${i:-}" ] || [ "$i" -le 0 ]; then
+      echo "callgrind counted nothing for $c; run it alone:" >&2
+      echo "  LIMIT_STORE_BENCH_PROBE=$c:$ops valgrind --tool=callgrind --collect-atstart=no --toggle-collect='memory::probe::counted*' $bin" >&2
       exit 1
     fi
-    each+=($(( (i1 - i0) / ops )))
-    each_d1+=($(awk -v a="$d0" -v b="$d1_" -v n="$ops" 'BEGIN {printf "%.1f", (b - a) / n}'))
-    each_ll+=($(awk -v a="$l0" -v b="$l1" -v n="$ops" 'BEGIN {printf "%.2f", (b - a) / n}'))
+    each+=($(( i / ops )))
+    each_d1+=($(awk -v d="$d" -v n="$ops" 'BEGIN {printf "%.1f", d / n}'))
+    each_ll+=($(awk -v l="$l" -v n="$ops" 'BEGIN {printf "%.2f", l / n}'))
   done
   ir[$c]=$(median "${each[@]}")
   d1[$c]=$(median "${each_d1[@]}")
