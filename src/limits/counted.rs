@@ -145,8 +145,7 @@ impl Counted {
     pub(super) fn attempt_only_now(&self, value: &str) -> Option<Result<Decision, LimitError>> {
         let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
-        let Ok(normalized) = self.rules.apply(only.normalize, value) else { return Some(Err(self.bad_value(only))) };
-        if let Some(answered) = self.count_in_memory(&normalized) {
+        if let Some(answered) = self.count_value_in_memory(only, value) {
             return Some(answered);
         }
         self.attempt_guarded_now(store, &[(&only.name, value)])
@@ -181,10 +180,21 @@ impl Counted {
     /// with no key text: see [`count_in_memory`](Self::count_in_memory).
     /// `None` for any other call, and for one that failed.
     fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
+        if *name != part.name {
+            return None;
+        }
+        self.count_value_in_memory(part, value)
+    }
+
+    /// `value` of `part`, normalized (or refused), counted on the memory
+    /// store: see [`count_in_memory`](Self::count_in_memory).
+    fn count_value_in_memory(&self, part: &Part, value: &str) -> Option<Result<Decision, LimitError>> {
         self.memory.as_ref()?;
-        let (part, value) = self.only_value(given)?;
-        let Ok(value) = value else { return Some(Err(self.bad_value(part))) };
-        self.count_in_memory(&value)
+        match self.rules.apply(part.normalize, value) {
+            Ok(normalized) => self.count_in_memory(&normalized),
+            Err(_) => Some(Err(self.bad_value(part))),
+        }
     }
 
     /// `value`, normalized, counted on a one-part limit's memory store with
