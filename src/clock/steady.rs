@@ -50,18 +50,7 @@ impl SteadyClock {
     /// calibrates the counter).
     pub fn new() -> Self {
         static PROCESS: OnceLock<Steady> = OnceLock::new();
-        let steady = PROCESS.get_or_init(|| {
-            let counter = quanta::Clock::new();
-            let start = counter.raw();
-            let start_nanos = wall_nanos();
-            Steady {
-                counter,
-                start,
-                start_nanos,
-                correction: AtomicI64::new(0),
-                next_check: AtomicU64::new(start_nanos.saturating_add(CHECK_EVERY)),
-            }
-        });
+        let steady = PROCESS.get_or_init(|| Steady::started(quanta::Clock::new(), wall_nanos()));
         SteadyClock { steady }
     }
 }
@@ -74,19 +63,41 @@ impl Default for SteadyClock {
 
 impl Clock for SteadyClock {
     fn now(&self) -> Millis {
-        let s = self.steady;
-        let counted = s.start_nanos.saturating_add(s.counter.delta_as_nanos(s.start, s.counter.raw()));
-        let mut nanos = counted.saturating_add_signed(s.correction.load(Ordering::Relaxed));
-        let due = s.next_check.load(Ordering::Relaxed);
+        Millis::try_from(self.steady.nanos(wall_nanos) / 1_000_000).unwrap_or(Millis::MAX)
+    }
+}
+
+impl Steady {
+    /// Counting from `counter`'s reading now, which the wall clock gives as `wall` ns.
+    fn started(counter: quanta::Clock, wall: u64) -> Self {
+        let start = counter.raw();
+        Steady {
+            counter,
+            start,
+            start_nanos: wall,
+            correction: AtomicI64::new(0),
+            next_check: AtomicU64::new(wall.saturating_add(CHECK_EVERY)),
+        }
+    }
+
+    /// The time now, in ns since the Unix epoch; `wall` is read only when a
+    /// comparison with the wall clock is due.
+    fn nanos(&self, wall: impl FnOnce() -> u64) -> u64 {
+        let counted = self.start_nanos.saturating_add(self.counter.delta_as_nanos(self.start, self.counter.raw()));
+        let nanos = counted.saturating_add_signed(self.correction.load(Ordering::Relaxed));
+        let due = self.next_check.load(Ordering::Relaxed);
         // One read a second (the one that moves `next_check`) looks at the wall clock.
         if counted >= due
-            && s.next_check.compare_exchange(due, counted + CHECK_EVERY, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            && self
+                .next_check
+                .compare_exchange(due, counted + CHECK_EVERY, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
         {
-            let moved = step_toward(wall_nanos(), nanos);
-            s.correction.fetch_add(moved, Ordering::Relaxed);
-            nanos = nanos.saturating_add_signed(moved);
+            let moved = step_toward(wall(), nanos);
+            self.correction.fetch_add(moved, Ordering::Relaxed);
+            return nanos.saturating_add_signed(moved);
         }
-        Millis::try_from(nanos / 1_000_000).unwrap_or(Millis::MAX)
+        nanos
     }
 }
 
@@ -124,6 +135,27 @@ mod tests {
         // Within a few ms of the wall clock: it moved on as the wall clock did.
         assert!(before - 5 <= read && read <= after + 5, "{before} <= {read} <= {after}");
         assert!(read >= last + 20, "20 ms slept: {last} then {read}");
+    }
+
+    #[test]
+    fn it_follows_the_wall_clock_once_a_second_a_little_at_a_time() {
+        const START: u64 = 1_700_000_000_000_000_000;
+        let (counter, mock) = quanta::Clock::mock();
+        let steady = Steady::started(counter, START);
+        let unread = || -> u64 { panic!("the wall clock read before a comparison was due") };
+        mock.increment(500_000_000);
+        assert_eq!(steady.nanos(unread), START + 500_000_000, "the counter alone, within the second");
+        // A second on: the wall clock is 40 µs ahead, and the clock catches up.
+        mock.increment(500_000_000);
+        assert_eq!(steady.nanos(|| START + 1_000_040_000), START + 1_000_040_000);
+        assert_eq!(steady.nanos(unread), START + 1_000_040_000, "kept, and not compared again yet");
+        // The wall clock stepped an hour ahead: followed by 0.1 ms a second only.
+        mock.increment(1_000_000_000);
+        let hour = 3_600_000_000_000;
+        assert_eq!(steady.nanos(|| START + 2_000_040_000 + hour), START + 2_000_040_000 + 100_000);
+        // Now 0.14 ms ahead of the wall clock: moved back by one step, 0.1 ms.
+        mock.increment(1_000_000_000);
+        assert_eq!(steady.nanos(|| START + 3_000_000_000), START + 3_000_140_000 - 100_000);
     }
 
     #[test]
