@@ -1,16 +1,75 @@
-//! [`ByName`]: the limits of an app by name. An app has a few (the presets
-//! and some of its own), and a scan of a few names, which compares lengths
-//! before bytes, beats hashing the name on every attempt; past
-//! [`SCAN_UP_TO`] a hash map finds them.
+//! [`ByName`]: the limits of an app by name, found on every attempt. An app
+//! has a few (the presets and some of its own), so each name's [`tag`] (its
+//! length and first seven bytes, all of a name up to seven bytes) is hashed
+//! by one multiplication into a small table with no two tags in one place,
+//! found once when the limits are built: a lookup reads one place and, for a
+//! name of up to seven bytes, compares no bytes at all. Past [`SLOTTED_UP_TO`]
+//! names, or when no such table is found, a hash map finds them.
 
-/// The most names found by a scan.
-const SCAN_UP_TO: usize = 16;
+/// The most names found through [`Slots`].
+const SLOTTED_UP_TO: usize = 64;
 
 /// Values by name, in the order given.
 pub(super) struct ByName<T> {
     entries: Box<[(Box<str>, T)]>,
-    /// Where each name is, when there are too many to scan.
-    index: Option<hashbrown::HashMap<Box<str>, usize>>,
+    /// Each entry's name's [`tag`], in the same order.
+    tags: Box<[u64]>,
+    find: Find,
+}
+
+/// How [`ByName`] finds a name.
+enum Find {
+    /// Each tag in its own place.
+    Slots(Slots),
+    /// Many names, or names whose tags no table keeps apart.
+    Hashed(hashbrown::HashMap<Box<str>, usize>),
+}
+
+/// A table where `tag * seed >> shift` is the place of each entry's tag, and
+/// no two share one.
+struct Slots {
+    seed: u64,
+    shift: u32,
+    /// The entry at each place, [`EMPTY`] for none.
+    at: Box<[u8]>,
+}
+
+/// Where `name` is in `index`: out of line, so that the usual lookup (through
+/// [`Slots`]) stays small.
+#[inline(never)]
+fn hashed(index: &hashbrown::HashMap<Box<str>, usize>, name: &str) -> Option<usize> {
+    index.get(name).copied()
+}
+
+/// A place of [`Slots`] with no entry.
+const EMPTY: u8 = u8::MAX;
+
+impl Slots {
+    /// A table for `tags` (distinct, at most [`SLOTTED_UP_TO`]), with four
+    /// places per tag; `None` when no seed tried keeps them apart.
+    fn new(tags: &[u64]) -> Option<Self> {
+        let bits = (tags.len() * 4).next_power_of_two().max(2).trailing_zeros();
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        for _ in 0..10_000 {
+            // Odd multipliers from a fixed sequence: the same table every run.
+            seed = seed.wrapping_mul(0xBF58_476D_1CE4_E5B9).wrapping_add(0x94D0_49BB_1331_11EB) | 1;
+            let mut slots = Slots { seed, shift: 64 - bits, at: vec![EMPTY; 1 << bits].into_boxed_slice() };
+            let apart = tags.iter().enumerate().all(|(i, &tag)| {
+                let place = slots.place(tag);
+                let free = slots.at[place] == EMPTY;
+                slots.at[place] = u8::try_from(i).unwrap_or(EMPTY);
+                free
+            });
+            if apart {
+                return Some(slots);
+            }
+        }
+        None
+    }
+
+    fn place(&self, tag: u64) -> usize {
+        usize::try_from(tag.wrapping_mul(self.seed) >> self.shift).unwrap_or(0)
+    }
 }
 
 impl<T> ByName<T> {
@@ -23,9 +82,14 @@ impl<T> ByName<T> {
                 None => entries.push((name.into_boxed_str(), value)),
             }
         }
-        let index = (entries.len() > SCAN_UP_TO)
-            .then(|| entries.iter().enumerate().map(|(i, (name, _))| (name.clone(), i)).collect());
-        ByName { entries: entries.into_boxed_slice(), index }
+        let tags: Box<[u64]> = entries.iter().map(|(name, _)| tag(name)).collect();
+        let distinct = tags.iter().collect::<std::collections::HashSet<_>>().len() == tags.len();
+        let slots = (entries.len() <= SLOTTED_UP_TO && distinct).then(|| Slots::new(&tags)).flatten();
+        let find = match slots {
+            Some(slots) => Find::Slots(slots),
+            None => Find::Hashed(entries.iter().enumerate().map(|(i, (name, _))| (name.clone(), i)).collect()),
+        };
+        ByName { entries: entries.into_boxed_slice(), tags, find }
     }
 
     /// The value named `name`.
@@ -35,9 +99,15 @@ impl<T> ByName<T> {
 
     /// Where the value named `name` is, for [`at`](Self::at).
     pub(super) fn position(&self, name: &str) -> Option<usize> {
-        match &self.index {
-            Some(index) => index.get(name).copied(),
-            None => self.entries.iter().position(|(n, _)| **n == *name),
+        match &self.find {
+            Find::Slots(slots) => {
+                let tag = tag(name);
+                let i = usize::from(slots.at[slots.place(tag)]);
+                // Equal tags are equal names up to seven bytes; longer ones compare the rest.
+                let found = *self.tags.get(i)? == tag && (name.len() < TAGGED || *self.entries[i].0 == *name);
+                found.then_some(i)
+            }
+            Find::Hashed(index) => hashed(index, name),
         }
     }
 
@@ -58,16 +128,64 @@ impl<T> ByName<T> {
     }
 }
 
+/// The bytes of a name a [`tag`] holds.
+const TAGGED: usize = 8;
+
+/// `name`'s length (up to 255) in the top byte and, below it, its bytes:
+/// all of them for a name of up to seven bytes (so two such names have equal
+/// tags only when they are equal), else its seven-byte pieces mixed.
+#[inline]
+fn tag(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let len = u64::from(u8::try_from(bytes.len()).unwrap_or(u8::MAX));
+    let below = if bytes.len() < TAGGED { piece(bytes) } else { mixed(bytes) };
+    len << 56 | below
+}
+
+/// Up to seven bytes as one word, the first lowest: read as two words that
+/// may overlap (a byte read twice lands in the same place), with no loop.
+#[inline]
+fn piece(bytes: &[u8]) -> u64 {
+    let n = bytes.len();
+    let byte = |i: usize| u64::from(bytes[i]) << (8 * i);
+    match n {
+        0 => 0,
+        1..=3 => byte(0) | byte(n / 2) | byte(n - 1),
+        _ => {
+            let word = |i: usize| u64::from(u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]));
+            word(0) | word(n - 4) << (8 * (n - 4))
+        }
+    }
+}
+
+/// A longer name's seven-byte pieces mixed into 56 bits.
+#[inline(never)]
+fn mixed(bytes: &[u8]) -> u64 {
+    let mixed = bytes
+        .chunks(TAGGED - 1)
+        .fold(0u64, |mixed, p| mixed.rotate_left(23).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ piece(p));
+    mixed & ((1 << 56) - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn finds_every_name_scanned_or_hashed() {
-        for count in [0, 1, SCAN_UP_TO, SCAN_UP_TO + 1, 100] {
+    fn a_piece_is_its_bytes_in_place() {
+        let bytes: Vec<u8> = (1..=7).map(|b| b * 31).collect();
+        for n in 0..=7 {
+            let expected = bytes[..n].iter().enumerate().fold(0u64, |w, (i, &b)| w | u64::from(b) << (8 * i));
+            assert_eq!(piece(&bytes[..n]), expected, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn finds_every_name_slotted_or_hashed() {
+        for count in [0, 1, 2, 9, SLOTTED_UP_TO, SLOTTED_UP_TO + 1, 300] {
             let names: Vec<String> = (0..count).map(|i| format!("limit-{i}")).collect();
             let by_name = ByName::new(names.iter().cloned().zip(0..));
-            assert_eq!(by_name.index.is_some(), count > SCAN_UP_TO);
+            assert_eq!(matches!(by_name.find, Find::Hashed(_)), count > SLOTTED_UP_TO, "{count}");
             for (i, name) in names.iter().enumerate() {
                 assert_eq!(by_name.get(name), Some(&i), "{name} of {count}");
                 assert_eq!(by_name.position(name).and_then(|at| by_name.at(at)), Some(&i));
@@ -77,6 +195,30 @@ mod tests {
             assert_eq!(by_name.names().count(), count);
             assert_eq!(by_name.values().sum::<usize>(), (0..count).sum::<usize>());
         }
+    }
+
+    #[test]
+    fn names_alike_in_their_tags_are_told_apart() {
+        // Same first seven bytes, or same length, or a prefix: each found as
+        // itself, and a name that shares a found name's tag is not it.
+        let slotted = ["api", "ap", "apj", "a", "", "sign-in", "sign-im", "passwor", "password", "password-reset"];
+        let absent = ["apk", "sign-i", "sign-in2", "passwora", "password-resex", "password-rese", "x"];
+        let by_name = ByName::new(slotted.iter().map(|n| n.to_string()).zip(0..));
+        assert!(matches!(by_name.find, Find::Slots(_)));
+        for (i, name) in slotted.iter().enumerate() {
+            assert_eq!(by_name.get(name), Some(&i), "{name:?}");
+        }
+        for name in absent {
+            assert_eq!(by_name.get(name), None, "{name:?}");
+        }
+        // Long names are found by all their bytes, not their first seven.
+        let long = ["x".repeat(300), "x".repeat(301), "sign-in2".to_owned(), "sign-in3".to_owned()];
+        let by_name = ByName::new(long.iter().cloned().zip(0..));
+        for (i, name) in long.iter().enumerate() {
+            assert_eq!(by_name.get(name), Some(&i), "{name:?}");
+        }
+        assert_eq!(by_name.get(&"x".repeat(299)), None);
+        assert_eq!(by_name.get("sign-in4"), None);
     }
 
     #[test]
