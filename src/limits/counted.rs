@@ -222,13 +222,26 @@ impl Counted {
         Some(self.settle(Ok(counted.ok()?)))
     }
 
-    /// The decision of an attempt the store answered (or failed).
+    /// The decision of an attempt the store answered (or failed). Inlined,
+    /// so that the usual decision is written where the caller wants it, not
+    /// moved up through each call; a failure is settled out of line.
+    #[inline(always)]
     pub(super) fn settle(&self, answered: Result<(Verdict, Millis), StoreError>) -> Result<Decision, LimitError> {
         match answered {
             Ok((verdict, now)) => Ok(self.answer(verdict, now)),
-            Err(e) if e.is_unavailable() => Ok(self.degraded(&e)),
-            Err(e) => Err(e.into()),
+            Err(e) => self.failed(e),
         }
+    }
+
+    /// The decision of an attempt the store failed: its policy's, when the
+    /// store was unavailable.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, error: StoreError) -> Result<Decision, LimitError> {
+        if error.is_unavailable() {
+            return Ok(self.degraded(&error));
+        }
+        Err(error.into())
     }
 
     /// Adds to `keys` the store key of each part the call needs, with the
@@ -318,9 +331,12 @@ impl Counted {
         Ok((algorithm::join(outcomes, now).1, now))
     }
 
+    /// The decision of the store's `verdict`; an allowed one inline, a
+    /// refusal (tallied, maybe logged) out of line.
+    #[inline(always)]
     fn answer(&self, verdict: Verdict, now: Millis) -> Decision {
         let part = &self.limit.parts[verdict.part];
-        let mut decision = Decision {
+        let decision = Decision {
             allowed: verdict.allowed,
             remaining: verdict.remaining,
             reset_at: verdict.reset_at,
@@ -337,6 +353,14 @@ impl Counted {
             self.allowed.add_one();
             return decision;
         }
+        self.refused(decision, &verdict)
+    }
+
+    /// `decision`, refused by the part `verdict` names: as a refusal, or
+    /// let through by a limit in shadow mode.
+    #[inline(never)]
+    fn refused(&self, mut decision: Decision, verdict: &Verdict) -> Decision {
+        let part = &self.limit.parts[verdict.part];
         decision.limited_by = Some(self.names[verdict.part]);
         if self.limit.shadow {
             self.shadow_refused.fetch_add(1, Ordering::Relaxed);

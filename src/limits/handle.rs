@@ -201,7 +201,14 @@ impl Limits {
         self.limits.values().map(|c| c.degraded.load(Ordering::Relaxed)).sum()
     }
 
+    #[inline]
     fn get(&self, name: &str) -> Result<&Counted, LimitError> {
-        self.limits.get(name).ok_or_else(|| LimitError::UnknownLimit { name: name.to_owned(), known: self.names() })
+        self.limits.get(name).ok_or_else(|| self.unknown(name))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unknown(&self, name: &str) -> LimitError {
+        LimitError::UnknownLimit { name: name.to_owned(), known: self.names() }
     }
 }
