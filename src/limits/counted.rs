@@ -24,6 +24,8 @@ use super::error::LimitError;
 use super::key::CallKeys;
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
+#[cfg(feature = "axum")]
+use super::normalize::Ipv4Text;
 use super::normalize::{KeyRules, NotAnIp};
 use super::tally::Tally;
 
@@ -160,7 +162,11 @@ impl Counted {
         let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
         if self.memory.is_some() {
-            if let Some(answered) = self.count_in_memory(&self.rules.address(only.normalize, ip)) {
+            let counted = match KeyRules::ipv4_of(only.normalize, ip) {
+                Some(v4) => self.count_in_memory(Ipv4Text::new(v4).as_bytes()),
+                None => self.count_in_memory(self.rules.address(only.normalize, ip).as_bytes()),
+            };
+            if let Some(answered) = counted {
                 return Some(answered);
             }
         }
@@ -192,17 +198,17 @@ impl Counted {
     fn count_value_in_memory(&self, part: &Part, value: &str) -> Option<Result<Decision, LimitError>> {
         self.memory.as_ref()?;
         match self.rules.apply(part.normalize, value) {
-            Ok(normalized) => self.count_in_memory(&normalized),
+            Ok(normalized) => self.count_in_memory(normalized.as_bytes()),
             Err(_) => Some(Err(self.bad_value(part))),
         }
     }
 
-    /// `value`, normalized, counted on a one-part limit's memory store with
+    /// `value` (normalized text, as bytes) counted on a one-part limit's memory store with
     /// no key text: the store hashes it after the part's prehashed
     /// `{limit}:{part}:`. `None` when this limit has no such path, and for a
     /// count that failed, which wrote nothing: the guarded call answers and
     /// logs it.
-    fn count_in_memory(&self, value: &str) -> Option<Result<Decision, LimitError>> {
+    fn count_in_memory(&self, value: &[u8]) -> Option<Result<Decision, LimitError>> {
         let (memory, starts) = self.memory.as_ref()?;
         let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
         if start.len() + value.len() > MAX_KEY_BYTES {

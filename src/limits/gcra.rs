@@ -149,12 +149,12 @@ mod tests {
         use futures_util::FutureExt;
         let start = store.key_start("api:client:");
         let verdict = if typed {
-            store.count_number_after(&start, "k", |tat, now| {
+            store.count_number_after(&start, b"k", |tat, now| {
                 let (next, verdict) = step(tat, now, budget, window);
                 (next.map(|next| (next, next)), verdict)
             })
         } else {
-            store.count_one_after(&start, "k", |entry, now| {
+            store.count_one_after(&start, b"k", |entry, now| {
                 super::super::outcome::split_one(check(entry, now, budget, window))
             })
         };

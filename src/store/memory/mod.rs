@@ -228,7 +228,8 @@ impl MemoryStore {
         self.inner.key_start(start)
     }
 
-    /// One key, `start` followed by `rest`, counted by this crate's own
+    /// One key, `start` followed by `rest` (the bytes of text: a caller may
+    /// write them without making a `str`), counted by this crate's own
     /// `step` (the limits' algorithms), which gives its write and an answer:
     /// an [`update`](LimitStore::update) of one key with no list of writes, no
     /// `dyn Apply` and no key text, under the same rules. An error writes
@@ -236,7 +237,7 @@ impl MemoryStore {
     pub(crate) fn count_one_after<T>(
         &self,
         start: &KeyStart,
-        rest: &str,
+        rest: &[u8],
         step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
     ) -> Result<T, StoreError> {
         self.inner.count_one(located_after(start, rest)?, step)
@@ -250,7 +251,7 @@ impl MemoryStore {
     pub(crate) fn count_number_after<T>(
         &self,
         start: &KeyStart,
-        rest: &str,
+        rest: &[u8],
         step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
         self.inner.count_number(located_after(start, rest)?, step)
@@ -259,7 +260,7 @@ impl MemoryStore {
 
 /// Where the key `start` followed by `rest` lives, or the rules' refusal of
 /// it, as `check_keys` gives it.
-fn located_after(start: &KeyStart, rest: &str) -> Result<Located, StoreError> {
+fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, StoreError> {
     let len = start.len + rest.len();
     if len == 0 {
         return Err(Refusal::EmptyKey { index: 0 }.into());
@@ -307,9 +308,9 @@ impl Inner {
     }
 
     /// [`locate`](Self::locate) of the key `start` followed by `rest`.
-    fn locate_after(start: &KeyStart, rest: &str) -> Located {
+    fn locate_after(start: &KeyStart, rest: &[u8]) -> Located {
         let mut sip = start.sip;
-        sip.write(rest.as_bytes());
+        sip.write(rest);
         Self::located(sip)
     }
 

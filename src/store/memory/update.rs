@@ -353,18 +353,18 @@ mod tests {
         let store = MemoryStore::new();
         let start = store.key_start("limit:part:");
         let put = |n: i64| Write::Put(Entry { value: json!(n), expires_at: LATER });
-        let seen = store.count_one_after(&start, "k", |entry, _| (put(1), entry.is_none())).unwrap();
+        let seen = store.count_one_after(&start, b"k", |entry, _| (put(1), entry.is_none())).unwrap();
         assert!(seen, "the key was new");
         let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(1)), "found under its whole name");
-        let seen = store.count_one_after(&start, "k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
+        let seen = store.count_one_after(&start, b"k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
         assert_eq!(seen, Some(json!(1)));
-        let panicked = store.count_one_after(&start, "k", |_, _| -> (Write, ()) { panic!("a step that panics") });
+        let panicked = store.count_one_after(&start, b"k", |_, _| -> (Write, ()) { panic!("a step that panics") });
         assert!(panicked.unwrap_err().refusal().is_some());
         let huge = Write::Put(Entry { value: json!("x".repeat(5_000)), expires_at: LATER });
-        assert!(store.count_one_after(&start, "k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
+        assert!(store.count_one_after(&start, b"k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
         let long = "k".repeat(crate::MAX_KEY_BYTES);
-        let refused = store.count_one_after(&start, &long, |_, _| (put(3), ())).unwrap_err();
+        let refused = store.count_one_after(&start, long.as_bytes(), |_, _| (put(3), ())).unwrap_err();
         assert!(matches!(refused.refusal(), Some(crate::error::Refusal::KeyTooLong { .. })));
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "nothing was lost or half-written");
     }
