@@ -360,6 +360,7 @@ impl Inner {
     /// A full store: makes room from the expired entries of the shards of
     /// `keys` and of a few more (not the whole store: that is the sweeper's
     /// work, which this asks for); true if there is room now.
+    #[cold]
     fn make_room(&self, keys: &[Located]) -> bool {
         self.wake.notify_one();
         let now = self.clock.now();

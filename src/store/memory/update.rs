@@ -97,22 +97,26 @@ impl Inner {
 
     /// [`try_at_slot`](Self::try_at_slot), and once more after making room
     /// when the store is full.
+    /// One call site, so the attempt is inlined into the count.
+    #[inline]
     fn at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<T, StoreError>
     where
         S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
     {
-        if let Some(answer) = self.try_at_slot(k, step)? {
-            return Ok(answer);
-        }
-        if self.make_room(&[k]) {
+        let mut made_room = false;
+        loop {
             if let Some(answer) = self.try_at_slot(k, step)? {
                 return Ok(answer);
             }
+            if made_room || !self.make_room(&[k]) {
+                return Err(self.full());
+            }
+            made_room = true;
         }
-        Err(self.full())
     }
 
     /// The answer of a store at its bound, noted and logged.
+    #[cold]
     fn full(&self) -> StoreError {
         self.bound.note_full("memory");
         StoreError::unavailable(
@@ -190,6 +194,7 @@ impl Inner {
     /// is found once, lent to `step` while its entry is live, and written
     /// through the same handle, with no lists. `Ok(None)`: the write needed a
     /// new entry and the store is full; nothing was written.
+    #[inline]
     fn try_at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<Option<T>, StoreError>
     where
         S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
