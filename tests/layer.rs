@@ -362,3 +362,20 @@ async fn a_gcra_counted_by_the_layer_shares_its_budget_with_a_handler_for_any_ke
         assert_eq!(field(header(&r, "ratelimit").unwrap(), "r", "t"), ("bucket".to_owned(), 0, 20));
     }
 }
+
+#[tokio::test]
+async fn a_closure_over_the_head_counts_by_what_it_reads_beyond_headers() {
+    // It reads the path, which only the whole head has: the layer lends it
+    // the head (`NeedsParts`) and still passes the request on whole.
+    let limits = limits(&[("per-tenant", "tenant", 1)]);
+    let tenant = |parts: &axum::http::request::Parts| parts.uri.path().strip_prefix("/t/").map(str::to_owned);
+    let app = Router::new()
+        .route("/t/{tenant}", get(|request: Request<Body>| async move { request.uri().path().to_owned() }))
+        .layer(LimitLayer::new(limits, "per-tenant", "tenant", tenant).unwrap());
+    let get = |path: &str| app.clone().oneshot(Request::get(path).body(Body::empty()).unwrap());
+    let first = get("/t/a").await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(body(first).await, "/t/a");
+    assert_eq!(get("/t/a").await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(get("/t/b").await.unwrap().status(), StatusCode::OK);
+}

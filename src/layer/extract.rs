@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::extract::ConnectInfo;
 use axum::http::header::HeaderName;
 use axum::http::request::Parts;
+use axum::http::{Extensions, HeaderMap};
 
 use super::key::Key;
 use crate::limits::normalize::{client_network, DEFAULT_IPV6_PREFIX};
@@ -35,7 +36,22 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     fn key(&self, parts: &Parts) -> Option<Key> {
         self.extract(parts).map(Key::from)
     }
+
+    /// [`key`](Self::key) of a request with these `headers` and
+    /// `extensions`, read where they are, for an extractor that needs
+    /// nothing else of the head: the layer then need not take the request
+    /// apart to hand it [`Parts`]. The default, `Err(NeedsParts)`, asks for
+    /// them; the built-in extractors read in place.
+    fn key_in_place(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Option<Key>, NeedsParts> {
+        let _ = (headers, extensions);
+        Err(NeedsParts)
+    }
 }
+
+/// [`KeyExtractor::key_in_place`]'s answer that the extractor reads more of
+/// the request's head than its headers and extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NeedsParts;
 
 impl<F> KeyExtractor for F
 where
@@ -83,7 +99,12 @@ impl KeyExtractor for PeerIp {
     }
 
     fn key(&self, parts: &Parts) -> Option<Key> {
-        peer(parts).map(|ip| client_key(ip, self.ipv6_prefix))
+        self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
+    }
+
+    #[inline]
+    fn key_in_place(&self, _: &HeaderMap, extensions: &Extensions) -> Result<Option<Key>, NeedsParts> {
+        Ok(peer(extensions).map(|ip| client_key(ip, self.ipv6_prefix)))
     }
 }
 
@@ -91,10 +112,11 @@ impl KeyExtractor for PeerIp {
 /// their peer address, so a layer keyed by it finds no key.
 pub const KIND_NO_PEER: &str = "limit-layer-no-peer-address";
 
-/// The connection's peer address, when the server recorded it.
-pub(crate) fn peer(parts: &Parts) -> Option<IpAddr> {
+/// The connection's peer address, when the server recorded it in a
+/// request's `extensions`.
+pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    let found = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    let found = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if found.is_none() && !WARNED.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             kind = KIND_NO_PEER,
@@ -136,8 +158,12 @@ impl KeyExtractor for HeaderKey {
     }
 
     fn key(&self, parts: &Parts) -> Option<Key> {
-        let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
-        (!value.is_empty()).then(|| Key::new(value))
+        self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
+    }
+
+    fn key_in_place(&self, headers: &HeaderMap, _: &Extensions) -> Result<Option<Key>, NeedsParts> {
+        let value = headers.get(&self.name).and_then(|v| v.to_str().ok()).map(str::trim);
+        Ok(value.filter(|v| !v.is_empty()).map(Key::new))
     }
 }
 
@@ -163,10 +189,16 @@ mod tests {
             for prefix in [64, 128] {
                 let ip = PeerIp::new().ipv6_prefix(prefix);
                 assert_eq!(ip.key(&parts).map(|k| k.as_str().to_owned()), ip.extract(&parts));
-                assert_eq!(ip.extract(&parts), Some(client_network(peer(&parts).unwrap(), prefix).to_string()));
+                assert_eq!(
+                    ip.extract(&parts),
+                    Some(client_network(peer(&parts.extensions).unwrap(), prefix).to_string())
+                );
             }
             let header = HeaderKey::new("x-api-key");
             assert_eq!(header.key(&parts).map(|k| k.as_str().to_owned()), header.extract(&parts));
+            // A closure reads the whole head: it asks for it.
+            let path = |parts: &Parts| Some(parts.uri.path().to_owned());
+            assert_eq!(path.key_in_place(&parts.headers, &parts.extensions), Err(NeedsParts));
         }
         assert_eq!(Key::new(&long).as_str(), long);
         assert_eq!(Key::write(|out| out.write_str(&long)).as_str(), long);

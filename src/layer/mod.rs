@@ -46,7 +46,7 @@ mod proxies;
 mod refusal;
 mod service;
 
-pub use extract::{HeaderKey, KeyExtractor, PeerIp, KIND_NO_PEER};
+pub use extract::{HeaderKey, KeyExtractor, NeedsParts, PeerIp, KIND_NO_PEER};
 pub use handler::{attempt, Admitted};
 pub use key::Key;
 pub use layer::LimitLayer;

@@ -14,8 +14,9 @@ use std::str::FromStr;
 
 use axum::http::header::{HeaderName, FORWARDED};
 use axum::http::request::Parts;
+use axum::http::{Extensions, HeaderMap};
 
-use super::extract::{client_key, peer, KeyExtractor};
+use super::extract::{client_key, peer, KeyExtractor, NeedsParts};
 use super::key::Key;
 use crate::limits::normalize::DEFAULT_IPV6_PREFIX;
 
@@ -136,8 +137,8 @@ impl ClientIp {
         self.trusted.iter().any(|c| c.contains(ip))
     }
 
-    /// The client's address for a request from `peer` with head `parts`.
-    fn client(&self, peer: IpAddr, parts: &Parts) -> Option<IpAddr> {
+    /// The client's address for a request from `peer` with these `headers`.
+    fn client(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
         if !self.is_trusted(peer) {
             return Some(peer);
         }
@@ -147,7 +148,7 @@ impl ClientIp {
         };
         let mut last = peer;
         // Header lines in order make one list; read it from its right end.
-        for line in parts.headers.get_all(name).iter().rev() {
+        for line in headers.get_all(name).iter().rev() {
             let line = line.to_str().ok()?;
             for entry in line.rsplit(',') {
                 let text = match self.header {
@@ -173,8 +174,12 @@ impl KeyExtractor for ClientIp {
     }
 
     fn key(&self, parts: &Parts) -> Option<Key> {
-        let ip = self.client(peer(parts)?, parts)?;
-        Some(client_key(ip, self.ipv6_prefix))
+        self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
+    }
+
+    fn key_in_place(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Option<Key>, NeedsParts> {
+        let ip = peer(extensions).and_then(|peer| self.client(peer, headers));
+        Ok(ip.map(|ip| client_key(ip, self.ipv6_prefix)))
     }
 }
 

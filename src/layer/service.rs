@@ -13,7 +13,7 @@ use axum::BoxError;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::extract::KeyExtractor;
+use super::extract::{KeyExtractor, NeedsParts};
 use super::fields::Values;
 use super::key::Key;
 use super::layer::LimitLayer;
@@ -111,11 +111,19 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let layer = &*self.layer;
-        let (head, body) = request.into_parts();
-        let key = layer.extractor.key(&head);
-        let request = Request::from_parts(head, body);
+        let key = match layer.extractor.key_in_place(request.headers(), request.extensions()) {
+            Ok(key) => key,
+            // Only for an extractor that reads more of the head: take the
+            // request apart to lend it, then put it back together.
+            Err(NeedsParts) => {
+                let (head, body) = request.into_parts();
+                let key = layer.extractor.key(&head);
+                request = Request::from_parts(head, body);
+                key
+            }
+        };
         let counted = match key {
             Some(key) => match layer.count_now(&key) {
                 Some(counted) => Some(counted),
