@@ -1,10 +1,11 @@
 //! [`ByName`]: the limits of an app by name, found on every attempt. An app
 //! has a few (the presets and some of its own), so each name's [`tag`] (its
-//! length and first seven bytes, all of a name up to seven bytes) is hashed
-//! by one multiplication into a small table with no two tags in one place,
-//! found once when the limits are built: a lookup reads one place and, for a
-//! name of up to seven bytes, compares no bytes at all. Past [`SLOTTED_UP_TO`]
-//! names, or when no such table is found, a hash map finds them.
+//! length and its bytes: all of a name up to seven bytes, mixed for a longer
+//! one) is hashed by one multiplication into a small table with no two tags
+//! in one place, found once when the limits are built: a lookup reads one
+//! place and, for a name of up to seven bytes, compares no bytes at all.
+//! Past [`SLOTTED_UP_TO`] names, or when no such table is found, a hash map
+//! finds them.
 
 /// The most names found through [`Slots`].
 const SLOTTED_UP_TO: usize = 64;
@@ -45,10 +46,12 @@ fn hashed(index: &hashbrown::HashMap<Box<str>, usize>, name: &str) -> Option<usi
 const EMPTY: u8 = u8::MAX;
 
 impl Slots {
-    /// A table for `tags` (distinct, at most [`SLOTTED_UP_TO`]), with four
-    /// places per tag; `None` when no seed tried keeps them apart.
+    /// A table for `tags` (distinct, at most [`SLOTTED_UP_TO`]), with as
+    /// many places as the square of their number (at most 4,096 bytes), so
+    /// that about every other seed keeps them apart; `None` when no seed
+    /// tried does.
     fn new(tags: &[u64]) -> Option<Self> {
-        let bits = (tags.len() * 4).next_power_of_two().max(2).trailing_zeros();
+        let bits = (tags.len() * tags.len()).max(4).next_power_of_two().trailing_zeros();
         let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
         for _ in 0..10_000 {
             // Odd multipliers from a fixed sequence: the same table every run.
@@ -219,6 +222,18 @@ mod tests {
         }
         assert_eq!(by_name.get(&"x".repeat(299)), None);
         assert_eq!(by_name.get("sign-in4"), None);
+    }
+
+    #[test]
+    fn a_longer_name_with_a_found_tag_is_compared_in_full() {
+        // Mixed tags of longer names may meet; make one meet, as if by chance.
+        let mut by_name = ByName::new([("password-reset".to_owned(), 0)]);
+        let other = "password-resex";
+        by_name.tags[0] = tag(other);
+        let Find::Slots(slots) = &mut by_name.find else { panic!("one name is slotted") };
+        let place = slots.place(tag(other));
+        slots.at[place] = 0;
+        assert_eq!(by_name.get(other), None);
     }
 
     #[test]
