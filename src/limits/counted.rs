@@ -203,11 +203,11 @@ impl Counted {
         }
     }
 
-    /// `value` (normalized text, as bytes) counted on a one-part limit's memory store with
-    /// no key text: the store hashes it after the part's prehashed
-    /// `{limit}:{part}:`. `None` when this limit has no such path, and for a
-    /// count that failed, which wrote nothing: the guarded call answers and
-    /// logs it.
+    /// `value` (normalized text, as bytes) counted on a one-part limit's
+    /// memory store with no key text: the store hashes it after the part's
+    /// prehashed `{limit}:{part}:`. `None` when this limit has no such path,
+    /// and for a count that failed, which wrote nothing: the guarded call
+    /// answers and logs it.
     fn count_in_memory(&self, value: &[u8]) -> Option<Result<Decision, LimitError>> {
         let (memory, starts) = self.memory.as_ref()?;
         let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };

@@ -96,8 +96,8 @@ impl Inner {
     }
 
     /// [`try_at_slot`](Self::try_at_slot), and once more after making room
-    /// when the store is full.
-    /// One call site, so the attempt is inlined into the count.
+    /// when the store is full: from one call site, so that the attempt is
+    /// inlined into the count.
     #[inline]
     fn at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<T, StoreError>
     where
