@@ -300,6 +300,22 @@ mod tests {
     use super::*;
     use crate::Millis;
 
+    /// A store on a table of its own, `{prefix}_{pid}`, migrated; `None`
+    /// without a PostgreSQL server to test on.
+    async fn store_on_new_table(prefix: &str) -> Option<(Postgres, String)> {
+        let url = test_server()?;
+        let table = format!("{prefix}_{}", std::process::id());
+        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        Some((Postgres::open(&url, table.clone(), 2, 100).await.unwrap(), table))
+    }
+
+    /// Drops `table` and its migrations' table.
+    async fn drop_tables(pg: &Postgres, table: &str) {
+        for t in [table.to_owned(), format!("{table}_migrations")] {
+            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
+        }
+    }
+
     /// One count of `n + 1` on `hash` by the optimistic path; the clock each
     /// run of `decide` was given goes to `nows`.
     async fn count(pg: &Postgres, hash: &KeyHash, nows: &mut Vec<Millis>) -> Tried {
@@ -320,10 +336,7 @@ mod tests {
     /// with a clock the database disagrees with.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_guess_on_a_wrong_clock_estimate_writes_nothing() {
-        let Some(url) = test_server() else { return };
-        let table = format!("ls_guess_clock_{}", std::process::id());
-        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
-        let pg = Postgres::open(&url, table.clone(), 2, 100).await.unwrap();
+        let Some((pg, table)) = store_on_new_table("ls_guess_clock").await else { return };
         let hash = [7u8; 32];
         let mut nows = Vec::new();
         assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "no clock reading yet");
@@ -339,9 +352,7 @@ mod tests {
             .unwrap();
         assert_eq!(row.0, "5", "every count landed once");
         assert!((row.1 - nows[nows.len() - 1]).abs() < 5_000, "apply's clock was the database's: {nows:?}");
-        for t in [table.clone(), format!("{table}_migrations")] {
-            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
-        }
+        drop_tables(&pg, &table).await;
     }
 
     /// While keys not seen before tend to have rows, a new key's count
@@ -350,10 +361,7 @@ mod tests {
     /// store back to guessing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn while_rows_tend_to_be_there_a_new_key_reads_first() {
-        let Some(url) = test_server() else { return };
-        let table = format!("ls_guess_first_{}", std::process::id());
-        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
-        let pg = Postgres::open(&url, table.clone(), 2, 100).await.unwrap();
+        let Some((pg, table)) = store_on_new_table("ls_guess_first").await else { return };
         let mut nows = Vec::new();
         assert_eq!(count(&pg, &[1u8; 32], &mut nows).await, Tried::ReadThenWrite, "no clock reading yet");
         assert_eq!(count(&pg, &[2u8; 32], &mut nows).await, Tried::OneStatement, "the guess: no row");
@@ -363,8 +371,6 @@ mod tests {
         }
         assert_eq!(count(&pg, &[3u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first");
         assert_eq!(count(&pg, &[4u8; 32], &mut nows).await, Tried::OneStatement, "no row there: guessing again");
-        for t in [table.clone(), format!("{table}_migrations")] {
-            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *pg.pool.acquire().await.unwrap()).await.unwrap();
-        }
+        drop_tables(&pg, &table).await;
     }
 }
