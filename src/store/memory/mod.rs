@@ -6,7 +6,7 @@
 //! wait on each other in a cycle) and holds them all while `apply` runs, which
 //! makes it atomic across the keys for writers and readers alike.
 //!
-//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key:
+//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key (`key.rs`):
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
@@ -20,32 +20,30 @@
 //! is added or removed, never when an existing key counts. A full store makes
 //! room on the request path only from a few shards; the sweeper does the rest.
 
+mod key;
 mod stored;
 mod sweeper;
 mod update;
 
+pub(crate) use key::KeyStart;
 pub use sweeper::SWEEP_EVERY;
 
+use key::{located_after, low_half, KeyHasher, Located, SHARDS};
 use stored::Stored;
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::Mutex;
-use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::bound::Bound;
 use crate::clock::{Clock, SteadyClock};
-use crate::error::Refusal;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
-const SHARDS: usize = 64;
 
 /// Counts in this process's memory. Cheap to clone: clones share the entries.
 ///
@@ -65,8 +63,8 @@ impl std::fmt::Debug for MemoryStore {
 
 struct Inner {
     shards: Box<[CachePadded<Mutex<Table>>]>,
-    /// The random SipHash key that keys are held under.
-    sip_keys: (u64, u64),
+    /// Hashes keys under the store's random SipHash key.
+    keys: KeyHasher,
     bound: Bound,
     clock: Arc<dyn Clock>,
     /// At or before the earliest `expires_at` held: while `now` is below it no
@@ -107,6 +105,13 @@ struct Slot {
     value: Stored,
 }
 
+impl Located {
+    /// Whether `slot` holds this key.
+    fn matches(self) -> impl Fn(&Slot) -> bool {
+        move |slot| slot.key == self.key
+    }
+}
+
 impl Slot {
     fn hash(&self) -> u64 {
         low_half(self.key)
@@ -142,27 +147,6 @@ impl Slot {
     }
 }
 
-/// Where one key of a call lives.
-#[derive(Clone, Copy)]
-struct Located {
-    key: u128,
-    hash: u64,
-    shard: usize,
-}
-
-impl Located {
-    fn matches(self) -> impl Fn(&Slot) -> bool {
-        move |slot| slot.key == self.key
-    }
-}
-
-fn low_half(key: u128) -> u64 {
-    // Truncation wanted: the table hashes by the key's low 64 bits.
-    #[allow(clippy::cast_possible_truncation)]
-    let low = key as u64;
-    low
-}
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -185,12 +169,9 @@ impl MemoryStore {
     /// runtime, it sweeps in the background on it.
     pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
         let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::new()))).collect();
-        // std's RandomState is seeded from the OS; hashing anything with two of
-        // them gives two unpredictable 64-bit keys without another dependency.
-        let sip_keys = (RandomState::new().hash_one(0u8), RandomState::new().hash_one(1u8));
         let inner = Arc::new(Inner {
             shards,
-            sip_keys,
+            keys: KeyHasher::random(),
             // Warned on live entries only: see `try_update`.
             bound: Bound::quiet(max_entries),
             clock,
@@ -225,7 +206,7 @@ impl MemoryStore {
     /// The fixed start of keys that [`count_one_after`](Self::count_one_after)
     /// goes on from, hashed once; valid for this store only.
     pub(crate) fn key_start(&self, start: &str) -> KeyStart {
-        self.inner.key_start(start)
+        self.inner.keys.key_start(start)
     }
 
     /// One key, `start` followed by `rest` (the bytes of text: a caller may
@@ -258,71 +239,7 @@ impl MemoryStore {
     }
 }
 
-/// Where the key `start` followed by `rest` lives, or the rules' refusal of
-/// it, as `check_keys` gives it.
-fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, StoreError> {
-    let len = start.len + rest.len();
-    if len == 0 {
-        return Err(Refusal::EmptyKey { index: 0 }.into());
-    }
-    if len > crate::MAX_KEY_BYTES {
-        return Err(Refusal::KeyTooLong { index: 0, len }.into());
-    }
-    Ok(Inner::locate_after(start, rest))
-}
-
-/// The fixed start of keys (a limit's `{limit}:{part}:`), hashed once, so
-/// that a count hashes only the rest of its key: the same 128-bit hash as
-/// the whole key's, since SipHash reads its input as one stream of bytes.
-#[derive(Clone)]
-pub(crate) struct KeyStart {
-    sip: SipHasher13,
-    len: usize,
-}
-
-/// Shows the length, never the hash state (it holds the store's key).
-impl std::fmt::Debug for KeyStart {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyStart").field("len", &self.len).finish_non_exhaustive()
-    }
-}
-
-impl KeyStart {
-    /// The start's length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-}
-
 impl Inner {
-    fn locate(&self, key: &str) -> Located {
-        let mut sip = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
-        sip.write(key.as_bytes());
-        Self::located(sip)
-    }
-
-    fn key_start(&self, start: &str) -> KeyStart {
-        let mut sip = SipHasher13::new_with_keys(self.sip_keys.0, self.sip_keys.1);
-        sip.write(start.as_bytes());
-        KeyStart { sip, len: start.len() }
-    }
-
-    /// [`locate`](Self::locate) of the key `start` followed by `rest`.
-    fn locate_after(start: &KeyStart, rest: &[u8]) -> Located {
-        let mut sip = start.sip;
-        sip.write(rest);
-        Self::located(sip)
-    }
-
-    fn located(sip: SipHasher13) -> Located {
-        let key = sip.finish128().as_u128();
-        let hash = low_half(key);
-        // Middle bits pick the shard: hashbrown uses the low bits for the bucket
-        // and the top seven as the tag, and both must still vary within a shard.
-        let shard = usize::try_from(hash >> 40).unwrap_or(0) & (SHARDS - 1);
-        Located { key, hash, shard }
-    }
-
     fn note_expiry(&self, expires_at: Millis) {
         if expires_at < self.earliest_expiry.load(Ordering::Relaxed) {
             self.earliest_expiry.fetch_min(expires_at, Ordering::Relaxed);

@@ -40,9 +40,9 @@ impl Inner {
                 let writes = run_apply(apply, current, now)?;
                 Ok((writes.into_iter().next().unwrap_or(Write::Keep), ()))
             };
-            return self.update_one(self.locate(key), &mut step);
+            return self.update_one(self.keys.locate(key), &mut step);
         }
-        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys = keys.iter().map(|k| self.keys.locate(k)).collect();
         if self.try_update(&located, apply)?.is_some() {
             return Ok(());
         }
@@ -257,7 +257,7 @@ impl Inner {
 
     pub(super) fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         check_keys(keys)?;
-        let located: Keys = keys.iter().map(|k| self.locate(k)).collect();
+        let located: Keys = keys.iter().map(|k| self.keys.locate(k)).collect();
         let now = self.clock.now();
         let mut locks = self.lock(&located);
         Ok(located

@@ -1,0 +1,113 @@
+//! Where a key lives: its 128-bit SipHash-1-3 under the store's random key,
+//! which is all the store holds of it, and the shard and table hash taken
+//! from that; and a fixed start of keys hashed once ([`KeyStart`]), so that
+//! a limit's count hashes only the rest of its key.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::error::Refusal;
+use crate::StoreError;
+
+/// Shards of a store, each behind its own lock.
+pub(super) const SHARDS: usize = 64;
+
+/// Where one key of a call lives.
+#[derive(Clone, Copy)]
+pub(super) struct Located {
+    pub(super) key: u128,
+    pub(super) hash: u64,
+    pub(super) shard: usize,
+}
+
+/// The table's hash of a key: the low half of its 128 bits.
+pub(super) fn low_half(key: u128) -> u64 {
+    // Truncation wanted: the table hashes by the key's low 64 bits.
+    #[allow(clippy::cast_possible_truncation)]
+    let low = key as u64;
+    low
+}
+
+/// Where the key `start` followed by `rest` lives, or the rules' refusal of
+/// it, as `check_keys` gives it.
+pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, StoreError> {
+    let len = start.len + rest.len();
+    if len == 0 {
+        return Err(Refusal::EmptyKey { index: 0 }.into());
+    }
+    if len > crate::MAX_KEY_BYTES {
+        return Err(Refusal::KeyTooLong { index: 0, len }.into());
+    }
+    Ok(KeyHasher::locate_after(start, rest))
+}
+
+/// The fixed start of keys (a limit's `{limit}:{part}:`), hashed once, so
+/// that a count hashes only the rest of its key: the same 128-bit hash as
+/// the whole key's, since SipHash reads its input as one stream of bytes.
+#[derive(Clone)]
+pub(crate) struct KeyStart {
+    sip: SipHasher13,
+    len: usize,
+}
+
+/// Shows the length, never the hash state (it holds the store's key).
+impl std::fmt::Debug for KeyStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyStart").field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+impl KeyStart {
+    /// The start's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Hashes a store's keys under its random SipHash key.
+pub(super) struct KeyHasher {
+    k0: u64,
+    k1: u64,
+}
+
+impl KeyHasher {
+    /// A hasher under a new random key: std's `RandomState` is seeded from
+    /// the OS, and hashing anything with two of them gives two unpredictable
+    /// 64-bit keys without another dependency.
+    pub(super) fn random() -> Self {
+        KeyHasher { k0: RandomState::new().hash_one(0u8), k1: RandomState::new().hash_one(1u8) }
+    }
+
+    /// Where `key` lives.
+    pub(super) fn locate(&self, key: &str) -> Located {
+        let mut sip = SipHasher13::new_with_keys(self.k0, self.k1);
+        sip.write(key.as_bytes());
+        Self::located(sip)
+    }
+
+    /// `start` hashed once, for the keys that begin with it.
+    pub(super) fn key_start(&self, start: &str) -> KeyStart {
+        let mut sip = SipHasher13::new_with_keys(self.k0, self.k1);
+        sip.write(start.as_bytes());
+        KeyStart { sip, len: start.len() }
+    }
+
+    /// [`locate`](Self::locate) of the key `start` followed by `rest`.
+    fn locate_after(start: &KeyStart, rest: &[u8]) -> Located {
+        let mut sip = start.sip;
+        sip.write(rest);
+        Self::located(sip)
+    }
+
+    /// Where the key hashed so far by `sip` lives.
+    fn located(sip: SipHasher13) -> Located {
+        let key = sip.finish128().as_u128();
+        let hash = low_half(key);
+        // Middle bits pick the shard: hashbrown uses the low bits for the bucket
+        // and the top seven as the tag, and both must still vary within a shard.
+        let shard = usize::try_from(hash >> 40).unwrap_or(0) & (SHARDS - 1);
+        Located { key, hash, shard }
+    }
+}
