@@ -22,6 +22,7 @@
 //! ```
 
 pub mod algorithm;
+mod at_once;
 mod builder;
 mod by_name;
 mod counted;

@@ -1,0 +1,155 @@
+//! A limit's attempt counted here and now, on a store that answers at once
+//! (the memory store, guarded or not): no future, nothing kept across an
+//! await. The usual call (one part, one value) on the memory store itself
+//! goes further: its key is never written out, only hashed on from the
+//! part's prehashed start, and a GCRA's state is counted as one integer.
+
+#[cfg(feature = "axum")]
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::{LimitStore, Millis, MAX_KEY_BYTES};
+
+use super::algorithm::{self, Algorithm};
+use super::counted::{Backend, Counted, Need};
+use super::decision::Decision;
+use super::error::LimitError;
+use super::key::CallKeys;
+use super::limit::Part;
+#[cfg(feature = "axum")]
+use super::normalize::Ipv4Text;
+#[cfg(feature = "axum")]
+use super::normalize::KeyRules;
+
+impl Counted {
+    /// The attempt counted here and now, on a store that
+    /// [answers at once](LimitStore::update_now): no future, and nothing
+    /// kept across an await. `None` when the store has no such path.
+    pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        let store = self.answering_at_once()?;
+        if let Some(answered) = self.attempt_in_memory(parts) {
+            return Some(answered);
+        }
+        self.attempt_guarded_now(store, parts)
+    }
+
+    /// [`attempt_now`](Self::attempt_now) past the memory store's own path:
+    /// through the store's (guarded) `update_now`.
+    fn attempt_guarded_now(
+        &self,
+        store: &Arc<dyn LimitStore>,
+        parts: &[(&str, &str)],
+    ) -> Option<Result<Decision, LimitError>> {
+        let mut keys = CallKeys::new();
+        if let Err(e) = self.keys(parts, Need::All, &mut keys) {
+            return Some(Err(e));
+        }
+        // One key, the usual call: no list of them.
+        let (one, many);
+        let refs: &[&str] = match keys.only() {
+            Some(key) => {
+                one = [key];
+                &one
+            }
+            None => {
+                many = keys.refs();
+                &many
+            }
+        };
+        let mut last = None;
+        let mut apply = |current: &[Option<crate::Entry>], now: Millis| {
+            let (writes, verdict) = algorithm::decide(self.algorithms.iter(), current, now);
+            last = Some((verdict, now));
+            writes
+        };
+        let done = store.update_now(refs, &mut apply)?;
+        Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
+    }
+
+    /// [`attempt_now`](Self::attempt_now) of a limit of one part, given its
+    /// value (the layer's count: it checked the part when it was built).
+    #[cfg(feature = "axum")]
+    pub(super) fn attempt_only_now(&self, value: &str) -> Option<Result<Decision, LimitError>> {
+        let store = self.answering_at_once()?;
+        let [only] = &self.limit.parts[..] else { return None };
+        if let Some(answered) = self.count_value_in_memory(only, value) {
+            return Some(answered);
+        }
+        self.attempt_guarded_now(store, &[(&only.name, value)])
+    }
+
+    /// [`attempt_only_now`](Self::attempt_only_now) given the client address
+    /// `ip`: on the memory store, its text as the part normalizes it is
+    /// written from the address, not parsed; elsewhere, the address's text
+    /// goes the usual way (the same text: see `KeyRules::address`).
+    #[cfg(feature = "axum")]
+    pub(super) fn attempt_address_now(&self, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
+        let store = self.answering_at_once()?;
+        let [only] = &self.limit.parts[..] else { return None };
+        if self.memory.is_some() {
+            let counted = match KeyRules::ipv4_of(only.normalize, ip) {
+                Some(v4) => self.count_in_memory(Ipv4Text::new(v4).as_bytes()),
+                None => self.count_in_memory(self.rules.address(only.normalize, ip).as_bytes()),
+            };
+            if let Some(answered) = counted {
+                return Some(answered);
+            }
+        }
+        let text = self.rules.address(super::normalize::Normalize::Exact, ip);
+        self.attempt_guarded_now(store, &[(&only.name, &text)])
+    }
+
+    /// The store, when it [answers at once](LimitStore::update_now).
+    fn answering_at_once(&self) -> Option<&Arc<dyn LimitStore>> {
+        match &self.backend {
+            Backend::Store(store) if store.answers_at_once() => Some(store),
+            _ => None,
+        }
+    }
+
+    /// The usual attempt on the memory store (one part, one value), counted
+    /// with no key text: see [`count_in_memory`](Self::count_in_memory).
+    /// `None` for any other call, and for one that failed.
+    fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+        let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
+        if *name != part.name {
+            return None;
+        }
+        self.count_value_in_memory(part, value)
+    }
+
+    /// `value` of `part`, normalized (or refused), counted on the memory
+    /// store: see [`count_in_memory`](Self::count_in_memory).
+    fn count_value_in_memory(&self, part: &Part, value: &str) -> Option<Result<Decision, LimitError>> {
+        self.memory.as_ref()?;
+        match self.rules.apply(part.normalize, value) {
+            Ok(normalized) => self.count_in_memory(normalized.as_bytes()),
+            Err(_) => Some(Err(self.bad_value(part))),
+        }
+    }
+
+    /// `value` (normalized text, as bytes) counted on a one-part limit's
+    /// memory store with no key text: the store hashes it after the part's
+    /// prehashed `{limit}:{part}:`. `None` when this limit has no such path,
+    /// and for a count that failed, which wrote nothing: the guarded call
+    /// answers and logs it.
+    fn count_in_memory(&self, value: &[u8]) -> Option<Result<Decision, LimitError>> {
+        let (memory, starts) = self.memory.as_ref()?;
+        let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
+        if start.len() + value.len() > MAX_KEY_BYTES {
+            return None; // the key names a hash of the value instead (see `CallKeys`)
+        }
+        let counted = match *algorithm {
+            // A GCRA's state is one integer: counted with no JSON.
+            Algorithm::Gcra { budget, window } => memory.count_number_after(start, value, |tat, now| {
+                let (next, verdict) = super::gcra::step(tat, now, budget, window);
+                (next.map(|next| (next, next)), (verdict, now))
+            }),
+            _ => memory.count_one_after(start, value, |entry, now| {
+                let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+                (write, (verdict, now))
+            }),
+        };
+        Some(self.settle(Ok(counted.ok()?)))
+    }
+}
