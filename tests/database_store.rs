@@ -1,52 +1,25 @@
 //! The database store beyond the contract, on every database: keys never
 //! stored in the clear, secret rotation, corrupt rows, setup errors that say
 //! what to do, refusal inside the app's transaction, and locked databases
-//! answered unavailable within the deadline.
+//! answered unavailable within the deadline; and its callers: a SQLite
+//! caller that stops waiting, PostgreSQL's remembered rows, SQLite's counts
+//! run in place. Sweeping is in `database_sweeper.rs`.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::db::{server, sqlite_url, SECRET};
+use common::db::{databases, drop_table, put, raw, server, sqlite_url, SECRET};
 use limit_store::error::{Refusal, Unavailable};
-use limit_store::{in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, StoreError, Write};
+use limit_store::{in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, Write};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use sqlx::{AnyPool, Row};
-
-/// The databases this run can reach, each with a fresh table name.
-fn databases(test: &str) -> Vec<(String, String)> {
-    sqlx::any::install_default_drivers();
-    let table = format!("ls_{test}_{}", common::db::rand_suffix() % 1_000_000_000);
-    let mut urls = vec![sqlite_url(test)];
-    urls.extend(server("LIMIT_STORE_TEST_POSTGRES"));
-    urls.extend(server("LIMIT_STORE_TEST_MYSQL"));
-    urls.into_iter().map(|u| (u, table.clone())).collect()
-}
+use sqlx::Row;
 
 async fn store(url: &str, table: &str, secret: &str) -> DatabaseStore {
     DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
     DatabaseStore::builder(url).table(table).secret(secret).sweep_every(None).connect().await.expect("connect")
-}
-
-async fn put(store: &dyn LimitStore, key: &str, n: u64, ttl: Millis) -> Result<(), StoreError> {
-    store
-        .update(&[key], &mut |_: &[Option<Entry>], now: Millis| {
-            vec![Write::Put(Entry { value: json!({ "n": n }), expires_at: now + ttl })]
-        })
-        .await
-}
-
-async fn raw(url: &str) -> AnyPool {
-    AnyPool::connect(url).await.expect("a raw connection")
-}
-
-async fn drop_table(url: &str, table: &str) {
-    let pool = raw(url).await;
-    for t in [table.to_owned(), format!("{table}_migrations")] {
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}")).execute(&pool).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,86 +230,6 @@ async fn a_sqlite_caller_that_stops_waiting_counts_nothing() {
     assert_eq!(late_calls.load(Ordering::SeqCst), 0, "{url}: apply was called after its caller left");
     put(&db, "k", 3, 60_000).await.expect("counts again");
     drop_table(&url, &table).await;
-}
-
-async fn rows(url: &str, table: &str) -> i64 {
-    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(&raw(url).await).await.unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sweeper_runs_in_the_background_and_stops_with_the_store() {
-    for (url, table) in databases("sweeper") {
-        DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
-        let open = |every| DatabaseStore::builder(&url).table(&table).secret(SECRET).sweep_every(every).connect();
-        let writer = open(None).await.unwrap();
-        let sweeping = open(Some(Duration::from_millis(200))).await.unwrap();
-        for i in 0..5 {
-            put(&writer, &format!("k{i}"), 1, 100).await.unwrap();
-        }
-        put(&writer, "live", 1, 60_000).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        assert_eq!(rows(&url, &table).await, 1, "{url}: the background sweeper removed the expired rows");
-        drop(sweeping);
-        for i in 0..5 {
-            put(&writer, &format!("k{i}"), 1, 100).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        assert_eq!(rows(&url, &table).await, 6, "{url}: a dropped store's sweeper has stopped");
-        drop_table(&url, &table).await;
-    }
-}
-
-/// How many tokio tasks a store leaves behind when it is dropped, after its
-/// first sweep (if it sweeps) is done.
-async fn tasks_ended_by_drop(url: &str, every: Option<Duration>) -> usize {
-    let alive = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
-    let store = DatabaseStore::builder(url).secret(SECRET).sweep_every(every).connect().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = alive();
-    drop(store);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    before - alive()
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn a_dropped_stores_sweeper_stops_at_once() {
-    let url = sqlite_url("sweeper-stops");
-    DatabaseStore::builder(&url).migrate().await.unwrap();
-    let without = tasks_ended_by_drop(&url, None).await;
-    // An hour to the next sweep: only the store's drop can end it now.
-    let with = tasks_ended_by_drop(&url, Some(Duration::from_secs(3600))).await;
-    assert_eq!(with, without + 1, "dropping the store ends its sleeping sweeper");
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn a_full_database_store_makes_room_from_expired_rows_and_logs() {
-    let logs = common::capture_logs();
-    for (url, table) in databases("full") {
-        DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
-        let db = DatabaseStore::builder(&url)
-            .table(&table)
-            .secret(SECRET)
-            .max_entries(5)
-            .sweep_every(None)
-            .connect()
-            .await
-            .unwrap();
-        for i in 0..3 {
-            put(&db, &format!("short{i}"), 1, 300).await.unwrap();
-        }
-        put(&db, "long0", 1, 60_000).await.unwrap();
-        put(&db, "long1", 1, 60_000).await.unwrap();
-        let err = put(&db, "new", 1, 60_000).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{url}: {err}");
-        put(&db, "long0", 2, 60_000).await.expect("held keys keep counting");
-        // Room is made from expired rows at most once a second.
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
-        put(&db, "new", 1, 60_000).await.unwrap_or_else(|e| panic!("{url}: expired rows made room: {e}"));
-        assert_eq!(db.read(&["long0", "long1"]).await.unwrap().iter().flatten().count(), 2, "{url}: live rows kept");
-        drop_table(&url, &table).await;
-    }
-    assert!(!logs.lines_of_kind("limit-store-filling").is_empty(), "a filling warning");
-    assert!(!logs.lines_of_kind("limit-store-full").is_empty(), "a full error");
 }
 
 /// Adds one to the count under `key` (a bare number), or starts it at 1.

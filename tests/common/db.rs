@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use limit_store::testing::StorePair;
-use limit_store::{DatabaseStore, DatabaseStoreBuilder, Entry, LimitStore, Millis, Write};
+use limit_store::{DatabaseStore, DatabaseStoreBuilder, Entry, LimitStore, Millis, StoreError, Write};
 use serde_json::json;
+use sqlx::AnyPool;
 
 pub const SECRET: &str = "limit-store-tests-secret-0123456789abcdefghijklmnop";
 
@@ -30,6 +31,39 @@ pub fn sqlite_url(name: &str) -> String {
 pub fn rand_suffix() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// The databases this run can reach (SQLite, and the servers the
+/// environment names), each with the same fresh table name for `test`.
+pub fn databases(test: &str) -> Vec<(String, String)> {
+    sqlx::any::install_default_drivers();
+    let table = format!("ls_{test}_{}", rand_suffix() % 1_000_000_000);
+    let mut urls = vec![sqlite_url(test)];
+    urls.extend(server("LIMIT_STORE_TEST_POSTGRES"));
+    urls.extend(server("LIMIT_STORE_TEST_MYSQL"));
+    urls.into_iter().map(|u| (u, table.clone())).collect()
+}
+
+/// Writes `{"n": n}` under `key`, expiring `ttl` ms from now.
+pub async fn put(store: &dyn LimitStore, key: &str, n: u64, ttl: Millis) -> Result<(), StoreError> {
+    store
+        .update(&[key], &mut |_: &[Option<Entry>], now: Millis| {
+            vec![Write::Put(Entry { value: json!({ "n": n }), expires_at: now + ttl })]
+        })
+        .await
+}
+
+/// A connection pool of the test's own, beside the store's.
+pub async fn raw(url: &str) -> AnyPool {
+    AnyPool::connect(url).await.expect("a raw connection")
+}
+
+/// Drops `table` and its migrations' record.
+pub async fn drop_table(url: &str, table: &str) {
+    let pool = raw(url).await;
+    for t in [table.to_owned(), format!("{table}_migrations")] {
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}")).execute(&pool).await;
+    }
 }
 
 /// Migrates `table` on `url` and connects two stores with pools of their own,
