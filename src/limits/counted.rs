@@ -47,7 +47,7 @@ pub(super) struct Counted {
     /// Each part's `{limit}:{part}`, the start of its keys.
     pub(super) stems: Box<[String]>,
     /// Each part's name, as decisions give it.
-    pub(super) names: Box<[&'static str]>,
+    names: Box<[&'static str]>,
     pub(super) backend: Backend,
     /// The memory store beneath the backend, counted without `dyn Apply`,
     /// with each part's `{limit}:{part}:` hashed for it.
