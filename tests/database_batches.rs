@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::db::{add_one, server, sqlite_url, value, SECRET};
+use common::db::{add_one, drop_table, server, sqlite_url, value, SECRET};
 use limit_store::{DatabaseStore, Entry, LimitStore, Write};
 use sqlx::{Connection, Executor};
 
@@ -107,13 +107,6 @@ async fn postgres_store(url: &str, table: &str) -> DatabaseStore {
         .unwrap()
 }
 
-async fn drop_postgres_table(url: &str, table: &str) {
-    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-    for t in [table.to_owned(), format!("{table}_migrations")] {
-        c.execute(format!("DROP TABLE IF EXISTS {t}").as_str()).await.unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_guesses_that_wait_go_in_one_statement() {
     let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
@@ -155,7 +148,7 @@ async fn postgres_guesses_that_wait_go_in_one_statement() {
     let paths = db.count_paths();
     // Eight went alone and the first to queue went on its own; the rest together.
     assert!(paths.batched >= 11, "the guesses that queued went in one statement: {paths:?}");
-    drop_postgres_table(&url, &table).await;
+    drop_table(&url, &table).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,5 +179,5 @@ async fn postgres_batches_stay_exact_beside_another_instance() {
     assert_eq!(total, 48 * 40, "every count landed once");
     let paths = first.count_paths();
     assert!(paths.batched > 0 && paths.one_statement > 0, "32 callers on one store share statements: {paths:?}");
-    drop_postgres_table(&url, &table).await;
+    drop_table(&url, &table).await;
 }

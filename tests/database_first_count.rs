@@ -8,9 +8,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::db::{add_one, server, value, SECRET};
+use common::db::{add_one, drop_table, server, value, SECRET};
 use limit_store::DatabaseStore;
-use sqlx::{Connection, Executor};
 
 async fn store(url: &str, table: &str) -> DatabaseStore {
     DatabaseStore::builder(url)
@@ -27,13 +26,6 @@ async fn fresh_table(url: &str, name: &str) -> String {
     let table = format!("ls_first_{name}_{}", common::db::rand_suffix() % 1_000_000_000);
     DatabaseStore::builder(url).table(&table).migrate().await.unwrap();
     table
-}
-
-async fn drop_table(url: &str, table: &str) {
-    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-    for t in [table.to_owned(), format!("{table}_migrations")] {
-        c.execute(format!("DROP TABLE IF EXISTS {t}").as_str()).await.unwrap();
-    }
 }
 
 /// A store just connected counts a key it has not seen, whose row is

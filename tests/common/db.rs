@@ -55,6 +55,7 @@ pub async fn put(store: &dyn LimitStore, key: &str, n: u64, ttl: Millis) -> Resu
 
 /// A connection pool of the test's own, beside the store's.
 pub async fn raw(url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
     AnyPool::connect(url).await.expect("a raw connection")
 }
 
