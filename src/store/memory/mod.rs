@@ -20,6 +20,7 @@
 //! is added or removed, never when an existing key counts. A full store makes
 //! room on the request path only from a few shards; the sweeper does the rest.
 
+mod int_text;
 mod key;
 mod stored;
 mod sweeper;

@@ -12,6 +12,8 @@
 
 use serde_json::Value;
 
+use super::int_text;
+
 /// Bytes of JSON text held inline: the slot stays 64 bytes.
 const SHORT: usize = 38;
 
@@ -33,6 +35,13 @@ impl Stored {
     pub(super) fn new(value: Value) -> Self {
         if let Some(n) = value.as_i64() {
             return Stored::Int(n);
+        }
+        // The usual object or array, of integers: written without serde.
+        let mut text = [0; SHORT];
+        if let Some(len) = int_text::write(&value, &mut text) {
+            int_text::spare(value);
+            // `len` is at most SHORT (38), so it fits a u8.
+            return Stored::Short { len: u8::try_from(len).unwrap_or(u8::MAX), text };
         }
         match value {
             Value::Null | Value::Bool(_) | Value::Number(_) => Stored::Plain(value),
@@ -88,15 +97,23 @@ impl Stored {
 
     /// Gives back what [`lend`](Self::lend) returned, unchanged.
     pub(super) fn put_back(&mut self, value: Value) {
-        if let Stored::Plain(slot) = self {
-            *slot = value;
+        match self {
+            Stored::Plain(slot) => *slot = value,
+            _ => done_with(value),
         }
     }
 }
 
-/// Text this module wrote from a `Value` always parses back to it.
+/// A value lent to `apply` that the store is done with: kept, when it is a
+/// small object, for the next value read to fill (see `int_text.rs`).
+pub(super) fn done_with(value: Value) {
+    int_text::spare(value);
+}
+
+/// Text this module wrote from a `Value` always parses back to it; the
+/// usual object or array of integers without serde.
 fn parse(text: &[u8]) -> Value {
-    serde_json::from_slice(text).unwrap_or(Value::Null)
+    int_text::read(text).unwrap_or_else(|| serde_json::from_slice(text).unwrap_or(Value::Null))
 }
 
 fn has_float(value: &Value) -> bool {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
-use super::stored::Stored;
+use super::stored::{self, Stored};
 use super::{Inner, Located, Slot, Table};
 use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply, run_step};
@@ -304,7 +304,13 @@ fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<&mut Slot>, now: Millis) -
             }
             done.map(|(_, answer)| (SlotWrite::Keep, answer))
         }
-        Ok((write, answer)) => Ok((write.into(), answer)),
+        Ok((write, answer)) => {
+            let write = write.into();
+            if let Some(entry) = lent {
+                stored::done_with(entry.value);
+            }
+            Ok((write, answer))
+        }
     }
 }
 
