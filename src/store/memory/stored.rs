@@ -6,7 +6,9 @@
 //! an array or an object is held as its compact JSON text: inline in the slot
 //! when it is short (`{"n":3}`, a sliding window's `[1733300000000,0]`), on the
 //! heap as one `Box<str>` when not. So a small object costs no `BTreeMap` node
-//! and no `String` per field while it waits for its next count. A value
+//! and no `String` per field while it waits for its next count. An object or
+//! array of integers, the usual value, is written and read without serde, and
+//! lent into a spare object rather than a new one (`int_text.rs`). A value
 //! holding a float anywhere inside stays a `Value`: serde_json's parser is not
 //! bit-exact for every float, and a store must give back what was put.
 

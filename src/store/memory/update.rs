@@ -167,6 +167,9 @@ impl Inner {
                             table.insert_unique(k.hash, Slot::new(k.key, entry), Slot::hash);
                         }
                     }
+                    if let Some(entry) = lent {
+                        stored::done_with(entry.value);
+                    }
                 }
                 Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
                     (Some(entry), Ok(mut slot)) => slot.get_mut().put_back(entry),
