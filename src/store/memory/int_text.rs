@@ -175,13 +175,13 @@ impl<'a> Reader<'a> {
 
     /// Sets every value of `map` from the text, whose keys must be `map`'s.
     fn fill(&mut self, map: &mut Map<String, Value>) -> Option<()> {
-        let mut values = map.iter_mut().peekable();
-        while let Some((key, value)) = values.next() {
+        let last = map.len().checked_sub(1)?;
+        for (i, (key, value)) in map.iter_mut().enumerate() {
             if self.key_text()? != key.as_bytes() {
                 return None;
             }
             *value = Value::from(self.int()?);
-            let end = if values.peek().is_some() { b',' } else { b'}' };
+            let end = if i < last { b',' } else { b'}' };
             if self.next()? != end {
                 return None;
             }
