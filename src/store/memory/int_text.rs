@@ -7,33 +7,12 @@
 //! (a key that needs escaping, a string, a float, an integer beyond `i64`)
 //! is left to `serde_json`: [`write`] and [`read`] answer `None` for it.
 //!
-//! An object the store is done with (lent to `apply`, or written by it and
-//! now held as text) is kept as this thread's spare, and the next object of
-//! the same keys is read into it: a count of `{"n": n}` then allocates
-//! nothing to lend its value, and frees only what `apply` made.
-
-use std::cell::Cell;
+//! An object is read into this thread's spare (`spare.rs`) when it holds the
+//! same keys.
 
 use serde_json::{Map, Value};
 
-/// The most keys a spare object may hold.
-const SPARE_KEYS: usize = 4;
-
-thread_local! {
-    /// One small object, its values stale, for [`read`] to fill.
-    static SPARE: Cell<Option<Map<String, Value>>> = const { Cell::new(None) };
-}
-
-/// Keeps `value`, which the store is done with, as this thread's spare when
-/// it is a small object; drops it (or the spare it replaces) otherwise.
-pub(super) fn spare(value: Value) {
-    if let Value::Object(map) = value {
-        if (1..=SPARE_KEYS).contains(&map.len()) {
-            // On a thread that is ending, the map is simply dropped.
-            let _ = SPARE.try_with(|spare| spare.replace(Some(map)));
-        }
-    }
-}
+use super::spare;
 
 /// Writes `value`'s compact text into `out` when `value` is an object or
 /// array whose members are all integers that fit an `i64`, and the text fits;
@@ -162,14 +141,14 @@ impl<'a> Reader<'a> {
     /// holds the same keys in the same order; every value is then the text's.
     /// `None` (the spare kept, the text unread) otherwise.
     fn fill_spare(&mut self) -> Option<Map<String, Value>> {
-        let mut map = SPARE.try_with(Cell::take).ok().flatten()?;
+        let mut map = spare::take()?;
         let mut r = self.clone();
         if r.fill(&mut map).is_some() && r.at == r.text.len() {
             *self = r;
             return Some(map);
         }
         // Its values may have changed; the next fill sets them all.
-        let _ = SPARE.try_with(|spare| spare.set(Some(map)));
+        spare::put(map);
         None
     }
 
@@ -302,13 +281,13 @@ mod tests {
             ];
             for first in texts {
                 for second in texts {
-                    spare(read(first).unwrap());
+                    spare::keep(read(first).unwrap());
                     let value = read(second).unwrap();
                     assert_eq!(value, serde_json::from_slice::<Value>(second).unwrap());
-                    spare(value);
+                    spare::keep(value);
                 }
             }
-            spare(json!({"a": "text", "b": [1]}));
+            spare::keep(json!({"a": "text", "b": [1]}));
             assert_eq!(read(b"{\"a\":1,\"b\":2}"), Some(json!({"a": 1, "b": 2})));
         })
         .join()

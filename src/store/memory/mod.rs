@@ -14,7 +14,7 @@
 //! or array as its JSON text inline in the slot, so a slot is 64 bytes and a
 //! `{"n": 3}` costs no `BTreeMap` node; `apply` gets the value rebuilt, into
 //! an object the thread kept from an earlier count when its keys are the same
-//! (`int_text.rs`).
+//! (`spare.rs`).
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
@@ -24,6 +24,7 @@
 
 mod int_text;
 mod key;
+mod spare;
 mod stored;
 mod sweeper;
 mod update;

@@ -8,13 +8,13 @@
 //! heap as one `Box<str>` when not. So a small object costs no `BTreeMap` node
 //! and no `String` per field while it waits for its next count. An object or
 //! array of integers, the usual value, is written and read without serde, and
-//! lent into a spare object rather than a new one (`int_text.rs`). A value
+//! lent into a spare object rather than a new one (`int_text.rs`, `spare.rs`). A value
 //! holding a float anywhere inside stays a `Value`: serde_json's parser is not
 //! bit-exact for every float, and a store must give back what was put.
 
 use serde_json::Value;
 
-use super::int_text;
+use super::{int_text, spare};
 
 /// Bytes of JSON text held inline: the slot stays 64 bytes.
 const SHORT: usize = 38;
@@ -41,7 +41,7 @@ impl Stored {
         // The usual object or array, of integers: written without serde.
         let mut text = [0; SHORT];
         if let Some(len) = int_text::write(&value, &mut text) {
-            int_text::spare(value);
+            spare::keep(value);
             // `len` is at most SHORT (38), so it fits a u8.
             return Stored::Short { len: u8::try_from(len).unwrap_or(u8::MAX), text };
         }
@@ -107,9 +107,9 @@ impl Stored {
 }
 
 /// A value lent to `apply` that the store is done with: kept, when it is a
-/// small object, for the next value read to fill (see `int_text.rs`).
+/// small object, for the next value read to fill (see `spare.rs`).
 pub(super) fn done_with(value: Value) {
-    int_text::spare(value);
+    spare::keep(value);
 }
 
 /// Text this module wrote from a `Value` always parses back to it; the
