@@ -61,8 +61,9 @@ pub trait LimitStore: Send + Sync {
 
     /// [`update`](Self::update) with an `apply` that the store may keep: a
     /// store that runs its call elsewhere (a [`Guarded`](crate::Guarded) whose
-    /// call outlives its caller) takes it along, instead of asking the caller
-    /// for each answer. Stores need not implement it.
+    /// call outlives its caller, SQLite's writer thread) takes it along,
+    /// instead of asking the caller for each answer. Stores need not
+    /// implement it. [`Limits`](crate::Limits) counts through it.
     async fn update_owned(&self, keys: &[&str], mut apply: Box<OwnedApply>) -> Result<(), StoreError> {
         self.update(keys, &mut *apply).await
     }

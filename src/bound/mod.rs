@@ -3,6 +3,7 @@
 //! A store never removes a live entry to make room: a full store answers a new
 //! key unavailable, and keys it already holds keep counting.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
@@ -125,15 +126,17 @@ pub(crate) struct Refresh {
 /// (the update failed, or its future was dropped), it gives its room back.
 #[derive(Debug)]
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
-pub(crate) struct Admission<'a> {
-    bound: &'a Bound,
+pub(crate) struct Admission<B: Deref<Target = Bound>> {
+    /// The bound: borrowed, or held by a store's shared part when the
+    /// admission goes with an update run elsewhere.
+    bound: B,
     added: u64,
     removed: u64,
 }
 
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
-impl<'a> Admission<'a> {
-    pub(crate) fn new(bound: &'a Bound) -> Self {
+impl<B: Deref<Target = Bound>> Admission<B> {
+    pub(crate) fn new(bound: B) -> Self {
         Admission { bound, added: 0, removed: 0 }
     }
 
@@ -166,7 +169,7 @@ impl<'a> Admission<'a> {
     }
 }
 
-impl Drop for Admission<'_> {
+impl<B: Deref<Target = Bound>> Drop for Admission<B> {
     fn drop(&mut self) {
         self.bound.release(self.added);
     }

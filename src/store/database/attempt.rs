@@ -122,13 +122,33 @@ pub(super) async fn count<B: Attempts>(
             Some(Err(failure)) => return Err(failure.settled("count")),
         }
     }
-    let mut retries = 0;
+    let mut locked = Locked::new(tally);
     loop {
-        if let Some(done) = settle(backend.locked(hashes, generation, decide).await, &mut retries) {
-            if done.is_ok() {
-                tally.locked.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(done) = locked.settle(backend.locked(hashes, generation, decide).await) {
             return done;
         }
+    }
+}
+
+/// The locked transactions of one count: run again on a deadlock or a
+/// serialization failure until one settles.
+pub(super) struct Locked<'a> {
+    tally: &'a Tally,
+    retries: u32,
+}
+
+impl<'a> Locked<'a> {
+    pub(super) fn new(tally: &'a Tally) -> Self {
+        Locked { tally, retries: 0 }
+    }
+
+    /// The count's answer once `done` settles it (tallied when written);
+    /// `None`: run the transaction again.
+    pub(super) fn settle(&mut self, done: Result<(), Failure>) -> Option<Result<(), StoreError>> {
+        let done = settle(done, &mut self.retries)?;
+        if done.is_ok() {
+            self.tally.locked.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(done)
     }
 }

@@ -30,6 +30,7 @@ mod error;
 mod migrate;
 #[cfg(feature = "mysql")]
 mod mysql;
+mod owned;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -199,6 +200,30 @@ async fn bounded<T>(call: impl std::future::Future<Output = Result<T, StoreError
 }
 
 impl DatabaseStore {
+    /// The answer of an update after its attempt number `attempt` came out as
+    /// `outcome`; `None` when the store was full and made room from expired
+    /// rows, so the update tries once more.
+    async fn answer(&self, outcome: Result<(), StoreError>, attempt: usize) -> Option<Result<(), StoreError>> {
+        let shared = &*self.shared;
+        match outcome {
+            Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
+                if shared.bound.make_room(|| shared.sweep()).await {
+                    return None;
+                }
+                shared.bound.note_full();
+                Some(Err(e))
+            }
+            Err(e) if e.unavailable_reason() == Some(Unavailable::Full) => {
+                shared.bound.note_full();
+                Some(Err(e))
+            }
+            other => {
+                self.refresh_bound_if_due();
+                Some(other)
+            }
+        }
+    }
+
     /// Makes the bound's estimate exact again when it is due, in the
     /// background: no request waits for the count.
     fn refresh_bound_if_due(&self) {
@@ -255,25 +280,15 @@ impl LimitStore for DatabaseStore {
             } else {
                 drop(admission);
             }
-            match outcome {
-                Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
-                    // Full: make room from expired rows, then try once more.
-                    if !shared.bound.make_room(|| shared.sweep()).await {
-                        shared.bound.note_full();
-                        return Err(e);
-                    }
-                }
-                Err(e) if e.unavailable_reason() == Some(Unavailable::Full) => {
-                    shared.bound.note_full();
-                    return Err(e);
-                }
-                other => {
-                    self.refresh_bound_if_due();
-                    return other;
-                }
+            if let Some(done) = self.answer(outcome, attempt).await {
+                return done;
             }
         }
         unreachable!("the loop returns")
+    }
+
+    async fn update_owned(&self, keys: &[&str], apply: Box<crate::OwnedApply>) -> Result<(), StoreError> {
+        self.update_owned_here(keys, apply).await
     }
 
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {

@@ -22,6 +22,11 @@ pub(super) struct Stored {
 /// Turns the locked rows of an update and the database's `now` into writes.
 pub(super) type Decide<'a> = dyn FnMut(&[Option<Stored>], Millis) -> Result<Vec<RowWrite>, StoreError> + Send + 'a;
 
+/// A [`Decide`] that owns all it uses, shared with a thread that may run it
+/// (SQLite's writer, for `update_owned`).
+#[cfg(feature = "sqlite")]
+pub(super) type OwnedDecide = std::sync::Arc<parking_lot::Mutex<Decide<'static>>>;
+
 /// What to do with one row.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum RowWrite {
@@ -73,7 +78,7 @@ pub(super) fn decide(
     now: Millis,
     generation: i64,
     apply: &mut Apply<'_>,
-    admission: &mut Admission<'_>,
+    admission: &mut Admission<impl std::ops::Deref<Target = crate::bound::Bound>>,
 ) -> Result<Vec<RowWrite>, StoreError> {
     let entries = rows
         .iter()

@@ -11,13 +11,16 @@
 //! together. `decide` borrows the caller's `apply`, so the writer never
 //! holds it: it sends the rows to the caller, whose own task decides and
 //! answers ([`ask`]); a caller that stopped waiting answers nothing, and its
-//! count writes nothing. Reads run on a few connections of their own ([`pool`]).
+//! count writes nothing. A count through `update_owned` (as `Limits` counts)
+//! owns its `decide`, and the writer runs it itself (`owned.rs`). Reads run
+//! on a few connections of their own ([`pool`]).
 //! The chores (migrations, sweeps, counts of live rows) stay on a small sqlx
 //! pool; all open the same file with the same settings. With
 //! `sqlite_in_place(true)` the caller's runtime thread runs the transaction
 //! (`block_in_place`) instead.
 
 mod ask;
+mod caller;
 mod pool;
 mod writer;
 
@@ -37,7 +40,7 @@ use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, marks, Release};
 use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
-use super::row::{Decide, KeyHash, RowWrite, Stored};
+use super::row::{Decide, KeyHash, OwnedDecide, RowWrite, Stored};
 use super::sweep::BATCH;
 use crate::{Millis, StoreError};
 
@@ -166,6 +169,19 @@ impl Sqlite {
     );
 }
 
+impl Sqlite {
+    /// [`Attempts::locked`] with an owned `decide`, which the writer runs
+    /// itself (see `owned.rs`).
+    pub(super) async fn locked_owned(
+        &self,
+        hashes: &[KeyHash],
+        generation: i64,
+        decide: OwnedDecide,
+    ) -> Result<(), Failure> {
+        self.writer.count_owned(hashes, generation, decide).await
+    }
+}
+
 impl Attempts for Sqlite {
     /// The whole transaction in the writer's next batch.
     async fn locked(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
@@ -195,7 +211,7 @@ fn read_decide_write(
     own: &mut Option<Own<'_, '_>>,
 ) -> Result<(), Failure> {
     let (rows, now) = select(conn, sql, &q.hashes)?;
-    let pending = ask::ask(&q.asks, &rows, now).ok_or_else(ask::gone)?;
+    let pending = q.ask(&rows, now).ok_or_else(ask::gone)?;
     if let Some(own) = own {
         own.serve();
     }

@@ -10,6 +10,10 @@
 //!
 //! The caller of a batch run in place (`sqlite_in_place`) is on the writer's
 //! thread itself: it answers its own question there ([`Own`]).
+//!
+//! A count whose `decide` is owned ([`Decider::Owned`]: `update_owned`, as
+//! `Limits` counts) is decided by the writer itself, with no message, while
+//! its caller still waits; a caller that stopped waiting gets nothing written.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
@@ -17,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::error::Failure;
-use super::super::row::{Decide, RowWrite, Stored};
+use super::super::row::{Decide, OwnedDecide, RowWrite, Stored};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
@@ -50,22 +54,44 @@ const SPIN: Duration = Duration::from_micros(40);
 /// parked writer takes tens of µs to wake.
 const LINGER: Duration = Duration::from_micros(150);
 
-/// A question sent, whose answer the writer waits for.
-pub(super) struct Pending(Receiver<Decided>);
+/// How the writer gets a count decided.
+pub(super) enum Decider {
+    /// By asking its caller, whose `decide` borrows.
+    Asks(Asks),
+    /// By running the count's own `decide`.
+    Owned(OwnedDecide),
+}
 
-/// Sends `rows` and `now` to the caller; `None` when the caller is gone.
-pub(super) fn ask(asks: &Asks, rows: &[Option<Stored>], now: Millis) -> Option<Pending> {
-    let (answer, answered) = sync_channel(1);
-    asks.try_send(Ask { rows: rows.to_vec(), now, answer }).ok()?;
-    Some(Pending(answered))
+/// A count's decision, or the question whose answer the writer waits for.
+pub(super) enum Pending {
+    Asked(Receiver<Decided>),
+    Decided(Decided),
+}
+
+/// Sends `rows` and `now` to the caller, or decides on them with an owned
+/// `decide` at once; `None` when the caller is gone (`waiting` false).
+pub(super) fn ask(decider: &Decider, waiting: bool, rows: &[Option<Stored>], now: Millis) -> Option<Pending> {
+    match decider {
+        Decider::Asks(asks) => {
+            let (answer, answered) = sync_channel(1);
+            asks.try_send(Ask { rows: rows.to_vec(), now, answer }).ok()?;
+            Some(Pending::Asked(answered))
+        }
+        Decider::Owned(decide) if waiting => Some(Pending::Decided((decide.lock())(rows, now))),
+        Decider::Owned(_) => None,
+    }
 }
 
 impl Pending {
     /// The caller's answer, or `None` when it is gone or silent until `until`.
     pub(super) fn wait(self, until: Instant) -> Option<Decided> {
+        let answered = match self {
+            Pending::Decided(decided) => return Some(decided),
+            Pending::Asked(answered) => answered,
+        };
         let start = Instant::now();
         loop {
-            match self.0.try_recv() {
+            match answered.try_recv() {
                 Ok(decided) => return Some(decided),
                 Err(TryRecvError::Disconnected) => return None,
                 Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
@@ -73,7 +99,7 @@ impl Pending {
                 Err(TryRecvError::Empty) => break,
             }
         }
-        self.0.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
+        answered.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
     }
 }
 

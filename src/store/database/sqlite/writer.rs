@@ -1,19 +1,19 @@
-//! The SQLite store's writer: counts go through one [`Queue`], and whoever
-//! holds it busy runs the waiting counts together, one `BEGIN IMMEDIATE`
-//! transaction per batch, on a connection of the writer's own. SQLite takes
-//! one writer at a time anyway; this way the counts of one instance take
-//! turns without a trip through SQLite's busy handler each, and one commit
-//! serves a whole batch.
+//! The SQLite store's writer (its callers' side is `caller.rs`): counts go
+//! through one [`Queue`], and whoever holds it busy runs the waiting counts
+//! together, one `BEGIN IMMEDIATE` transaction per batch, on a connection of
+//! the writer's own. SQLite takes one writer at a time anyway; this way the
+//! counts of one instance take turns without a trip through SQLite's busy
+//! handler each, and one commit serves a whole batch.
 //!
 //! A batch runs in rounds. A round takes the waiting counts that share no key
 //! with each other, reads their rows, asks each count's caller to decide
-//! ([`ask`]: by message, never through the caller's borrowed closure), and
-//! writes the answers; the next round reads after those writes. So every
-//! count sees the ones before it, and the batch is what running them one at
-//! a time would give, while the callers decide side by side. A count whose
-//! `decide` refuses, or whose caller stopped waiting, writes nothing and the
-//! others go on; a database error part-way rolls the batch back and runs its
-//! counts again one transaction each.
+//! ([`ask`]: by message, never through the caller's borrowed closure; or runs
+//! the count's own `decide`, when the count owns it), and writes the answers;
+//! the next round reads after those writes. So every count sees the ones before
+//! it, and the batch is what running them one at a time would give, while the
+//! callers decide side by side. A count whose `decide` refuses, or whose caller
+//! stopped waiting, writes nothing and the others go on; a database error
+//! part-way rolls the batch back and runs its counts again one transaction each.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -27,12 +27,12 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::super::error::{is_busy, Failure};
-use super::super::queue::{Holding, Joined, Queue};
-use super::super::row::{Decide, KeyHash};
-use super::ask::{self, Asked, Asks, Next, Own};
+use super::super::queue::{Holding, Queue};
+use super::super::row::{KeyHash, Stored};
+use super::ask::{self, Decider, Own, Pending};
 use super::{count, pool, select, write, Statements};
 use crate::error::Unavailable;
-use crate::StoreError;
+use crate::{Millis, StoreError};
 
 /// The most counts one transaction takes: enough to serve every caller of a
 /// busy instance in one commit, few enough to keep the write lock short.
@@ -46,11 +46,31 @@ const ANSWER_WITHIN: Duration = pool::WAIT;
 pub(super) struct Queued {
     pub(super) hashes: SmallVec<[KeyHash; 4]>,
     pub(super) generation: i64,
-    /// Where its caller takes the writer's questions.
-    pub(super) asks: Asks,
+    /// How it is decided: by asking its caller, or by its own `decide`.
+    decider: Decider,
     /// When the writer stops waiting for its caller's answer.
     pub(super) until: Instant,
     reply: oneshot::Sender<Result<(), Failure>>,
+}
+
+impl Queued {
+    /// A count of the rows of `hashes`, decided by `decider` and answered
+    /// through `reply`; the writer waits for its caller's answer until
+    /// [`ANSWER_WITHIN`] from now.
+    pub(super) fn new(
+        hashes: &[KeyHash],
+        generation: i64,
+        decider: Decider,
+        reply: oneshot::Sender<Result<(), Failure>>,
+    ) -> Self {
+        Queued { hashes: hashes.into(), generation, decider, until: Instant::now() + ANSWER_WITHIN, reply }
+    }
+
+    /// Asks its caller to decide on `rows` at `now`, or decides with its own
+    /// `decide` while its caller waits; `None` when the caller is gone.
+    pub(super) fn ask(&self, rows: &[Option<Stored>], now: Millis) -> Option<Pending> {
+        ask::ask(&self.decider, !self.reply.is_closed(), rows, now)
+    }
 }
 
 impl std::fmt::Debug for Queued {
@@ -64,17 +84,17 @@ impl std::fmt::Debug for Queued {
 pub(super) struct Writer {
     path: PathBuf,
     sql: Arc<Statements>,
-    queue: Queue<Queued>,
+    pub(super) queue: Queue<Queued>,
     /// Used only by the holder of the busy queue; `None` until first needed,
     /// and after an error that may have left it unusable.
     conn: Mutex<Option<Connection>>,
     /// Run the first batches on the caller's runtime thread
     /// (`sqlite_in_place`).
-    in_place: bool,
+    pub(super) in_place: bool,
     /// Counts committed in a batch with others.
     batched: AtomicU64,
     /// Counts waiting for their answer now.
-    callers: AtomicUsize,
+    pub(super) callers: AtomicUsize,
 }
 
 /// How long the writer waits for the next count before it leaves its
@@ -82,19 +102,11 @@ pub(super) struct Writer {
 /// runtime thread park. Waking a parked thread costs tens of µs on a small
 /// VM, more than a count; a caller whose count was just answered usually
 /// sends its next one within this, and then finds the writer still there.
-const LINGER: Duration = Duration::from_micros(150);
-
-/// How long the only caller waiting for the writer keeps its runtime thread
-/// (no yield) for its answer, before it waits as the others do. Each yield
-/// to the runtime wakes an idle runtime thread, which looks for work and
-/// parks again: at 1 caller that churn cost a tenth to a quarter of the
-/// counts (BENCHMARKS.md). 40 µs covers most lone counts, and is short next to what tokio
-/// asks of a task between yields.
-const SPIN_ALONE: Duration = Duration::from_micros(40);
+pub(super) const LINGER: Duration = Duration::from_micros(150);
 
 /// Batches a caller runs in place before it hands the rest to a blocking
 /// thread, so that its own answer is not held up by a queue that keeps filling.
-const IN_PLACE_BATCHES: usize = 4;
+pub(super) const IN_PLACE_BATCHES: usize = 4;
 
 impl Writer {
     pub(super) fn new(path: PathBuf, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
@@ -114,50 +126,9 @@ impl Writer {
         self.batched.load(Ordering::Relaxed)
     }
 
-    /// Runs one count in the writer's next batch and answers how it went;
-    /// meanwhile answers the writer's questions with `decide`.
-    pub(super) async fn count(
-        self: &Arc<Self>,
-        hashes: &[KeyHash],
-        generation: i64,
-        decide: &mut Decide<'_>,
-    ) -> Result<(), Failure> {
-        let (reply, mut done) = oneshot::channel();
-        let (asks, mut asked) = ask::channel();
-        let queued = Queued { hashes: hashes.into(), generation, asks, until: Instant::now() + ANSWER_WITHIN, reply };
-        let joined = self.queue.join(queued);
-        // Alone, or next in line: the question comes soon.
-        let mut soon = matches!(joined, Joined::Run(_) | Joined::Waiting(0));
-        if let Joined::Run(first) = joined {
-            let holding = Holding::new(self.clone(), |w: &Writer| &w.queue);
-            let in_place = self.in_place
-                && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-            if in_place {
-                // No hop to another thread and back: this worker runs the
-                // batch while the runtime moves its other tasks elsewhere,
-                // and answers its own count's question itself.
-                let own = Own { asked: &mut asked, decide: &mut *decide };
-                tokio::task::block_in_place(|| self.drain(vec![first], holding, Some(IN_PLACE_BATCHES), Some(own)));
-            } else {
-                let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(vec![first], holding, None, None));
-            }
-        }
-        let callers = Callers::enter(&self.callers);
-        loop {
-            match wait(&mut asked, &mut done, soon, callers.alone()).await {
-                Next::Ask(question) => {
-                    ask::answer(question, decide);
-                    soon = true; // the writer writes and commits next
-                }
-                Next::Done(result) => return result,
-            }
-        }
-    }
-
     /// Runs `batch` and the batches that wait after it until the queue is
     /// empty; after `limit` batches, hands the rest to a blocking thread.
-    fn drain(
+    pub(super) fn drain(
         self: &Arc<Self>,
         mut batch: Vec<Queued>,
         mut holding: Holding<Writer, Queued>,
@@ -277,7 +248,7 @@ impl Writer {
                 Ok(read) => read,
                 Err(_) => return Err(asked.into_iter().map(|(q, _, _)| q).chain([q]).chain(round).collect()),
             };
-            match ask::ask(&q.asks, &rows, now) {
+            match q.ask(&rows, now) {
                 Some(pending) => asked.push((q, rows, pending)),
                 None => drop(q.reply.send(Err(ask::gone()))),
             }
@@ -338,57 +309,6 @@ fn one_round(waiting: Vec<Queued>) -> (Vec<Queued>, Vec<Queued>) {
         }
     }
     (round, later)
-}
-
-/// A caller's wait for its writer's question or its count's result: spinning
-/// while it is the only count waiting and the answer comes soon, then
-/// yielding for a moment, then asleep.
-async fn wait(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>, soon: bool, alone: bool) -> Next {
-    if soon && alone {
-        // The only count waiting: nothing of this store needs the runtime
-        // thread meanwhile, and a yield would wake an idle one.
-        let start = Instant::now();
-        while start.elapsed() < SPIN_ALONE {
-            match ask::try_next(asked, done) {
-                Some(next) => return next,
-                None => std::hint::spin_loop(),
-            }
-        }
-    }
-    if soon {
-        // Stay runnable for a moment instead of letting this worker park:
-        // waking a parked thread costs more than the count. Other tasks on
-        // the worker still run in between.
-        let start = Instant::now();
-        while start.elapsed() < LINGER {
-            match ask::try_next(asked, done) {
-                Some(next) => return next,
-                None => tokio::task::yield_now().await,
-            }
-        }
-    }
-    ask::next(asked, done).await
-}
-
-/// One of the counts waiting for their answer, until dropped.
-struct Callers<'a>(&'a AtomicUsize, usize);
-
-impl<'a> Callers<'a> {
-    fn enter(n: &'a AtomicUsize) -> Self {
-        let before = n.fetch_add(1, Ordering::AcqRel);
-        Callers(n, before)
-    }
-
-    /// No other count was waiting when this one came.
-    fn alone(&self) -> bool {
-        self.1 == 0
-    }
-}
-
-impl Drop for Callers<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// Answers every count of `batch` with the failure `e` (nothing was written).
