@@ -6,6 +6,8 @@ pub(crate) const STORE: &str = "limit-store `DatabaseStore`";
 /// A new store per point: it remembers only the rows of its own point.
 /// SQLite's counts on the caller's thread.
 pub(crate) const IN_PLACE: &str = "limit-store, `sqlite_in_place(true)`";
+/// Counts with an `apply` the store may keep (`update_owned`), as `Limits` counts.
+pub(crate) const OWNED: &str = "limit-store, `update_owned` (as `Limits` counts)";
 pub(crate) const STORE_NEW: &str = "limit-store, a new store per point";
 /// Three processes, each a new store per point, counting the same keys at once.
 pub(crate) const STORE_THREE: &str = "limit-store, three processes";
@@ -55,8 +57,9 @@ pub(crate) async fn run_sqlite(o: &Opts, res: &mut Results, keys: &Arc<Vec<Strin
         })
     });
     let mut contenders = vec![
-        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false)),
-        op_contender("SQLite", IN_PLACE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), true)),
+        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false, false)),
+        op_contender("SQLite", OWNED, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false, true)),
+        op_contender("SQLite", IN_PLACE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), true, false)),
         op_contender("SQLite", "raw sqlx loop, same transaction", KEY_COUNT, raw),
         Contender {
             db: "SQLite",
@@ -138,7 +141,7 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
     prepare_store_table(url, T_STORE_NEW, keys).await?;
     prepare_store_table(url, T_STORE_THREE, keys).await?;
     let mut contenders = vec![
-        op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
+        op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
         op_contender("PostgreSQL", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
         store_three("PostgreSQL", url, T_STORE_THREE)?,
     ];
@@ -195,7 +198,7 @@ pub(crate) async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String
     prepare_store_table(url, T_STORE_NEW, keys).await?;
     prepare_store_table(url, T_STORE_THREE, keys).await?;
     let mut contenders = vec![
-        op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
+        op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
         op_contender("MariaDB", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
         store_three("MariaDB", url, T_STORE_THREE)?,
     ];

@@ -45,12 +45,31 @@ pub(crate) fn store_op(s: DatabaseStore, keys: Arc<Vec<String>>) -> Op {
     })
 }
 
+/// [`store_op`] through `update_owned`, with an `apply` the store may keep,
+/// as `Limits` counts (SQLite's writer then runs it itself).
+pub(crate) fn store_op_owned(s: DatabaseStore, keys: Arc<Vec<String>>) -> Op {
+    Arc::new(move |i| {
+        let (s, keys) = (s.clone(), keys.clone());
+        Box::pin(async move {
+            s.update_owned(&[keys[i].as_str()], Box::new(|current, now| count(current, now).0)).await?;
+            Ok(())
+        })
+    })
+}
+
 /// One store on `table` for the whole run, as an app keeps one: its pool has
 /// room for the most callers, and it remembers the rows it counted across
 /// points. Before the first point it counts every key once, untimed, as an
 /// app that has run for a while has; before each point it says how its
 /// counts went so far.
-pub(crate) fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>, in_place: bool) -> MakeOp {
+/// With `owned`, its counts go through [`store_op_owned`].
+pub(crate) fn store_for_run(
+    url: &str,
+    table: &'static str,
+    keys: Arc<Vec<String>>,
+    in_place: bool,
+    owned: bool,
+) -> MakeOp {
     let url = url.to_owned();
     let once = Arc::new(tokio::sync::OnceCell::new());
     Arc::new(move |_| {
@@ -83,7 +102,7 @@ pub(crate) fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String
                 "    (the store's counts so far: {} in one statement, {} read then written, {} locked; {} batched)",
                 p.one_statement, p.read_then_write, p.locked, p.batched
             );
-            Ok(store_op(s.clone(), keys))
+            Ok(if owned { store_op_owned(s.clone(), keys) } else { store_op(s.clone(), keys) })
         })
     })
 }
