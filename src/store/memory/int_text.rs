@@ -207,7 +207,8 @@ impl<'a> Reader<'a> {
             return None;
         }
         if negative {
-            0_i64.checked_sub_unsigned(magnitude)
+            // serde_json reads `-0` as a float.
+            (magnitude > 0).then(|| 0_i64.checked_sub_unsigned(magnitude)).flatten()
         } else {
             i64::try_from(magnitude).ok()
         }
@@ -259,6 +260,7 @@ mod tests {
             b"[1]x",
             b"[01]",
             b"[-]",
+            b"[-0]",
             b"{\"n\" :1}",
         ] {
             assert_eq!(read(text), None, "{}", String::from_utf8_lossy(text));

@@ -8,9 +8,10 @@
 //! heap as one `Box<str>` when not. So a small object costs no `BTreeMap` node
 //! and no `String` per field while it waits for its next count. An object or
 //! array of integers, the usual value, is written and read without serde, and
-//! lent into a spare object rather than a new one (`int_text.rs`, `spare.rs`). A value
-//! holding a float anywhere inside stays a `Value`: serde_json's parser is not
-//! bit-exact for every float, and a store must give back what was put.
+//! lent into a spare object rather than a new one (`int_text.rs`,
+//! `spare.rs`). A value holding a float anywhere inside stays a `Value`:
+//! serde_json's parser is not bit-exact for every float, and a store must
+//! give back what was put.
 
 use serde_json::Value;
 
