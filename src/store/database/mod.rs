@@ -200,6 +200,14 @@ async fn bounded<T>(call: impl std::future::Future<Output = Result<T, StoreError
 }
 
 impl DatabaseStore {
+    /// The rows' keys of a call on `keys`: refused inside the app's
+    /// transaction and for keys the rules refuse.
+    fn hashes(&self, keys: &[&str]) -> Result<SmallVec<[KeyHash; 4]>, StoreError> {
+        refuse_in_transaction()?;
+        check_keys(keys)?;
+        Ok(keys.iter().map(|k| self.shared.secret.key_hash(k)).collect())
+    }
+
     /// The answer of an update after its attempt number `attempt` came out as
     /// `outcome`; `None` when the store was full and made room from expired
     /// rows, so the update tries once more.
@@ -263,10 +271,8 @@ impl LimitStore for DatabaseStore {
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
-        refuse_in_transaction()?;
-        check_keys(keys)?;
+        let hashes = self.hashes(keys)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let generation = shared.secret.generation();
         for attempt in 0.. {
             let mut admission = Admission::new(shared.bound.counts());
@@ -292,10 +298,8 @@ impl LimitStore for DatabaseStore {
     }
 
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
-        refuse_in_transaction()?;
-        check_keys(keys)?;
+        let hashes = self.hashes(keys)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let (rows, now) = on_backend!(&shared.db, b => bounded(b.read(&hashes)).await)?;
         let generation = shared.secret.generation();
         rows.iter().zip(&hashes).map(|(row, hash)| row::live_entry(row.as_ref(), hash, now, generation)).collect()

@@ -15,8 +15,6 @@ use std::sync::Arc;
 
 #[cfg(feature = "sqlite")]
 use parking_lot::Mutex;
-#[cfg(feature = "sqlite")]
-use smallvec::SmallVec;
 
 use super::{DatabaseStore, Shared};
 use crate::bound::Bound;
@@ -56,13 +54,11 @@ impl DatabaseStore {
         mut apply: Box<OwnedApply>,
     ) -> Result<(), StoreError> {
         use super::attempt::Locked;
-        use super::row::{decide, KeyHash, Stored};
+        use super::row::{decide, Stored};
         use crate::bound::Admission;
 
-        crate::transaction::refuse_in_transaction()?;
-        crate::rules::check_keys(keys)?;
+        let hashes = self.hashes(keys)?;
         let shared = &self.shared;
-        let hashes: SmallVec<[KeyHash; 4]> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let generation = shared.secret.generation();
         // The room this attempt's writes hold, set by `decide` on the writer.
         let held: Arc<Mutex<Option<Admission<Counts>>>> = Arc::new(Mutex::new(None));
