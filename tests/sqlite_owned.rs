@@ -67,17 +67,29 @@ async fn owned_counts_in_batches_lose_none() {
     }
 }
 
+/// Starts an owned count of `key` while `other` holds the write lock, polls
+/// it once, hands its future to `then` (which drops or leaks it), and lets
+/// the lock go.
+async fn behind_a_write_lock<'a>(
+    db: &'a DatabaseStore,
+    other: &rusqlite::Connection,
+    key: &'a str,
+    then: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>),
+) {
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut call: std::pin::Pin<Box<dyn Future<Output = _> + Send + 'a>> = Box::pin(owned_add_one(db, key));
+    assert!(call.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    then(call);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    other.execute_batch("COMMIT").unwrap();
+}
+
 /// A caller that stops waiting while the write lock is held elsewhere gets
 /// nothing written; the counts after it go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_owned_count_writes_nothing() {
     let (db, other) = open("owned-dropped", false, 1_000).await;
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut call = Box::pin(owned_add_one(&db, "dropped"));
-    assert!(call.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-    drop(call);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    other.execute_batch("COMMIT").unwrap();
+    behind_a_write_lock(&db, &other, "dropped", drop).await;
     owned_add_one(&db, "after").await.unwrap();
     assert_eq!(value(&db, "dropped").await, None, "the dropped count wrote nothing");
     assert_eq!(value(&db, "after").await, Some(1));
@@ -89,13 +101,11 @@ async fn a_dropped_owned_count_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_owned_count_is_counted_and_crashes_nothing() {
     let (db, other) = open("owned-leaked", false, 1_000).await;
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut call = Box::pin(owned_add_one(&db, "leaked"));
-    assert!(call.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-    std::mem::forget(call);
-    let _reuse = vec![0xAAu8; 64 * 1024];
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    other.execute_batch("COMMIT").unwrap();
+    behind_a_write_lock(&db, &other, "leaked", |call| {
+        std::mem::forget(call);
+        let _reuse = vec![0xAAu8; 64 * 1024];
+    })
+    .await;
     owned_add_one(&db, "after").await.unwrap();
     assert_eq!(value(&db, "leaked").await, Some(1));
     assert_eq!(value(&db, "after").await, Some(1));

@@ -102,15 +102,9 @@ impl Stored {
     pub(super) fn put_back(&mut self, value: Value) {
         match self {
             Stored::Plain(slot) => *slot = value,
-            _ => done_with(value),
+            _ => spare::keep(value),
         }
     }
-}
-
-/// A value lent to `apply` that the store is done with: kept, when it is a
-/// small object, for the next value read to fill (see `spare.rs`).
-pub(super) fn done_with(value: Value) {
-    spare::keep(value);
 }
 
 /// Text this module wrote from a `Value` always parses back to it; the

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
-use super::stored::{self, Stored};
+use super::spare;
+use super::stored::Stored;
 use super::{Inner, Located, Slot, Table};
 use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply, run_step};
@@ -168,7 +169,7 @@ impl Inner {
                         }
                     }
                     if let Some(entry) = lent {
-                        stored::done_with(entry.value);
+                        spare::keep(entry.value);
                     }
                 }
                 Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
@@ -310,7 +311,7 @@ fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<&mut Slot>, now: Millis) -
         Ok((write, answer)) => {
             let write = write.into();
             if let Some(entry) = lent {
-                stored::done_with(entry.value);
+                spare::keep(entry.value);
             }
             Ok((write, answer))
         }
