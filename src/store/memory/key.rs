@@ -4,10 +4,9 @@
 //! a limit's count hashes only the rest of its key.
 
 use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 
-use siphasher::sip128::{Hasher128, SipHasher13};
-
+use super::sip::Started;
 use crate::error::Refusal;
 use crate::StoreError;
 
@@ -33,7 +32,7 @@ pub(super) fn low_half(key: u128) -> u64 {
 /// Where the key `start` followed by `rest` lives, or the rules' refusal of
 /// it, as `check_keys` gives it.
 pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, StoreError> {
-    let len = start.len + rest.len();
+    let len = start.len() + rest.len();
     if len == 0 {
         return Err(Refusal::EmptyKey { index: 0 }.into());
     }
@@ -48,21 +47,20 @@ pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, St
 /// the whole key's, since SipHash reads its input as one stream of bytes.
 #[derive(Clone)]
 pub(crate) struct KeyStart {
-    sip: SipHasher13,
-    len: usize,
+    started: Started,
 }
 
 /// Shows the length, never the hash state (it holds the store's key).
 impl std::fmt::Debug for KeyStart {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyStart").field("len", &self.len).finish_non_exhaustive()
+        f.debug_struct("KeyStart").field("len", &self.len()).finish_non_exhaustive()
     }
 }
 
 impl KeyStart {
     /// The start's length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.started.len()
     }
 }
 
@@ -82,28 +80,21 @@ impl KeyHasher {
 
     /// Where `key` lives.
     pub(super) fn locate(&self, key: &str) -> Located {
-        let mut sip = SipHasher13::new_with_keys(self.k0, self.k1);
-        sip.write(key.as_bytes());
-        Self::located(sip)
+        Self::located(Started::new(self.k0, self.k1, b"").hash(key.as_bytes()))
     }
 
     /// `start` hashed once, for the keys that begin with it.
     pub(super) fn key_start(&self, start: &str) -> KeyStart {
-        let mut sip = SipHasher13::new_with_keys(self.k0, self.k1);
-        sip.write(start.as_bytes());
-        KeyStart { sip, len: start.len() }
+        KeyStart { started: Started::new(self.k0, self.k1, start.as_bytes()) }
     }
 
     /// [`locate`](Self::locate) of the key `start` followed by `rest`.
     fn locate_after(start: &KeyStart, rest: &[u8]) -> Located {
-        let mut sip = start.sip;
-        sip.write(rest);
-        Self::located(sip)
+        Self::located(start.started.hash(rest))
     }
 
-    /// Where the key hashed so far by `sip` lives.
-    fn located(sip: SipHasher13) -> Located {
-        let key = sip.finish128().as_u128();
+    /// Where the key whose 128-bit hash is `key` lives.
+    fn located(key: u128) -> Located {
         let hash = low_half(key);
         // Middle bits pick the shard: hashbrown uses the low bits for the bucket
         // and the top seven as the tag, and both must still vary within a shard.

@@ -24,6 +24,7 @@
 
 mod int_text;
 mod key;
+mod sip;
 mod spare;
 mod stored;
 mod sweeper;
