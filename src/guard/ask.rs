@@ -23,7 +23,8 @@ use futures_util::FutureExt;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Guarded, OwnedKeys, Slot};
+use super::owned_keys::OwnedKeys;
+use super::{Guarded, Slot};
 use crate::error::Unavailable;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
 

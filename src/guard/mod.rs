@@ -23,6 +23,7 @@
 //! caller was answered unavailable: the store finishes what it started.
 
 mod ask;
+mod owned_keys;
 
 use std::any::Any;
 use std::future::Future;
@@ -34,11 +35,11 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use smallvec::SmallVec;
 
 use crate::error::Unavailable;
 use crate::log::{Throttle, KIND_UNAVAILABLE};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
+use owned_keys::OwnedKeys;
 
 /// The default deadline of a store call.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
@@ -216,37 +217,6 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
             }
         };
         self.settle(outcome)
-    }
-}
-
-/// A call's keys, owned by the call so that it can outlive the caller: one
-/// allocation for all of them.
-struct OwnedKeys {
-    text: String,
-    ends: SmallVec<[usize; 4]>,
-}
-
-impl OwnedKeys {
-    fn new(keys: &[&str]) -> Self {
-        let mut text = String::with_capacity(keys.iter().map(|k| k.len()).sum());
-        let mut ends = SmallVec::with_capacity(keys.len());
-        for key in keys {
-            text.push_str(key);
-            ends.push(text.len());
-        }
-        OwnedKeys { text, ends }
-    }
-
-    fn refs(&self) -> SmallVec<[&str; 4]> {
-        let mut start = 0;
-        self.ends
-            .iter()
-            .map(|&end| {
-                let key = &self.text[start..end];
-                start = end;
-                key
-            })
-            .collect()
     }
 }
 
