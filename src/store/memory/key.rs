@@ -6,7 +6,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
-use super::sip::Started;
+use super::sip::{self, Started};
 use crate::error::Refusal;
 use crate::StoreError;
 
@@ -80,7 +80,7 @@ impl KeyHasher {
 
     /// Where `key` lives.
     pub(super) fn locate(&self, key: &str) -> Located {
-        Self::located(Started::new(self.k0, self.k1, b"").hash(key.as_bytes()))
+        Self::located(sip::hash(self.k0, self.k1, key.as_bytes()))
     }
 
     /// `start` hashed once, for the keys that begin with it.
