@@ -9,8 +9,9 @@
 # warmed with one count per key, then N ops (default 100,000) inside `counted`,
 # the only place callgrind counts, so set-up, warm-up and each process's own
 # start-up (a clock's calibration loop, whose length varies) are left out.
-# With --runs R, each figure is the median of R processes (default 1: hash
-# seeds move a count by a few instructions at most).
+# With --runs R, each figure is the median of R processes (default 1; each
+# store hashes under its own random key, which moves a count by up to about
+# 30 instructions, 1-2%: record figures with --runs 3).
 # Prints a markdown table with each row's instructions over governor's. With
 # --layer: benches/layer.rs's contenders, 8,192 requests after a warm-up,
 # counted the same way inside the bench's `counted`; each row's instructions
