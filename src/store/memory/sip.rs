@@ -1,11 +1,10 @@
 //! SipHash-1-3 with a 128-bit output, as the `siphasher` crate's
 //! `SipHasher13::finish128` gives it (the tests hold the two equal), written
-//! for the one way the store hashes: a start of a key, hashed once and kept
-//! ([`Started`]), then the rest of the key, read a block of eight bytes at a
-//! time straight from the caller's bytes and finished at once. The crate's
-//! `Hasher` keeps its unread bytes between writes and reads them back a byte
-//! group at a time; here a key's rest is one slice, so only its last block is
-//! partial.
+//! for the two ways the store hashes: a whole key ([`hash`]), and a start of
+//! keys hashed once and kept ([`Started`]), then a key's rest. Either is one
+//! slice, read a block of eight bytes at a time straight from the caller's
+//! bytes and finished at once; the crate's `Hasher` keeps its unread bytes
+//! between writes and reads them back a byte group at a time.
 
 /// The four words of SipHash's state.
 #[derive(Clone, Copy)]
