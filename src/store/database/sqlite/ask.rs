@@ -139,9 +139,10 @@ pub(super) enum Next {
     Done(Result<(), Failure>),
 }
 
-/// Without waiting: a question if one came, else the result if it came.
-pub(super) fn try_next(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Option<Next> {
-    if let Ok(ask) = asked.try_recv() {
+/// Without waiting: a question if one came, else the result if it came. A
+/// count that lends no `decide` has no questions (`asked` is `None`).
+pub(super) fn try_next(asked: Option<&mut Asked>, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Option<Next> {
+    if let Some(Ok(ask)) = asked.map(Asked::try_recv) {
         return Some(Next::Ask(ask));
     }
     match done.try_recv() {
@@ -151,8 +152,11 @@ pub(super) fn try_next(asked: &mut Asked, done: &mut oneshot::Receiver<Result<()
     }
 }
 
-/// Waits for a question or the result.
-pub(super) async fn next(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Next {
+/// Waits for a question or the result (only the result, with no `asked`).
+pub(super) async fn next(asked: Option<&mut Asked>, done: &mut oneshot::Receiver<Result<(), Failure>>) -> Next {
+    let Some(asked) = asked else {
+        return Next::Done(done.await.unwrap_or_else(|_| Err(lost())));
+    };
     tokio::select! {
         biased;
         Some(ask) = asked.recv() => Next::Ask(ask),

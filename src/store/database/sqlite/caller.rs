@@ -34,7 +34,7 @@ impl Writer {
         decide: &mut Decide<'_>,
     ) -> Result<(), Failure> {
         let (asks, asked) = ask::channel();
-        self.run_count(hashes, generation, Decider::Asks(asks), asked, Some(decide)).await
+        self.run_count(hashes, generation, Decider::Asks(asks), Some((asked, decide))).await
     }
 
     /// [`count`](Self::count) with a `decide` the writer runs itself, inside
@@ -46,20 +46,18 @@ impl Writer {
         generation: i64,
         decide: OwnedDecide,
     ) -> Result<(), Failure> {
-        // No one asks: the channel's sending half is dropped at once.
-        let (_, asked) = ask::channel();
-        self.run_count(hashes, generation, Decider::Owned(decide), asked, None).await
+        // No one asks: no channel for questions, only the result to wait for.
+        self.run_count(hashes, generation, Decider::Owned(decide), None).await
     }
 
     /// Queues a count decided by `decider`, and waits for its result,
-    /// answering the writer's questions with `decide` (if it lends one).
+    /// answering the writer's questions, when it lends a `decide`, with it.
     async fn run_count(
         self: &Arc<Self>,
         hashes: &[KeyHash],
         generation: i64,
         decider: Decider,
-        mut asked: Asked,
-        mut decide: Option<&mut Decide<'_>>,
+        mut lent: Option<(Asked, &mut Decide<'_>)>,
     ) -> Result<(), Failure> {
         let (reply, mut done) = oneshot::channel();
         let queued = Queued::new(hashes, generation, decider, reply);
@@ -74,7 +72,7 @@ impl Writer {
                 // No hop to another thread and back: this worker runs the
                 // batch while the runtime moves its other tasks elsewhere,
                 // and answers its own count's question itself.
-                let own = decide.as_deref_mut().map(|decide| Own { asked: &mut asked, decide });
+                let own = lent.as_mut().map(|(asked, decide)| Own { asked, decide: &mut **decide });
                 tokio::task::block_in_place(|| self.drain(vec![first], holding, Some(IN_PLACE_BATCHES), own));
             } else {
                 let writer = self.clone();
@@ -83,10 +81,10 @@ impl Writer {
         }
         let callers = Callers::enter(&self.callers);
         loop {
-            match wait(&mut asked, &mut done, soon, callers.alone()).await {
+            match wait(lent.as_mut().map(|(asked, _)| asked), &mut done, soon, callers.alone()).await {
                 Next::Ask(question) => {
                     // Only a count that lends its `decide` is asked.
-                    if let Some(decide) = decide.as_deref_mut() {
+                    if let Some((_, decide)) = lent.as_mut() {
                         ask::answer(question, decide);
                     }
                     soon = true; // the writer writes and commits next
@@ -100,13 +98,18 @@ impl Writer {
 /// A caller's wait for its writer's question or its count's result: spinning
 /// while it is the only count waiting and the answer comes soon, then
 /// yielding for a moment, then asleep.
-async fn wait(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure>>, soon: bool, alone: bool) -> Next {
+async fn wait(
+    mut asked: Option<&mut Asked>,
+    done: &mut oneshot::Receiver<Result<(), Failure>>,
+    soon: bool,
+    alone: bool,
+) -> Next {
     if soon && alone {
         // The only count waiting: nothing of this store needs the runtime
         // thread meanwhile, and a yield would wake an idle one.
         let start = Instant::now();
         while start.elapsed() < SPIN_ALONE {
-            match ask::try_next(asked, done) {
+            match ask::try_next(asked.as_deref_mut(), done) {
                 Some(next) => return next,
                 None => std::hint::spin_loop(),
             }
@@ -118,7 +121,7 @@ async fn wait(asked: &mut Asked, done: &mut oneshot::Receiver<Result<(), Failure
         // the worker still run in between.
         let start = Instant::now();
         while start.elapsed() < LINGER {
-            match ask::try_next(asked, done) {
+            match ask::try_next(asked.as_deref_mut(), done) {
                 Some(next) => return next,
                 None => tokio::task::yield_now().await,
             }
