@@ -150,6 +150,7 @@ fn le_block(block: &[u8]) -> u64 {
 /// block's tail.
 #[inline(always)]
 fn le_bytes(bytes: &[u8]) -> u64 {
+    debug_assert!(bytes.len() < 8, "a partial block has at most seven bytes");
     let mut word = 0;
     let mut at = 0;
     if let Some(four) = bytes.first_chunk::<4>() {
