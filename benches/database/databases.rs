@@ -134,17 +134,35 @@ pub(crate) fn my_raw(url: &str, optimistic: bool, lean: bool) -> MakeOp {
     })
 }
 
+/// The store's three contenders on `db` (PostgreSQL or MariaDB): one store
+/// for the run, a new store per point, and three processes, each on a table
+/// of its own that holds a live row for every key.
+async fn store_contenders(db: &'static str, url: &str, keys: &Arc<Vec<String>>) -> Result<Vec<Contender>> {
+    for table in [T_STORE, T_STORE_NEW, T_STORE_THREE] {
+        prepare_store_table(url, table, keys).await?;
+    }
+    Ok(vec![
+        op_contender(db, STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
+        op_contender(db, STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
+        store_three(db, url, T_STORE_THREE)?,
+    ])
+}
+
+/// rate-limiter-flexible on `db` (`which`: its dialect) in one process and in
+/// three; one that can't start is said and left out.
+fn rlf_contenders(o: &Opts, db: &'static str, which: &str, url: &str, contenders: &mut Vec<Contender>) {
+    for processes in [1, PROCESSES] {
+        match rlf(o, db, which, url, processes) {
+            Ok(k) => contenders.push(k),
+            Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
+        }
+    }
+}
+
 pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Result<()> {
     let url = &o.pg;
     eprintln!("PostgreSQL ({url})");
-    prepare_store_table(url, T_STORE, keys).await?;
-    prepare_store_table(url, T_STORE_NEW, keys).await?;
-    prepare_store_table(url, T_STORE_THREE, keys).await?;
-    let mut contenders = vec![
-        op_contender("PostgreSQL", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
-        op_contender("PostgreSQL", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
-        store_three("PostgreSQL", url, T_STORE_THREE)?,
-    ];
+    let mut contenders = store_contenders("PostgreSQL", url, keys).await?;
     if o.raw {
         // The raw loops and pgbench count on one table of the store's schema.
         fresh_table(url, T_RAW).await?;
@@ -180,12 +198,7 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
         }
     }
     if o.node {
-        for processes in [1, PROCESSES] {
-            match rlf(o, "PostgreSQL", "postgres", url, processes) {
-                Ok(k) => contenders.push(k),
-                Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
-            }
-        }
+        rlf_contenders(o, "PostgreSQL", "postgres", url, &mut contenders);
     }
     res.rounds(o, &mut contenders, &o.timing.callers).await;
     Ok(())
@@ -194,14 +207,7 @@ pub(crate) async fn run_postgres(o: &Opts, res: &mut Results, keys: &Arc<Vec<Str
 pub(crate) async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>>) -> Result<()> {
     let url = &o.my;
     eprintln!("MariaDB/MySQL ({url})");
-    prepare_store_table(url, T_STORE, keys).await?;
-    prepare_store_table(url, T_STORE_NEW, keys).await?;
-    prepare_store_table(url, T_STORE_THREE, keys).await?;
-    let mut contenders = vec![
-        op_contender("MariaDB", STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
-        op_contender("MariaDB", STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
-        store_three("MariaDB", url, T_STORE_THREE)?,
-    ];
+    let mut contenders = store_contenders("MariaDB", url, keys).await?;
     if o.raw {
         fresh_table(url, T_RAW).await?;
         prefill(url, T_RAW, &raw_hashes(), 1).await?;
@@ -212,12 +218,7 @@ pub(crate) async fn run_mysql(o: &Opts, res: &mut Results, keys: &Arc<Vec<String
         ]);
     }
     if o.node {
-        for processes in [1, PROCESSES] {
-            match rlf(o, "MariaDB", "mysql", url, processes) {
-                Ok(k) => contenders.push(k),
-                Err(e) => eprintln!("  rate-limiter-flexible: {e:#}"),
-            }
-        }
+        rlf_contenders(o, "MariaDB", "mysql", url, &mut contenders);
     }
     res.rounds(o, &mut contenders, &o.timing.callers).await;
     Ok(())
