@@ -22,12 +22,16 @@ enum Op {
 #[derive(Clone, Debug)]
 enum W {
     Keep,
-    Put(i64, i64), // value, ttl (may be <= 0: already expired)
+    Put(usize, i64, i64), // the value's kind (see `value`), the value, ttl (may be <= 0: already expired)
     Delete,
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let write = prop_oneof![Just(W::Keep), (0i64..100, -50i64..200).prop_map(|(v, t)| W::Put(v, t)), Just(W::Delete)];
+    let write = prop_oneof![
+        Just(W::Keep),
+        (0..KINDS, 0i64..100, -50i64..200).prop_map(|(kind, v, t)| W::Put(kind, v, t)),
+        Just(W::Delete)
+    ];
     prop_oneof![
         4 => proptest::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 1..=3)
             .prop_flat_map(move |keys| {
@@ -39,6 +43,21 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..120).prop_map(Op::Advance),
         1 => Just(Op::Sweep),
     ]
+}
+
+/// Kinds of value: the store holds an integer in one table and the rest in
+/// another, so a key whose value changes kind moves between them.
+const KINDS: usize = 5;
+
+/// A value of `kind` made from `v`.
+fn value(kind: usize, v: i64) -> serde_json::Value {
+    match kind {
+        0 => v.into(),
+        1 => serde_json::json!({ "n": v }),
+        2 => serde_json::json!(v as f64 + 0.5),
+        3 => serde_json::json!([v, v + 1]),
+        _ => serde_json::json!("x".repeat(40 + usize::try_from(v).unwrap_or(0))),
+    }
 }
 
 fn live(model: &HashMap<&str, Entry>, key: &str, now: Millis) -> Option<Entry> {
@@ -65,7 +84,7 @@ proptest! {
                             seen = Some((cur.to_vec(), at));
                             plan.iter().map(|(_, w)| match w {
                                 W::Keep => Write::Keep,
-                                W::Put(v, ttl) => Write::Put(Entry { value: (*v).into(), expires_at: at + ttl }),
+                                W::Put(kind, v, ttl) => Write::Put(Entry { value: value(*kind, *v), expires_at: at + ttl }),
                                 W::Delete => Write::Delete,
                             }).collect()
                         }).await.unwrap();
@@ -75,7 +94,7 @@ proptest! {
                         for (k, w) in &plan {
                             match w {
                                 W::Keep => {}
-                                W::Put(v, ttl) => { model.insert(KEYS[*k], Entry { value: (*v).into(), expires_at: now + ttl }); }
+                                W::Put(kind, v, ttl) => { model.insert(KEYS[*k], Entry { value: value(*kind, *v), expires_at: now + ttl }); }
                                 W::Delete => { model.remove(KEYS[*k]); }
                             }
                         }

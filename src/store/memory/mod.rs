@@ -10,11 +10,11 @@
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
-//! Values are held compactly (see `stored.rs`): a number as itself, a small object
-//! or array as its JSON text inline in the slot, so a slot is 64 bytes and a
-//! `{"n": 3}` costs no `BTreeMap` node; `apply` gets the value rebuilt, into
-//! an object the thread kept from an earlier count when its keys are the same
-//! (`spare.rs`).
+//! Values are held compactly: an integer as itself in a 32-byte slot, two to a
+//! cache line (`table.rs`); anything else in a 64-byte slot (`stored.rs`), a
+//! small object or array as its JSON text inline, so a `{"n": 3}` costs no
+//! `BTreeMap` node; `apply` gets the value rebuilt, into an object the thread
+//! kept from an earlier count when its keys are the same (`spare.rs`).
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
@@ -28,19 +28,19 @@ mod sip;
 mod spare;
 mod stored;
 mod sweeper;
+mod table;
 mod update;
 
 pub(crate) use key::KeyStart;
 pub use sweeper::SWEEP_EVERY;
 
-use key::{located_after, low_half, KeyHasher, Located, SHARDS};
-use stored::Stored;
+use key::{located_after, KeyHasher, Located, SHARDS};
+use table::Table;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 use crate::bound::Bound;
@@ -98,66 +98,6 @@ impl Drop for Inner {
 /// default bound, every shard of a small one.
 const MAKE_ROOM_ENTRIES: usize = 4_096;
 
-type Table = HashTable<Slot>;
-
-/// One cache line: aligned to it, a slot is read with one miss, not two
-/// (the table's allocation would otherwise start 16 bytes into a line).
-#[derive(Debug)]
-#[repr(align(64))]
-struct Slot {
-    /// The key's 128-bit keyed hash; two keys sharing one would need 2^64
-    /// tries by someone who knew the store's random key.
-    key: u128,
-    expires_at: Millis,
-    /// Compact: see [`Stored`].
-    value: Stored,
-}
-
-// One line per slot: a bigger value would make every slot two.
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
-
-impl Located {
-    /// Whether `slot` holds this key.
-    fn matches(self) -> impl Fn(&Slot) -> bool {
-        move |slot| slot.key == self.key
-    }
-}
-
-impl Slot {
-    fn hash(&self) -> u64 {
-        low_half(self.key)
-    }
-
-    fn new(key: u128, entry: Entry) -> Self {
-        Slot { key, expires_at: entry.expires_at, value: Stored::new(entry.value) }
-    }
-
-    fn is_live(&self, now: Millis) -> bool {
-        self.expires_at > now
-    }
-
-    /// The entry, rebuilt.
-    fn entry(&self) -> Entry {
-        Entry { value: self.value.value(), expires_at: self.expires_at }
-    }
-
-    /// Lends the entry to `apply`: a plain value is moved out (not cloned),
-    /// text is parsed and stays; [`put_back`](Self::put_back) undoes it.
-    fn lend(&mut self) -> Entry {
-        Entry { value: self.value.lend(), expires_at: self.expires_at }
-    }
-
-    /// Gives back what [`lend`](Self::lend) took, for a key left as it was.
-    fn put_back(&mut self, entry: Entry) {
-        self.value.put_back(entry.value);
-    }
-
-    fn put(&mut self, entry: Entry) {
-        self.expires_at = entry.expires_at;
-        self.value = Stored::new(entry.value);
-    }
-}
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -179,7 +119,7 @@ impl MemoryStore {
     /// a [`ManualClock`](crate::clock::ManualClock)). Made inside a tokio
     /// runtime, it sweeps in the background on it.
     pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
-        let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::new()))).collect();
+        let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::default()))).collect();
         let inner = Arc::new(Inner {
             shards,
             keys: KeyHasher::random(),
@@ -269,14 +209,7 @@ impl Inner {
     fn sweep_shard(&self, shard: usize, now: Millis) -> u64 {
         let mut table = self.shards[shard].lock();
         let before = table.len();
-        let mut earliest = Millis::MAX;
-        table.retain(|slot| {
-            let live = slot.is_live(now);
-            if live {
-                earliest = earliest.min(slot.expires_at);
-            }
-            live
-        });
+        let earliest = table.retain_live(now);
         let gone = (before - table.len()) as u64;
         drop(table);
         self.bound.release(gone);

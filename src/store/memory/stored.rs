@@ -70,15 +70,6 @@ impl Stored {
         Stored::Int(n)
     }
 
-    /// The value as one integer, when it is one: read in place, nothing
-    /// rebuilt (every integer that fits is held as one).
-    pub(super) fn as_i64(&self) -> Option<i64> {
-        match self {
-            Stored::Int(n) => Some(*n),
-            _ => None,
-        }
-    }
-
     /// The value, rebuilt.
     pub(super) fn value(&self) -> Value {
         match self {

@@ -9,7 +9,8 @@ use smallvec::SmallVec;
 
 use super::spare;
 use super::stored::Stored;
-use super::{Inner, Located, Slot, Table};
+use super::table::{SlotMut, Table};
+use super::{Inner, Located};
 use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply, run_step};
 use crate::{Apply, Entry, Millis, StoreError, Write};
@@ -77,8 +78,8 @@ impl Inner {
         k: Located,
         mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
-        self.at_slot(k, &mut |slot: Option<&mut Slot>, now: Millis| {
-            let (write, answer) = step(slot.and_then(|s| s.value.as_i64()), now);
+        self.at_slot(k, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
+            let (write, answer) = step(slot.and_then(|s| s.as_i64()), now);
             let write = match write {
                 Some((value, expires_at)) if expires_at > now => {
                     SlotWrite::Put { value: Stored::number(value), expires_at }
@@ -93,7 +94,7 @@ impl Inner {
 
     /// `step` run on the entries of one key, lent from its slot.
     fn update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<T, StoreError> {
-        self.at_slot(k, &mut |slot: Option<&mut Slot>, now: Millis| lend_to(step, slot, now))
+        self.at_slot(k, &mut |slot: Option<SlotMut<'_>>, now: Millis| lend_to(step, slot, now))
     }
 
     /// [`try_at_slot`](Self::try_at_slot), and once more after making room
@@ -102,7 +103,7 @@ impl Inner {
     #[inline]
     fn at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<T, StoreError>
     where
-        S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
+        S: FnMut(Option<SlotMut<'_>>, Millis) -> Result<(SlotWrite, T), StoreError>,
     {
         let mut made_room = false;
         loop {
@@ -136,11 +137,11 @@ impl Inner {
         let mut current: Lent = SmallVec::with_capacity(keys.len());
         let mut held: u64 = 0;
         for (i, k) in keys.iter().enumerate() {
-            let slot = locks.table(k.shard).find_mut(k.hash, k.matches());
+            let slot = locks.table(k.shard).find_mut(k);
             if slot.is_some() {
                 held |= 1 << i;
             }
-            current.push(slot.filter(|s| s.is_live(now)).map(Slot::lend));
+            current.push(slot.filter(|s| s.is_live(now)).map(|mut s| s.lend()));
         }
         let writes = match run_apply(apply, &current, now) {
             Ok(writes) => writes,
@@ -158,35 +159,24 @@ impl Inner {
         let mut removed = 0u64;
         for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
             let table = locks.table(k.shard);
-            let eq = k.matches();
             match write {
                 Write::Put(entry) => {
                     self.note_expiry(entry.expires_at);
-                    match table.find_mut(k.hash, eq) {
-                        Some(slot) => slot.put(entry),
-                        None => {
-                            table.insert_unique(k.hash, Slot::new(k.key, entry), Slot::hash);
-                        }
-                    }
+                    table.put(k, entry.expires_at, Stored::new(entry.value));
                     if let Some(entry) = lent {
                         spare::keep(entry.value);
                     }
                 }
-                Write::Keep => match (lent, table.find_entry(k.hash, eq)) {
-                    (Some(entry), Ok(mut slot)) => slot.get_mut().put_back(entry),
+                Write::Keep => match lent {
+                    Some(entry) => {
+                        if let Some(mut slot) = table.find_mut(k) {
+                            slot.put_back(entry);
+                        }
+                    }
                     // Lazy expiry: an expired entry that `apply` kept goes now.
-                    (None, Ok(slot)) => {
-                        slot.remove();
-                        removed += 1;
-                    }
-                    (_, Err(_)) => {}
+                    None => removed += u64::from(table.remove(k)),
                 },
-                Write::Delete => {
-                    if let Ok(slot) = table.find_entry(k.hash, eq) {
-                        slot.remove();
-                        removed += 1;
-                    }
-                }
+                Write::Delete => removed += u64::from(table.remove(k)),
             }
         }
         drop(locks);
@@ -201,43 +191,41 @@ impl Inner {
     #[inline]
     fn try_at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<Option<T>, StoreError>
     where
-        S: FnMut(Option<&mut Slot>, Millis) -> Result<(SlotWrite, T), StoreError>,
+        S: FnMut(Option<SlotMut<'_>>, Millis) -> Result<(SlotWrite, T), StoreError>,
     {
         let now = self.clock.now();
         let mut table = self.shards[k.shard].lock();
-        match table.entry(k.hash, k.matches(), Slot::hash) {
-            hashbrown::hash_table::Entry::Occupied(mut held) => {
-                let slot = held.get_mut();
-                let live = slot.is_live(now);
-                let (write, answer) = step(if live { Some(&mut *slot) } else { None }, now)?;
-                match write {
-                    SlotWrite::Put { value, expires_at } => {
-                        self.note_expiry(expires_at);
-                        slot.expires_at = expires_at;
-                        slot.value = value;
-                    }
-                    SlotWrite::Keep if live => {}
-                    // Deleted, or an expired entry that `step` kept (lazy expiry).
-                    _ => {
-                        held.remove();
-                        drop(table);
-                        self.bound.release(1);
-                    }
+        let Some(mut slot) = table.find_mut(&k) else {
+            let (write, answer) = step(None, now)?;
+            if let SlotWrite::Put { value, expires_at } = write {
+                if !self.reserve_new(1, now) {
+                    return Ok(None);
                 }
-                Ok(Some(answer))
+                self.note_expiry(expires_at);
+                table.insert(&k, expires_at, value);
             }
-            hashbrown::hash_table::Entry::Vacant(absent) => {
-                let (write, answer) = step(None, now)?;
-                if let SlotWrite::Put { value, expires_at } = write {
-                    if !self.reserve_new(1, now) {
-                        return Ok(None);
-                    }
-                    self.note_expiry(expires_at);
-                    absent.insert(Slot { key: k.key, expires_at, value });
+            return Ok(Some(answer));
+        };
+        let live = slot.is_live(now);
+        let (write, answer) = step(if live { Some(slot.reborrow()) } else { None }, now)?;
+        match write {
+            SlotWrite::Put { value, expires_at } => {
+                self.note_expiry(expires_at);
+                if let Err(value) = slot.set(expires_at, value) {
+                    // The value changed kind: the key moves to the other table.
+                    table.remove(&k);
+                    table.insert(&k, expires_at, value);
                 }
-                Ok(Some(answer))
+            }
+            SlotWrite::Keep if live => {}
+            // Deleted, or an expired entry that `step` kept (lazy expiry).
+            _ => {
+                table.remove(&k);
+                drop(table);
+                self.bound.release(1);
             }
         }
+        Ok(Some(answer))
     }
 
     /// Reserves room for `n` new entries (false when the bound has none), and
@@ -264,10 +252,7 @@ impl Inner {
         let located: Keys = keys.iter().map(|k| self.keys.locate(k)).collect();
         let now = self.clock.now();
         let mut locks = self.lock(&located);
-        Ok(located
-            .iter()
-            .map(|k| locks.table(k.shard).find(k.hash, k.matches()).filter(|s| s.is_live(now)).map(Slot::entry))
-            .collect())
+        Ok(located.iter().map(|k| locks.table(k.shard).get(k, now)).collect())
     }
 }
 
@@ -294,8 +279,8 @@ impl From<Write> for SlotWrite {
 
 /// `step` run on the live entry of `slot` (if any), lent and not cloned: put
 /// back when `step` keeps it or fails.
-fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<&mut Slot>, now: Millis) -> Result<(SlotWrite, T), StoreError> {
-    let Some(slot) = slot else {
+fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<SlotMut<'_>>, now: Millis) -> Result<(SlotWrite, T), StoreError> {
+    let Some(mut slot) = slot else {
         return step(&[None], now).map(|(write, answer)| (write.into(), answer));
     };
     let mut current = [Some(slot.lend())];
@@ -322,7 +307,7 @@ fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<&mut Slot>, now: Millis) -
 fn give_back(locks: &mut Locks<'_>, keys: &[Located], lent: Lent) {
     for (k, entry) in keys.iter().zip(lent) {
         if let Some(entry) = entry {
-            if let Some(slot) = locks.table(k.shard).find_mut(k.hash, k.matches()) {
+            if let Some(mut slot) = locks.table(k.shard).find_mut(k) {
                 slot.put_back(entry);
             }
         }
