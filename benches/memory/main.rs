@@ -43,11 +43,13 @@
 //! fast rough pass. After the runs it reads criterion's
 //! `<criterion home>/<group>/<function>/new/estimates.json` (mean) and prints a
 //! markdown table with ns/op, ops/s and each row's throughput over governor's,
-//! then the bytes-per-entry table (`bytes.rs`). `bash bench/instructions.sh`
+//! then the bytes-per-entry table (`bytes.rs`) and the paired-slices table
+//! (`paired.rs`; alone: `LIMIT_STORE_BENCH_PAIRED=1`). `bash bench/instructions.sh`
 //! counts instructions per op instead (`probe.rs`), which noise can't move.
 
 mod bytes;
 mod contenders;
+mod paired;
 mod probe;
 mod table;
 
@@ -161,27 +163,34 @@ fn bench_two_threads<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id:
         let contender = &*state.get_or_insert_with(|| warmed(make()));
         b.iter_custom(|iters| {
             let start = cursor;
-            let shares = [iters - iters / 2, iters / 2];
-            cursor = next_cursor(cursor, shares[0]);
-            let barrier = Barrier::new(2);
-            std::thread::scope(|s| {
-                let workers: Vec<_> = (0..2)
-                    .map(|t| {
-                        let barrier = &barrier;
-                        s.spawn(move || {
-                            let mut local = contender.local();
-                            let from = (start + t * (KEY_COUNT / 2)) % KEY_COUNT;
-                            barrier.wait();
-                            let began = Instant::now();
-                            contender.run(&mut local, from, shares[t]);
-                            began.elapsed()
-                        })
-                    })
-                    .collect();
-                workers.into_iter().map(|w| w.join().expect("bench thread panicked")).max().unwrap()
-            })
+            cursor = next_cursor(cursor, iters - iters / 2);
+            run_two_threads(contender, start, iters)
         });
     });
+}
+
+/// `ops` counts in all on two threads (half each; thread 0 from key `start`,
+/// thread 1 half the keys on), timed from a shared barrier: the longer
+/// thread's time. Spawning and each thread's set-up are not timed.
+fn run_two_threads<C: Contender>(contender: &C, start: usize, ops: u64) -> Duration {
+    let shares = [ops - ops / 2, ops / 2];
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut local = contender.local();
+                    let from = (start + t * (KEY_COUNT / 2)) % KEY_COUNT;
+                    barrier.wait();
+                    let began = Instant::now();
+                    contender.run(&mut local, from, shares[t]);
+                    began.elapsed()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("bench thread panicked")).max().unwrap()
+    })
 }
 
 /// Every op creates its key: a fresh, empty contender every `KEY_COUNT` ops.
@@ -217,6 +226,7 @@ fn bench_cold<C: Contender>(group: &mut BenchmarkGroup<'_, WallTime>, id: &str, 
 fn main() {
     bytes::child();
     probe::child();
+    paired::alone();
     let since = SystemTime::now();
     let home = table::criterion_home();
     let quick_env = std::env::var_os("LIMIT_STORE_BENCH_QUICK").is_some_and(|v| v != "0");
@@ -271,4 +281,5 @@ fn main() {
     c.final_summary();
     table::print_table(&home, since);
     bytes::print_table();
+    paired::print_table();
 }
