@@ -85,8 +85,7 @@ impl Table {
         match self.find_mut(k) {
             Some(slot) => {
                 if let Err(value) = slot.set(expires_at, value) {
-                    self.remove(k);
-                    self.insert(k, expires_at, value);
+                    self.change_kind(k, expires_at, value);
                 }
                 false
             }
@@ -107,6 +106,17 @@ impl Table {
                 self.others.insert_unique(k.hash, Slot { key: k.key, expires_at, value }, |s| low_half(s.key));
             }
         }
+    }
+
+    /// Holds `value` for `k`, whose slot holds a value of the other kind (its
+    /// [`set`](SlotMut::set) refused `value`): the key moves to the other table.
+    pub(super) fn change_kind(&mut self, k: &Located, expires_at: Millis, value: Stored) {
+        let moved = match value {
+            Stored::Int(_) => self.others.find_entry(k.hash, |s| s.key == k.key).map(|slot| slot.remove()).is_ok(),
+            _ => self.ints.find_entry(k.hash, |s| s.key == k.key).map(|slot| slot.remove()).is_ok(),
+        };
+        debug_assert!(moved, "a key changes kind from a slot of the other kind");
+        self.insert(k, expires_at, value);
     }
 
     /// Drops the entry of `k`; true if it had one.

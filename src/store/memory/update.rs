@@ -212,9 +212,7 @@ impl Inner {
             SlotWrite::Put { value, expires_at } => {
                 self.note_expiry(expires_at);
                 if let Err(value) = slot.set(expires_at, value) {
-                    // The value changed kind: the key moves to the other table.
-                    table.remove(&k);
-                    table.insert(&k, expires_at, value);
+                    table.change_kind(&k, expires_at, value);
                 }
             }
             SlotWrite::Keep if live => {}
