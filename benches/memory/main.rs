@@ -38,7 +38,7 @@
 //! - `cold_1t`: every op creates its key (a fresh, empty contender every 100k
 //!   ops; building and dropping it is not timed).
 //!
-//! Run: `cargo bench --bench memory` (about 100 s), or
+//! Run: `cargo bench --bench memory` (about 110 s), or
 //! `cargo bench --bench memory -- --quick` / `LIMIT_STORE_BENCH_QUICK=1` for a
 //! fast rough pass. After the runs it reads criterion's
 //! `<criterion home>/<group>/<function>/new/estimates.json` (mean) and prints a
