@@ -15,7 +15,8 @@
 # Prints a markdown table with each row's instructions over governor's. With
 # --layer: benches/layer.rs's contenders, 8,192 requests after a warm-up,
 # counted the same way inside the bench's `counted`; each row's instructions
-# per request added over the bare router's, and that over tower_governor's.
+# per request added over the bare router's, and that over tower_governor's
+# (without headers) and over the same work's (see benches/layer.rs).
 # Needs valgrind (`apt-get install -y valgrind`). About 4 minutes once built; --layer 1 minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,7 @@ if [ "$layer" = 1 ]; then
     | sed -n 's/.*"executable":"\([^"]*deps\/layer-[^"]*\)".*/\1/p' | tail -n 1)
   [ -x "$bin" ] || { echo "could not build the layer bench" >&2; exit 1; }
   declare -A per
-  for c in bare tower_governor tower_governor_headers limit_layer; do
+  for c in bare tower_governor tower_governor_headers limit_layer limit_layer_fields_on_refusals; do
     each=()
     for _ in $(seq "$runs"); do
       # Only inside `counted`: the warm-up and each process's own start-up
@@ -62,12 +63,19 @@ if [ "$layer" = 1 ]; then
     per[$c]=$(median "${each[@]}")
     echo "counted $c: ${each[*]}" >&2
   done
-  echo "| contender | instructions per request | added over bare | ÷ tower_governor's added |"
-  echo "|---|---:|---:|---:|"
+  echo "| contender | instructions per request | added over bare | ÷ tower_governor's added | ÷ the same work's |"
+  echo "|---|---:|---:|---:|---:|"
   base=$(( per[tower_governor] - per[bare] ))
-  for c in bare tower_governor tower_governor_headers limit_layer; do
+  headers=$(( per[tower_governor_headers] - per[bare] ))
+  for c in bare tower_governor tower_governor_headers limit_layer limit_layer_fields_on_refusals; do
     added=$(( per[$c] - per[bare] ))
-    echo "| $c | ${per[$c]} | $added | $(awk -v a="$added" -v b="$base" 'BEGIN {printf "%.2f", a / b}') |"
+    # Like for like: fields or headers on every answer (limit_layer), or not.
+    case $c in
+      limit_layer) same=$(awk -v a="$added" -v b="$headers" 'BEGIN {printf "%.2f", a / b}') ;;
+      limit_layer_fields_on_refusals) same=$(awk -v a="$added" -v b="$base" 'BEGIN {printf "%.2f", a / b}') ;;
+      *) same="-" ;;
+    esac
+    echo "| $c | ${per[$c]} | $added | $(awk -v a="$added" -v b="$base" 'BEGIN {printf "%.2f", a / b}') | $same |"
   done
   exit 0
 fi

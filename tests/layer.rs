@@ -322,6 +322,30 @@ async fn stacked_layers_each_count_and_each_add_their_fields() {
 }
 
 #[tokio::test]
+async fn fields_on_refusals_only_still_count_and_still_refuse_with_them() {
+    let stores: [Arc<dyn LimitStore>; 2] = [Arc::new(MemoryStore::new()), Arc::new(Later(MemoryStore::new()))];
+    for store in stores {
+        let layer = LimitLayer::new(
+            limits_on(store, &[("keyed", "client", 2)]),
+            "keyed",
+            "client",
+            HeaderKey::new("x-api-key"),
+        );
+        let app = router().layer(layer.unwrap().fields_on_admitted(false));
+        for _ in 0..2 {
+            let r = get_from(&app, "192.0.2.1", &[("x-api-key", "k")]).await;
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!((header(&r, "ratelimit"), header(&r, "ratelimit-policy")), (None, None));
+        }
+        let r = get_from(&app, "192.0.2.1", &[("x-api-key", "k")]).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: i64 = header(&r, "retry-after").unwrap().parse().unwrap();
+        assert_eq!(field(header(&r, "ratelimit").unwrap(), "r", "t"), ("keyed".into(), 0, retry));
+        assert_eq!(field(header(&r, "ratelimit-policy").unwrap(), "q", "w"), ("keyed".into(), 2, 60));
+    }
+}
+
+#[tokio::test]
 async fn a_custom_body_keeps_the_status_and_the_fields() {
     let custom = RefusalBody::Custom(Arc::new(|refusal: &limit_store::layer::Refusal| {
         let wait = refusal.decision().and_then(|d| d.retry_after).map_or(0, |r| r.as_secs());

@@ -16,7 +16,9 @@ use crate::{LimitError, Limits};
 /// Counts every request on one limit, keyed by what `K` extracts; answers
 /// 429 (limited), 503 (store unavailable and the limit denies) or a 4xx
 /// (no key) in the service's place, and adds the RateLimit fields to every
-/// answer it decides. Layers stack: each counts on its own limit.
+/// answer it decides (to refusals only, with
+/// [`fields_on_admitted(false)`](Self::fields_on_admitted)). Layers stack:
+/// each counts on its own limit.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -45,8 +47,8 @@ pub struct LimitLayer<K> {
     pub(super) body: RefusalBody,
     /// What the key is, for the missing-key message.
     pub(super) what: String,
-    /// The RateLimit fields of admitted answers.
-    pub(super) fields: AdmittedFields,
+    /// The RateLimit fields of admitted answers; `None` when they are not sent.
+    pub(super) fields: Option<AdmittedFields>,
 }
 
 impl<K: KeyExtractor> LimitLayer<K> {
@@ -77,7 +79,7 @@ impl<K: KeyExtractor> LimitLayer<K> {
             extractor,
             missing: MissingKey::default(),
             body: RefusalBody::default(),
-            fields: AdmittedFields::new(limit),
+            fields: Some(AdmittedFields::new(limit)),
         })
     }
 
@@ -93,6 +95,15 @@ impl<K: KeyExtractor> LimitLayer<K> {
     /// The body of refusals: JSON by default.
     pub fn body(mut self, body: RefusalBody) -> Self {
         self.body = body;
+        self
+    }
+
+    /// Whether admitted answers carry the RateLimit fields: yes by default.
+    /// With `false`, only refusals do (with `Retry-After`), as
+    /// `tower_governor` sends its headers only when asked: for an app that
+    /// writes its own, or wants no extra bytes on every answer.
+    pub fn fields_on_admitted(mut self, send: bool) -> Self {
+        self.fields = send.then(|| AdmittedFields::new(&self.limit));
         self
     }
 

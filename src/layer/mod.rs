@@ -12,7 +12,8 @@
 //!   ([`MissingKey`]); a small JSON body by default ([`RefusalBody`]).
 //! - Every decided answer carries the `RateLimit-Policy` and `RateLimit`
 //!   fields, written by [`ratelimit_fields`](crate::ratelimit_fields) as
-//!   `serve` writes them.
+//!   `serve` writes them; refusals only, with
+//!   [`LimitLayer::fields_on_admitted`]`(false)`.
 //!
 //! ```
 //! use std::sync::Arc;

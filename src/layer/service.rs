@@ -168,7 +168,7 @@ impl<S, K> LimitService<S, K> {
 /// What the layer does with a request once it is counted.
 enum Answer {
     /// To the wrapped service, with these fields on its answer (none for a
-    /// request passed uncounted).
+    /// request passed uncounted, or when the layer sends none on admitted ones).
     Pass(Option<Values>),
     /// Answered in the service's place.
     Refuse(Response<Body>),
@@ -188,7 +188,7 @@ impl<K> LimitLayer<K> {
     fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
         let limit = self.limit.as_str();
         match counted {
-            Some(Ok(decision)) if decision.allowed => Answer::Pass(Some(self.fields.values(&decision))),
+            Some(Ok(decision)) if decision.allowed => Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision))),
             Some(Ok(decision)) => {
                 Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
             }
