@@ -28,8 +28,12 @@
 //! headers on every answer), `limit_layer_fields_on_refusals` over
 //! `tower_governor`.
 //!
-//! Run: `cargo bench --bench layer --features axum` (about 30 s once built),
-//! or with `LIMIT_STORE_BENCH_QUICK=1` for a rough pass. For instruction
+//! Criterion's means move with the host between contenders; the paired
+//! rounds printed after them (`paired.rs`) don't.
+//!
+//! Run: `cargo bench --bench layer --features axum` (about 50 s once built),
+//! or with `LIMIT_STORE_BENCH_QUICK=1` for a rough pass, or with
+//! `LIMIT_STORE_BENCH_PAIRED=1` for the paired rounds alone. For instruction
 //! counts, `LIMIT_STORE_BENCH_COUNT=<contender>:<n>` only sends requests
 //! through that contender, untimed: a warm-up, then `n` in `counted`, for
 //! `valgrind --tool=callgrind --toggle-collect=layer::counted`.
@@ -52,6 +56,8 @@ use limit_store::{Limit, Limits, MemoryStore};
 use tower::ServiceExt;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
+
+mod paired;
 
 const GROUP: &str = "layer";
 const BARE: &str = "bare";
@@ -237,19 +243,11 @@ fn main() {
         .configure_from_args();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let peers = peers();
+    paired::alone(&runtime, &apps(), &peers);
     {
         let mut g = c.benchmark_group(GROUP);
         g.sampling_mode(SamplingMode::Flat);
-        for (function, app) in [
-            (BARE, router()),
-            (GOVERNOR, governor()),
-            (GOVERNOR_HEADERS, governor_headers()),
-            (OURS, ours()),
-            (OURS_REFUSALS, ours_refusals()),
-        ] {
-            // As `axum::serve` does once: the routes are built, not remade
-            // (and their layers reapplied) on every request.
-            let app = app.with_state(());
+        for (function, app) in apps() {
             g.bench_function(function, |b| b.iter_custom(|iters| run(&runtime, &app, &peers, iters)));
         }
         let limits = per_ip();
@@ -259,4 +257,20 @@ fn main() {
     }
     c.final_summary();
     print_table(&home, since);
+    paired::print_table(&runtime, &apps(), &peers);
+}
+
+/// Every contender's router, ready as `axum::serve` makes it once: the
+/// routes built, not remade (and their layers reapplied) on every request.
+fn apps() -> Vec<(&'static str, Router)> {
+    [
+        (BARE, router()),
+        (GOVERNOR, governor()),
+        (GOVERNOR_HEADERS, governor_headers()),
+        (OURS, ours()),
+        (OURS_REFUSALS, ours_refusals()),
+    ]
+    .into_iter()
+    .map(|(name, app)| (name, app.with_state(())))
+    .collect()
 }
