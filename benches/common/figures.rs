@@ -1,5 +1,9 @@
-//! What the side-by-side benches share when they print: a median of rounds
-//! and a rate with thousands separators. Included with `#[path]`.
+//! What the side-by-side benches share when they print: a median of rounds,
+//! a median with its middle 80%, and a rate with thousands separators.
+//! Included with `#[path]`.
+
+// Each bench takes what it prints with.
+#![allow(dead_code)]
 
 /// The median of `v` (the mean of the middle two for an even count).
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -24,4 +28,13 @@ pub(crate) fn fmt_rate(r: f64) -> String {
         out.push(ch);
     }
     out
+}
+
+/// The values of `v` at 50%, 10% and 90% of the way up, as `(median, low,
+/// high)`: a median and the middle 80% around it, by index (no averaging).
+pub(crate) fn middle_80(v: &[f64]) -> (f64, f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |percent: usize| v[(v.len() - 1) * percent / 100];
+    (at(50), at(10), at(90))
 }

@@ -57,6 +57,8 @@ use tower::ServiceExt;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
+#[path = "../common/figures.rs"]
+mod figures;
 mod paired;
 
 const GROUP: &str = "layer";

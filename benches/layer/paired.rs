@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use tokio::runtime::Runtime;
 
+use super::figures::middle_80;
 use super::{run, BARE, GOVERNOR, GOVERNOR_HEADERS, OURS, OURS_REFUSALS};
 
 /// Requests in one slice: four passes over the peers, a few milliseconds.
@@ -66,8 +67,6 @@ pub fn print_table(runtime: &Runtime, apps: &[(&'static str, Router)], peers: &[
 
 /// The median of `v` and its middle 80%, with `digits` decimals.
 fn spread(v: &[f64], digits: usize) -> String {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |percent: usize| v[(v.len() - 1) * percent / 100];
-    format!("{:.digits$} ({:.digits$}-{:.digits$})", at(50), at(10), at(90))
+    let (median, low, high) = middle_80(v);
+    format!("{median:.digits$} ({low:.digits$}-{high:.digits$})")
 }

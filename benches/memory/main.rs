@@ -49,6 +49,8 @@
 
 mod bytes;
 mod contenders;
+#[path = "../common/figures.rs"]
+mod figures;
 mod paired;
 mod probe;
 mod table;

@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use super::contenders::{memory, memory_number, Contender, Governor, LimitsAttempt};
+use super::figures::middle_80;
 use super::{next_cursor, run_two_threads, warmed};
 
 /// Counts in one slice: a few milliseconds at these speeds, and 20% of the keys.
@@ -54,7 +55,7 @@ pub fn print_table() {
 fn ratios<A: Contender, B: Contender>(ours: &A, theirs: &B, two_threads: bool) -> Vec<f64> {
     let (mut our_local, mut their_local) = (ours.local(), theirs.local());
     let mut cursor = 0;
-    let mut ratios: Vec<f64> = (0..PAIRS)
+    (0..PAIRS)
         .map(|pair| {
             let start = cursor;
             cursor = next_cursor(cursor, SLICE_OPS);
@@ -69,9 +70,7 @@ fn ratios<A: Contender, B: Contender>(ours: &A, theirs: &B, two_threads: bool) -
             };
             t.as_secs_f64() / o.as_secs_f64()
         })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios
+        .collect()
 }
 
 /// One slice of `contender` from key `start`.
@@ -84,9 +83,8 @@ fn timed<C: Contender>(contender: &C, local: &mut C::Local, start: usize, two_th
     began.elapsed()
 }
 
-/// A row of the table from sorted `ratios`.
+/// A row of the table from the pairs' `ratios`.
 fn row(label: &str, threads: usize, ratios: &[f64]) {
-    // The pair at `percent` of the way up.
-    let at = |percent: usize| ratios[(ratios.len() - 1) * percent / 100];
-    println!("| {label} | {threads} | {:.2} | {:.2}-{:.2} |", at(50), at(10), at(90));
+    let (median, low, high) = middle_80(ratios);
+    println!("| {label} | {threads} | {median:.2} | {low:.2}-{high:.2} |");
 }
