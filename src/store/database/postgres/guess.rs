@@ -25,12 +25,6 @@ use crate::error::Unavailable;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::StoreError;
 
-/// Second tries out alone at once while counts read first, before the next
-/// ones go together: a lone caller's goes at once, and under load they share
-/// statements (at 32 callers, a new store counted 1.6-1.9× as fast as with
-/// eight alone, in a quick run; at one caller, all together cost a quarter).
-const ALONE_READING_FIRST: usize = 2;
-
 /// The one-statement tries (see `seen.rs`). Each writes only if the row is
 /// as remembered and the clock within bounds of the estimate `apply` was
 /// given, and answers `done` with the row and the clock as they were before
@@ -140,9 +134,8 @@ impl Postgres {
 
     /// The write after a missed guess, decided from the row and the clock its
     /// statement read: with the others waiting when a few statements are
-    /// out already, as a guess would go (fewer out alone held 8 callers'
-    /// first counts to half in a quick run), else alone; either way only if
-    /// the row is still `row`.
+    /// out already, as a guess would go, else alone; either way only if the
+    /// row is still `row`.
     async fn second_try(
         &self,
         hash: &KeyHash,
@@ -150,12 +143,11 @@ impl Postgres {
         row: Option<Stored>,
         write: RowWrite,
     ) -> Result<bool, Failure> {
-        // Reading first (see `rows_there.rs`), a count takes two statements
-        // for one: fewer go alone before the next ones go together.
-        let alone = match self.rows_there.likely() {
-            true => self.replacer.alone_within(ALONE_READING_FIRST),
-            false => self.replacer.alone(),
-        };
+        // Reading first (see `rows_there.rs`) too, as many go alone as
+        // guesses do: with two alone, 8 callers' first counts ran at 0.66 of
+        // rate-limiter-flexible, with eight at 0.80-0.83, and 32 callers' the
+        // same (1.19-1.23), in runs side by side.
+        let alone = self.replacer.alone();
         if let (None, RowWrite::Put { value, expires_at }) = (&alone, &write) {
             let after = row_after(&row, &write, generation);
             let (value, expires_at) = (value.clone(), *expires_at);

@@ -143,16 +143,11 @@ impl Replacer {
     /// A place to send a guess alone, if fewer than [`ALONE`] are out and no
     /// guess waits to go with others (a guess does not pass those).
     pub(super) fn alone(&self) -> Option<Alone<'_>> {
-        self.alone_within(ALONE)
-    }
-
-    /// [`alone`](Self::alone), if fewer than `most` are out.
-    pub(super) fn alone_within(&self, most: usize) -> Option<Alone<'_>> {
         if self.queue.has_waiting() {
             return None;
         }
         let mut n = self.alone.load(Ordering::Acquire);
-        while n < most {
+        while n < ALONE {
             match self.alone.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(Alone(&self.alone)),
                 Err(now) => n = now,
