@@ -325,12 +325,8 @@ async fn stacked_layers_each_count_and_each_add_their_fields() {
 async fn fields_on_refusals_only_still_count_and_still_refuse_with_them() {
     let stores: [Arc<dyn LimitStore>; 2] = [Arc::new(MemoryStore::new()), Arc::new(Later(MemoryStore::new()))];
     for store in stores {
-        let layer = LimitLayer::new(
-            limits_on(store, &[("keyed", "client", 2)]),
-            "keyed",
-            "client",
-            HeaderKey::new("x-api-key"),
-        );
+        let limits = limits_on(store, &[("keyed", "client", 2)]);
+        let layer = LimitLayer::new(limits.clone(), "keyed", "client", HeaderKey::new("x-api-key"));
         let app = router().layer(layer.unwrap().fields_on_admitted(false));
         for _ in 0..2 {
             let r = get_from(&app, "192.0.2.1", &[("x-api-key", "k")]).await;
@@ -342,7 +338,19 @@ async fn fields_on_refusals_only_still_count_and_still_refuse_with_them() {
         let retry: i64 = header(&r, "retry-after").unwrap().parse().unwrap();
         assert_eq!(field(header(&r, "ratelimit").unwrap(), "r", "t"), ("keyed".into(), 0, retry));
         assert_eq!(field(header(&r, "ratelimit-policy").unwrap(), "q", "w"), ("keyed".into(), 2, 60));
+        let counted = limits.counters("keyed").map(|c| (c.allowed, c.limited));
+        assert_eq!(counted, Some((2, 1)), "admitted requests are tallied, with no decision made for them");
     }
+    // The same by the client's address, counted from the address itself.
+    let limits = limits(&[("per-ip", "ip", 1)]);
+    let layer = LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap();
+    let app = router().layer(layer.fields_on_admitted(false));
+    let r = get_from(&app, "192.0.2.9", &[]).await;
+    assert_eq!((r.status(), header(&r, "ratelimit")), (StatusCode::OK, None));
+    let r = get_from(&app, "192.0.2.9", &[]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(header(&r, "ratelimit").unwrap(), "r", "t").1, 0);
+    assert_eq!(limits.counters("per-ip").map(|c| (c.allowed, c.limited)), Some((1, 1)));
 }
 
 #[tokio::test]

@@ -18,7 +18,8 @@ use super::fields::Values;
 use super::key::Key;
 use super::layer::LimitLayer;
 use super::refusal::{MissingKey, Refusal};
-use crate::{Decision, LimitError};
+use crate::limits::AtOnce;
+use crate::LimitError;
 
 /// The service a [`LimitLayer`] puts in front of `S`.
 #[derive(Clone, Debug)]
@@ -157,7 +158,7 @@ impl<S, K> LimitService<S, K> {
         let layer = self.layer.clone();
         Box::pin(async move {
             let counted = layer.limits.attempt(&layer.limit, &[(&layer.part, key.as_str())]).await;
-            match layer.answer(Some(counted)) {
+            match layer.answer(Some(AtOnce::Decided(counted))) {
                 Answer::Pass(fields) => LimitFuture::inner(inner.call(request), fields).await,
                 Answer::Refuse(response) => Ok(response),
             }
@@ -176,30 +177,35 @@ enum Answer {
 
 impl<K> LimitLayer<K> {
     /// `key` counted on a store that answers at once; `None` when it answers
-    /// only through a future (nothing is counted then).
-    fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
+    /// only through a future (nothing is counted then). An allowed count
+    /// makes no decision when admitted answers carry no fields.
+    fn count_now(&self, key: &Key) -> Option<AtOnce> {
+        let decide_allowed = self.fields.is_some();
         match key.ip() {
-            Some(ip) => self.limits.attempt_address_at_once(self.at, ip),
-            None => self.limits.attempt_only_at_once(self.at, key.as_str()),
+            Some(ip) => self.limits.attempt_address_at_once(self.at, ip, decide_allowed),
+            None => self.limits.attempt_only_at_once(self.at, key.as_str(), decide_allowed),
         }
     }
 
     /// What to do with a request the limit `counted` (`None`: it has no key).
-    fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
+    fn answer(&self, counted: Option<AtOnce>) -> Answer {
         let limit = self.limit.as_str();
         match counted {
-            Some(Ok(decision)) if decision.allowed => Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision))),
-            Some(Ok(decision)) => {
+            Some(AtOnce::Allowed) => Answer::Pass(None),
+            Some(AtOnce::Decided(Ok(decision))) if decision.allowed => {
+                Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision)))
+            }
+            Some(AtOnce::Decided(Ok(decision))) => {
                 Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
             }
             // A value the part can't take (not an address) is no key.
-            None | Some(Err(LimitError::BadValue { .. })) => match self.missing {
+            None | Some(AtOnce::Decided(Err(LimitError::BadValue { .. }))) => match self.missing {
                 MissingKey::Pass => Answer::Pass(None),
                 MissingKey::Reject(status) => {
                     Answer::Refuse(self.refuse(Refusal::missing_key(limit, status, &self.what)))
                 }
             },
-            Some(Err(e)) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
+            Some(AtOnce::Decided(Err(e))) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
         }
     }
 

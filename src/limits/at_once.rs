@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::{LimitStore, Millis, MAX_KEY_BYTES};
 
-use super::algorithm::{self, Algorithm};
+use super::algorithm::{self, Algorithm, Verdict};
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
@@ -20,6 +20,20 @@ use super::limit::Part;
 use super::normalize::Ipv4Text;
 #[cfg(feature = "axum")]
 use super::normalize::KeyRules;
+
+/// An attempt the layer counted at once: its [`Decision`], or, for an
+/// allowed attempt whose caller needs no decision (a layer that sends no
+/// fields on admitted answers), only that it was allowed, tallied as any
+/// allowed attempt is. A request passed on then costs no decision made up
+/// and moved back through each call.
+#[cfg(feature = "axum")]
+#[derive(Debug)]
+pub(crate) enum AtOnce {
+    /// Allowed (and tallied).
+    Allowed,
+    /// The attempt's answer.
+    Decided(Result<Decision, LimitError>),
+}
 
 impl Counted {
     /// The attempt counted here and now, on a store that
@@ -67,15 +81,18 @@ impl Counted {
     }
 
     /// [`attempt_now`](Self::attempt_now) of a limit of one part, given its
-    /// value (the layer's count: it checked the part when it was built).
+    /// value (the layer's count: it checked the part when it was built); an
+    /// allowed attempt is [`AtOnce::Allowed`] unless `decide_allowed`.
     #[cfg(feature = "axum")]
-    pub(super) fn attempt_only_now(&self, value: &str) -> Option<Result<Decision, LimitError>> {
+    pub(super) fn attempt_only_now(&self, value: &str, decide_allowed: bool) -> Option<AtOnce> {
         let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
-        if let Some(answered) = self.count_value_in_memory(only, value) {
-            return Some(answered);
+        match self.count_value_in_memory(only, value, |verdict, now| self.at_once(verdict, now, decide_allowed)) {
+            Some(Ok(counted)) => return Some(counted),
+            Some(Err(e)) => return Some(AtOnce::Decided(Err(e))),
+            None => {}
         }
-        self.attempt_guarded_now(store, &[(&only.name, value)])
+        self.attempt_guarded_now(store, &[(&only.name, value)]).map(AtOnce::Decided)
     }
 
     /// [`attempt_only_now`](Self::attempt_only_now) given the client address
@@ -83,20 +100,39 @@ impl Counted {
     /// written from the address, not parsed; elsewhere, the address's text
     /// goes the usual way (the same text: see `KeyRules::address`).
     #[cfg(feature = "axum")]
-    pub(super) fn attempt_address_now(&self, ip: IpAddr) -> Option<Result<Decision, LimitError>> {
+    pub(super) fn attempt_address_now(&self, ip: IpAddr, decide_allowed: bool) -> Option<AtOnce> {
         let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
         if self.memory.is_some() {
-            let counted = match KeyRules::ipv4_of(only.normalize, ip) {
-                Some(v4) => self.count_in_memory(Ipv4Text::new(v4).as_bytes()),
-                None => self.count_in_memory(self.rules.address(only.normalize, ip).as_bytes()),
+            let (v4, text);
+            let value = match KeyRules::ipv4_of(only.normalize, ip) {
+                Some(ip) => {
+                    v4 = Ipv4Text::new(ip);
+                    v4.as_bytes()
+                }
+                None => {
+                    text = self.rules.address(only.normalize, ip);
+                    text.as_bytes()
+                }
             };
-            if let Some(answered) = counted {
-                return Some(answered);
+            let counted = self.count_in_memory(value, |verdict, now| self.at_once(verdict, now, decide_allowed));
+            if counted.is_some() {
+                return counted;
             }
         }
         let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_guarded_now(store, &[(&only.name, &text)])
+        self.attempt_guarded_now(store, &[(&only.name, &text)]).map(AtOnce::Decided)
+    }
+
+    /// The layer's answer to an attempt the memory store counted: see [`AtOnce`].
+    #[cfg(feature = "axum")]
+    #[inline(always)]
+    fn at_once(&self, verdict: Verdict, now: Millis, decide_allowed: bool) -> AtOnce {
+        if verdict.allowed && !decide_allowed {
+            self.allowed.add_one();
+            return AtOnce::Allowed;
+        }
+        AtOnce::Decided(Ok(self.answer(verdict, now)))
     }
 
     /// The store, when it [answers at once](LimitStore::update_now).
@@ -115,15 +151,20 @@ impl Counted {
         if *name != part.name {
             return None;
         }
-        self.count_value_in_memory(part, value)
+        self.count_value_in_memory(part, value, |verdict, now| self.answer(verdict, now))
     }
 
     /// `value` of `part`, normalized (or refused), counted on the memory
     /// store: see [`count_in_memory`](Self::count_in_memory).
-    fn count_value_in_memory(&self, part: &Part, value: &str) -> Option<Result<Decision, LimitError>> {
+    fn count_value_in_memory<T>(
+        &self,
+        part: &Part,
+        value: &str,
+        then: impl FnOnce(Verdict, Millis) -> T,
+    ) -> Option<Result<T, LimitError>> {
         self.memory.as_ref()?;
         match self.rules.apply(part.normalize, value) {
-            Ok(normalized) => self.count_in_memory(normalized.as_bytes()),
+            Ok(normalized) => self.count_in_memory(normalized.as_bytes(), |verdict, now| Ok(then(verdict, now))),
             Err(_) => Some(Err(self.bad_value(part))),
         }
     }
@@ -132,8 +173,9 @@ impl Counted {
     /// memory store with no key text: the store hashes it after the part's
     /// prehashed `{limit}:{part}:`. `None` when this limit has no such path,
     /// and for a count that failed, which wrote nothing: the guarded call
-    /// answers and logs it.
-    fn count_in_memory(&self, value: &[u8]) -> Option<Result<Decision, LimitError>> {
+    /// answers and logs it. `then` makes the answer of the store's verdict.
+    #[inline(always)]
+    fn count_in_memory<T>(&self, value: &[u8], then: impl FnOnce(Verdict, Millis) -> T) -> Option<T> {
         let (memory, starts) = self.memory.as_ref()?;
         let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
         if start.len() + value.len() > MAX_KEY_BYTES {
@@ -150,6 +192,7 @@ impl Counted {
                 (write, (verdict, now))
             }),
         };
-        Some(self.settle(Ok(counted.ok()?)))
+        let (verdict, now) = counted.ok()?;
+        Some(then(verdict, now))
     }
 }

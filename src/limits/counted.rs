@@ -205,7 +205,7 @@ impl Counted {
     /// The decision of the store's `verdict`; an allowed one inline, a
     /// refusal (tallied, maybe logged) out of line.
     #[inline(always)]
-    fn answer(&self, verdict: Verdict, now: Millis) -> Decision {
+    pub(super) fn answer(&self, verdict: Verdict, now: Millis) -> Decision {
         let part = &self.limit.parts[verdict.part];
         let decision = Decision {
             allowed: verdict.allowed,

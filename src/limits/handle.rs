@@ -8,6 +8,8 @@ use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
 
 use super::algorithm;
+#[cfg(feature = "axum")]
+use super::at_once::AtOnce;
 use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
 use super::decision::{Decision, LimitCounters};
@@ -90,10 +92,11 @@ impl Limits {
     /// `value`, without a future, for a store that
     /// [answers at once](crate::LimitStore::update_now) (the memory store); `None`
     /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
-    /// counted when it answers `None`.
+    /// counted when it answers `None`. An allowed attempt answers
+    /// [`AtOnce::Allowed`], with no decision, unless `decide_allowed`.
     #[cfg(feature = "axum")]
-    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str) -> Option<Result<Decision, LimitError>> {
-        self.at_once(at, |counted| counted.attempt_only_now(value))
+    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str, decide_allowed: bool) -> Option<AtOnce> {
+        self.at_once(at, |counted| counted.attempt_only_now(value, decide_allowed))
     }
 
     /// [`attempt_only_at_once`](Self::attempt_only_at_once) with the client
@@ -104,19 +107,16 @@ impl Limits {
         &self,
         at: LimitAt,
         ip: std::net::IpAddr,
-    ) -> Option<Result<Decision, LimitError>> {
-        self.at_once(at, |counted| counted.attempt_address_now(ip))
+        decide_allowed: bool,
+    ) -> Option<AtOnce> {
+        self.at_once(at, |counted| counted.attempt_address_now(ip, decide_allowed))
     }
 
     /// `count` on the limit `at`, past the checks every attempt makes.
     #[cfg(feature = "axum")]
-    fn at_once(
-        &self,
-        at: LimitAt,
-        count: impl FnOnce(&Counted) -> Option<Result<Decision, LimitError>>,
-    ) -> Option<Result<Decision, LimitError>> {
+    fn at_once(&self, at: LimitAt, count: impl FnOnce(&Counted) -> Option<AtOnce>) -> Option<AtOnce> {
         if let Err(e) = refuse_in_transaction() {
-            return Some(Err(e.into()));
+            return Some(AtOnce::Decided(Err(e.into())));
         }
         // A position of these limits always names one: they never change.
         count(self.limits.at(at.0)?)

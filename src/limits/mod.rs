@@ -42,6 +42,8 @@ mod tally;
 pub mod window;
 
 pub use algorithm::Algorithm;
+#[cfg(feature = "axum")]
+pub(crate) use at_once::AtOnce;
 pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 pub use decision::{Decision, LimitCounters};
