@@ -87,7 +87,7 @@ impl Counted {
     pub(super) fn attempt_only_now(&self, value: &str, decide_allowed: bool) -> Option<AtOnce> {
         let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
-        match self.count_value_in_memory(only, value, |verdict, now| self.at_once(verdict, now, decide_allowed)) {
+        match self.count_value_in_memory(only, value, |verdict, now| self.layer_answer(verdict, now, decide_allowed)) {
             Some(Ok(counted)) => return Some(counted),
             Some(Err(e)) => return Some(AtOnce::Decided(Err(e))),
             None => {}
@@ -115,7 +115,7 @@ impl Counted {
                     text.as_bytes()
                 }
             };
-            let counted = self.count_in_memory(value, |verdict, now| self.at_once(verdict, now, decide_allowed));
+            let counted = self.count_in_memory(value, |verdict, now| self.layer_answer(verdict, now, decide_allowed));
             if counted.is_some() {
                 return counted;
             }
@@ -127,7 +127,7 @@ impl Counted {
     /// The layer's answer to an attempt the memory store counted: see [`AtOnce`].
     #[cfg(feature = "axum")]
     #[inline(always)]
-    fn at_once(&self, verdict: Verdict, now: Millis, decide_allowed: bool) -> AtOnce {
+    fn layer_answer(&self, verdict: Verdict, now: Millis, decide_allowed: bool) -> AtOnce {
         if verdict.allowed && !decide_allowed {
             self.allowed.add_one();
             return AtOnce::Allowed;
