@@ -40,11 +40,11 @@ impl Counted {
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. `None` when the store has no such path.
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        let store = self.answering_at_once()?;
+        // The memory store beneath answers at once: no need to ask the backend.
         if let Some(answered) = self.attempt_in_memory(parts) {
             return Some(answered);
         }
-        self.attempt_guarded_now(store, parts)
+        self.attempt_guarded_now(self.answering_at_once()?, parts)
     }
 
     /// [`attempt_now`](Self::attempt_now) past the memory store's own path:
@@ -85,14 +85,13 @@ impl Counted {
     /// allowed attempt is [`AtOnce::Allowed`] unless `decide_allowed`.
     #[cfg(feature = "axum")]
     pub(super) fn attempt_only_now(&self, value: &str, decide_allowed: bool) -> Option<AtOnce> {
-        let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
         match self.count_value_in_memory(only, value, |verdict, now| self.layer_answer(verdict, now, decide_allowed)) {
             Some(Ok(counted)) => return Some(counted),
             Some(Err(e)) => return Some(AtOnce::Decided(Err(e))),
             None => {}
         }
-        self.attempt_guarded_now(store, &[(&only.name, value)]).map(AtOnce::Decided)
+        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, value)]).map(AtOnce::Decided)
     }
 
     /// [`attempt_only_now`](Self::attempt_only_now) given the client address
@@ -101,7 +100,6 @@ impl Counted {
     /// goes the usual way (the same text: see `KeyRules::address`).
     #[cfg(feature = "axum")]
     pub(super) fn attempt_address_now(&self, ip: IpAddr, decide_allowed: bool) -> Option<AtOnce> {
-        let store = self.answering_at_once()?;
         let [only] = &self.limit.parts[..] else { return None };
         if self.memory.is_some() {
             let (v4, text);
@@ -121,7 +119,7 @@ impl Counted {
             }
         }
         let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_guarded_now(store, &[(&only.name, &text)]).map(AtOnce::Decided)
+        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, &text)]).map(AtOnce::Decided)
     }
 
     /// The layer's answer to an attempt the memory store counted: see [`AtOnce`].

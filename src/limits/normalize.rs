@@ -49,10 +49,21 @@ pub(crate) struct NotAnIp;
 
 impl KeyRules {
     /// `value` as `normalize` makes it one.
+    #[inline]
     pub(crate) fn apply<'v>(&self, normalize: Normalize, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
         match normalize {
             Normalize::Exact => Ok(Cow::Borrowed(value)),
             Normalize::Folded if !self.fold_case => Ok(Cow::Borrowed(value)),
+            _ => self.rewrite(normalize, value),
+        }
+    }
+
+    /// [`apply`](Self::apply) for a value it may rewrite: out of line, so
+    /// that the usual exact value costs the count no call.
+    #[inline(never)]
+    fn rewrite<'v>(&self, normalize: Normalize, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
+        match normalize {
+            Normalize::Exact => Ok(Cow::Borrowed(value)),
             Normalize::Folded => {
                 let trimmed = value.trim();
                 if trimmed.chars().any(char::is_uppercase) {
