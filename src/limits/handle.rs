@@ -50,6 +50,12 @@ impl Limits {
         if let Some(answered) = counted.attempt_now(parts) {
             return answered;
         }
+        Self::attempt_later(counted, parts).await
+    }
+
+    /// [`attempt`](Self::attempt) on a store that answers through a future:
+    /// a future of its own, so that the usual count polls a small one.
+    async fn attempt_later(counted: &Counted, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
         let refs = keys.refs();
