@@ -39,6 +39,7 @@ pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) ->
 /// holds no integer): the TAT to store when the attempt is allowed (its
 /// entry expires then), and the answer of a limit of this one part. The
 /// memory store counts with it and no JSON.
+#[inline(always)]
 pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
     let t = interval(budget, window).max(1);
     let capacity = t.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX));
