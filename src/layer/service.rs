@@ -53,7 +53,9 @@ pin_project! {
         /// Refused (or failed) at once.
         Answered { response: Option<Response<Body>> },
         /// Passed to the wrapped service; the fields go on its answer.
-        Inner { #[pin] future: F, fields: Option<Values> },
+        /// Boxed: 80 bytes held inline were moved with the future on every
+        /// request, most of which carry none.
+        Inner { #[pin] future: F, fields: Option<Box<Values>> },
         /// Counted by a store that answers through a future.
         Boxed { future: Boxed<E> },
     }
@@ -65,7 +67,7 @@ impl<F, E> LimitFuture<F, E> {
     }
 
     fn inner(future: F, fields: Option<Values>) -> Self {
-        LimitFuture { state: State::Inner { future, fields } }
+        LimitFuture { state: State::Inner { future, fields: fields.map(Box::new) } }
     }
 }
 
