@@ -214,7 +214,7 @@ impl Counted {
                 let (mut tat, mut at) = (0, 0);
                 memory
                     .count_number_after(start, value, |stored, now| {
-                        tat = stored.map_or(now, |stored| stored.max(now));
+                        tat = super::gcra::counted_from(stored, now);
                         at = now;
                         (super::gcra::step(stored, now, budget, window).0.map(|next| (next, next)), ())
                     })

@@ -35,6 +35,14 @@ pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) ->
     }
 }
 
+/// The TAT an attempt at `now` counts from: the stored one, or `now` when
+/// none is stored or the bucket has refilled since. [`step`] of it gives
+/// what `step` of the stored TAT gives.
+#[inline(always)]
+pub(crate) fn counted_from(tat: Option<Millis>, now: Millis) -> Millis {
+    tat.map_or(now, |tat| tat.max(now))
+}
+
 /// [`check`] on the stored TAT itself (`None`: no live entry, or one that
 /// holds no integer): the TAT to store when the attempt is allowed (its
 /// entry expires then), and the answer of a limit of this one part. The
@@ -43,7 +51,7 @@ pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) ->
 pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
     let t = interval(budget, window).max(1);
     let capacity = t.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX));
-    let tat = tat.map_or(now, |tat| tat.max(now));
+    let tat = counted_from(tat, now);
     let next = tat.saturating_add(t);
     // Saturating throughout: a stored TAT can be any integer, `now` any time.
     if next.saturating_sub(now) > capacity {
@@ -193,6 +201,22 @@ mod tests {
                 let typed = count(&stores[0], true, budget, window);
                 let json = count(&stores[1], false, budget, window);
                 proptest::prop_assert_eq!(typed, json);
+            }
+        }
+    }
+
+    #[test]
+    fn a_step_of_the_tat_it_counts_from_answers_as_one_of_the_stored_tat() {
+        let (budget, window) = (600, 60_000);
+        for now in [0, T0, Millis::MAX] {
+            let near = [now.saturating_sub(1), now, now.saturating_add(50_000)];
+            for stored in [None, Some(Millis::MIN), Some(near[0]), Some(near[1]), Some(near[2]), Some(Millis::MAX)] {
+                let at = counted_from(stored, now);
+                assert_eq!(
+                    step(Some(at), now, budget, window),
+                    step(stored, now, budget, window),
+                    "{stored:?} at {now}"
+                );
             }
         }
     }
