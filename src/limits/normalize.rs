@@ -47,40 +47,39 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 #[derive(Debug)]
 pub(crate) struct NotAnIp;
 
+/// `value` trimmed and, if it has capitals, lowercased (`Folded`).
+#[inline(never)]
+fn folded(value: &str) -> Cow<'_, str> {
+    let trimmed = value.trim();
+    if trimmed.chars().any(char::is_uppercase) {
+        Cow::Owned(trimmed.to_lowercase())
+    } else {
+        Cow::Borrowed(trimmed)
+    }
+}
+
 impl KeyRules {
-    /// `value` as `normalize` makes it one.
+    /// `value` as `normalize` makes it one. The usual exact value is taken
+    /// in line; the values it may rewrite go out of line.
     #[inline]
     pub(crate) fn apply<'v>(&self, normalize: Normalize, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
         match normalize {
             Normalize::Exact => Ok(Cow::Borrowed(value)),
             Normalize::Folded if !self.fold_case => Ok(Cow::Borrowed(value)),
-            _ => self.rewrite(normalize, value),
+            Normalize::Folded => Ok(folded(value)),
+            Normalize::Ip => self.ip_text(value),
         }
     }
 
-    /// [`apply`](Self::apply) for a value it may rewrite: out of line, so
-    /// that the usual exact value costs the count no call.
+    /// An address's text as `Ip` makes it one.
     #[inline(never)]
-    fn rewrite<'v>(&self, normalize: Normalize, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
-        match normalize {
-            Normalize::Exact => Ok(Cow::Borrowed(value)),
-            Normalize::Folded => {
-                let trimmed = value.trim();
-                if trimmed.chars().any(char::is_uppercase) {
-                    Ok(Cow::Owned(trimmed.to_lowercase()))
-                } else {
-                    Ok(Cow::Borrowed(trimmed))
-                }
-            }
-            Normalize::Ip => {
-                let trimmed = value.trim();
-                match trimmed.parse().map_err(|_| NotAnIp)? {
-                    // The parser takes IPv4 only in its one form (no leading
-                    // zeros), so the text is already the address's own.
-                    IpAddr::V4(_) => Ok(Cow::Borrowed(trimmed)),
-                    v6 => Ok(Cow::Owned(self.address(normalize, v6).to_string())),
-                }
-            }
+    fn ip_text<'v>(&self, value: &'v str) -> Result<Cow<'v, str>, NotAnIp> {
+        let trimmed = value.trim();
+        match trimmed.parse().map_err(|_| NotAnIp)? {
+            // The parser takes IPv4 only in its one form (no leading
+            // zeros), so the text is already the address's own.
+            IpAddr::V4(_) => Ok(Cow::Borrowed(trimmed)),
+            v6 => Ok(Cow::Owned(self.address(Normalize::Ip, v6).to_string())),
         }
     }
 
