@@ -15,6 +15,7 @@ store = "database"
 database_url = "postgres://limits@db/site"
 single_instance = true
 max_entries = 250000
+durable_commits = true
 secret = "from-the-file-0123456789abcdef0123456789"
 
 [rate_limit.limits.sign-in]
@@ -42,6 +43,7 @@ fn a_good_file() {
     assert_eq!(c.database_url.expose(), "postgres://limits@db/site");
     assert!(c.single_instance);
     assert_eq!(c.max_entries, Some(250_000));
+    assert!(c.durable_commits);
     assert_eq!(c.secret.as_ref().map(|s| s.expose()), Some("from-the-file-0123456789abcdef0123456789"));
     assert!(!format!("{c:?}").contains("from-the-file"), "Debug hides the secret");
     let sign_in = &c.limits[0];
@@ -63,6 +65,7 @@ fn an_empty_file_is_the_defaults() {
     assert_eq!(c.store, StoreKind::Memory);
     assert_eq!(c.database_url.expose(), "sqlite://limit-store.db");
     assert!(!c.single_instance);
+    assert!(!c.durable_commits, "counts do not wait for the disk by default");
 }
 
 #[test]

@@ -27,6 +27,7 @@ fn line() -> impl Strategy<Value = String> {
         "table",
         "single_instance",
         "max_entries",
+        "durable_commits",
         "secret",
         "deadline",
         "max_in_flight",

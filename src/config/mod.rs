@@ -8,6 +8,7 @@
 //! database_url = "sqlite://limit-store.db"  # the default
 //! # redis_url = "redis://127.0.0.1:6379"    # with store = "redis"
 //! max_entries = 1000000                     # experimental
+//! durable_commits = false                   # PostgreSQL: commits wait for the disk
 //! deadline = "2s"                           # a store call's deadline
 //! max_in_flight = 64                        # store calls at once
 //! ipv6_prefix = 64                          # IPv6 clients count per /64
@@ -77,6 +78,9 @@ pub struct Config {
     /// `rate_limit.max_entries`, the store's bound (experimental); the store's
     /// own default when `None`.
     pub max_entries: Option<u64>,
+    /// `rate_limit.durable_commits`: on PostgreSQL, every count's commit
+    /// waits for the disk (see `DatabaseStoreBuilder::durable_commits`).
+    pub durable_commits: bool,
     /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
     /// store's key hashes. Prefer the environment to the file.
     pub secret: Option<SecretString>,
@@ -105,6 +109,7 @@ impl Default for Config {
             table: None,
             single_instance: false,
             max_entries: None,
+            durable_commits: false,
             secret: None,
             deadline: None,
             max_in_flight: None,
@@ -124,6 +129,7 @@ impl std::fmt::Debug for Config {
             .field("table", &self.table)
             .field("single_instance", &self.single_instance)
             .field("max_entries", &self.max_entries)
+            .field("durable_commits", &self.durable_commits)
             .field("secret", &self.secret)
             .field("deadline", &self.deadline)
             .field("max_in_flight", &self.max_in_flight)
@@ -268,8 +274,23 @@ impl Config {
 
     /// True when `other` opens the same store: only the limits' settings differ.
     pub fn same_store(&self, other: &Config) -> bool {
-        (self.store, &self.database_url, &self.redis_url, &self.table, &self.secret, self.max_entries)
-            == (other.store, &other.database_url, &other.redis_url, &other.table, &other.secret, other.max_entries)
+        (
+            self.store,
+            &self.database_url,
+            &self.redis_url,
+            &self.table,
+            &self.secret,
+            self.max_entries,
+            self.durable_commits,
+        ) == (
+            other.store,
+            &other.database_url,
+            &other.redis_url,
+            &other.table,
+            &other.secret,
+            other.max_entries,
+            other.durable_commits,
+        )
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
@@ -284,7 +305,7 @@ impl Config {
         if let Some(n) = self.max_entries {
             builder = builder.max_entries(n);
         }
-        Ok(Arc::new(builder.connect().await?))
+        Ok(Arc::new(builder.durable_commits(self.durable_commits).connect().await?))
     }
 
     #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]

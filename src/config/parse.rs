@@ -11,7 +11,7 @@ use crate::limits::{presets, Policy};
 use crate::secret::{SecretString, SecretUrl};
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, redis_url, table, single_instance, max_entries, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
+    "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -149,6 +149,7 @@ impl<'t> Parser<'t> {
                 "table" => config.table = Some(self.string(item, &path)?.to_owned()),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
+                "durable_commits" => config.durable_commits = self.boolean(item, &path)?,
                 "secret" => config.secret = Some(SecretString::new(self.string(item, &path)?)),
                 "deadline" => config.deadline = Some(self.duration(item, &path, "a deadline")?),
                 "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),

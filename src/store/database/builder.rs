@@ -62,6 +62,7 @@ pub struct DatabaseStoreBuilder {
     sweep_every: Option<Duration>,
     remember_rows: usize,
     sqlite_in_place: bool,
+    durable_commits: bool,
 }
 
 impl std::fmt::Debug for DatabaseStoreBuilder {
@@ -87,6 +88,7 @@ impl DatabaseStore {
             sweep_every: Some(SWEEP_EVERY),
             remember_rows: DEFAULT_REMEMBER_ROWS,
             sqlite_in_place: false,
+            durable_commits: false,
         }
     }
 }
@@ -151,6 +153,25 @@ impl DatabaseStoreBuilder {
         self
     }
 
+    /// Whether a count's commit waits until the database has written it to
+    /// disk (default off). Off, PostgreSQL sessions run with
+    /// `synchronous_commit = off` and SQLite with `synchronous = NORMAL`
+    /// (WAL): a count is as exact and as visible to every instance as
+    /// before, and the app's database does not flush its log once per
+    /// request (under an attack, once per attack request). But if the
+    /// database server crashes (SQLite: if the machine loses power), the
+    /// counts of its last fraction of a second (PostgreSQL: at most three
+    /// times `wal_writer_delay`, 0.6 s by default) may be lost, each whole,
+    /// never half-written, as a Redis store's are without `appendfsync
+    /// always`. On, PostgreSQL commits follow the server's own setting (`on`
+    /// unless changed) and SQLite runs `synchronous = FULL`: every count
+    /// waits for the disk. MySQL and MariaDB follow the server's
+    /// `innodb_flush_log_at_trx_commit`, which a session cannot change.
+    pub fn durable_commits(mut self, durable: bool) -> Self {
+        self.durable_commits = durable;
+        self
+    }
+
     /// Creates or upgrades the table and its indexes. Needs no secret.
     pub async fn migrate(self) -> Result<(), StoreError> {
         let table = migrate::check_table_name(&self.table)?;
@@ -190,11 +211,13 @@ impl DatabaseStoreBuilder {
         let n = self.max_connections;
         Ok(match kind {
             #[cfg(feature = "sqlite")]
-            Kind::Sqlite => Db::Sqlite(super::sqlite::Sqlite::open(&self.url, table, n, self.sqlite_in_place).await?),
+            Kind::Sqlite => Db::Sqlite(
+                super::sqlite::Sqlite::open(&self.url, table, n, self.sqlite_in_place, self.durable_commits).await?,
+            ),
             #[cfg(feature = "postgres")]
-            Kind::Postgres => {
-                Db::Postgres(Box::new(super::postgres::Postgres::open(&self.url, table, n, self.remember_rows).await?))
-            }
+            Kind::Postgres => Db::Postgres(Box::new(
+                super::postgres::Postgres::open(&self.url, table, n, self.remember_rows, self.durable_commits).await?,
+            )),
             #[cfg(feature = "mysql")]
             Kind::Mysql => Db::Mysql(super::mysql::Mysql::open(&self.url, table, n).await?),
             #[allow(unreachable_patterns)]

@@ -70,6 +70,7 @@ impl Postgres {
         table: String,
         max_connections: u32,
         remember: usize,
+        durable: bool,
     ) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url
             .parse()
@@ -82,6 +83,9 @@ impl Postgres {
             ("idle_in_transaction_session_timeout", "10000"),
             ("plan_cache_mode", "force_generic_plan"),
         ]);
+        // Unless asked to wait for the disk, a count's commit does not: see
+        // `DatabaseStoreBuilder::durable_commits`.
+        let options = if durable { options } else { options.options([("synchronous_commit", "off")]) };
         // Not tested before use: see `conns.rs`.
         let pool = Conns::open(options, no_init, max_connections, Duration::from_millis(1_500))
             .await
@@ -256,4 +260,27 @@ fn test_server() -> Option<String> {
         eprintln!("LIMIT_STORE_TEST_POSTGRES is not set: skipping this database test (.ci/run sets it)");
     }
     url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's sessions commit without waiting for the disk unless asked
+    /// to; asked, they keep the server's own setting.
+    #[tokio::test]
+    async fn commits_wait_for_the_disk_only_when_asked() {
+        let Some(url) = test_server() else { return };
+        let setting = |pg: Postgres| async move {
+            let mut conn = pg.pool.acquire().await.unwrap();
+            sqlx::query_scalar::<_, String>("SHOW synchronous_commit").fetch_one(&mut *conn).await.unwrap()
+        };
+        let server = setting(Postgres::open(&url, "limit_store".into(), 1, 0, true).await.unwrap()).await;
+        let own: PgConnectOptions = url.parse().unwrap();
+        let mut plain = sqlx::PgConnection::connect_with(&own).await.unwrap();
+        let default: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut plain).await.unwrap();
+        assert_eq!(server, default, "durable: the server's own setting");
+        let fast = setting(Postgres::open(&url, "limit_store".into(), 1, 0, false).await.unwrap()).await;
+        assert_eq!(fast, "off");
+    }
 }

@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use self::ask::Own;
-use self::pool::{Pool, WAIT};
+use self::pool::{DbFile, Pool, WAIT};
 use self::writer::{Queued, Writer};
 use super::attempt::Attempts;
 use super::chores::{by_key_count, chores, marks, Release};
@@ -81,6 +81,7 @@ impl Sqlite {
         table: String,
         max_connections: u32,
         in_place: bool,
+        durable: bool,
     ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?;
@@ -88,7 +89,7 @@ impl Sqlite {
         let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(if durable { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
             .busy_timeout(WAIT);
         // Opening it creates the file and puts it in WAL mode.
         let pool = SqlitePoolOptions::new()
@@ -117,8 +118,8 @@ impl Sqlite {
         let sql = Arc::new(sql);
         Ok(Sqlite {
             pool,
-            conns: Pool::new(path.clone(), max_connections, in_place),
-            writer: Writer::new(path, sql.clone(), in_place),
+            conns: Pool::new(DbFile { path: path.clone(), durable }, max_connections, in_place),
+            writer: Writer::new(DbFile { path, durable }, sql.clone(), in_place),
             sql,
             url_hint: crate::secret::redact(url),
             table,

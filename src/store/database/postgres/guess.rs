@@ -298,7 +298,7 @@ mod tests {
         let url = test_server()?;
         let table = format!("{prefix}_{}", std::process::id());
         crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
-        Some((Postgres::open(&url, table.clone(), 2, 100).await.unwrap(), table))
+        Some((Postgres::open(&url, table.clone(), 2, 100, false).await.unwrap(), table))
     }
 
     /// Drops `table` and its migrations' table.

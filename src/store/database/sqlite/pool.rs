@@ -3,7 +3,7 @@
 //! from the async caller and back instead of one per statement. (Counts go
 //! through the writer, on a connection of its own.)
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ const CACHED_STATEMENTS: usize = 48;
 /// call failed with anything but busy is closed rather than used again.
 #[derive(Debug)]
 pub(super) struct Pool {
-    path: PathBuf,
+    file: DbFile,
     idle: Mutex<Vec<Connection>>,
     /// One permit per connection in use; a call holds one until its blocking
     /// work ends, even if its caller stopped waiting.
@@ -38,10 +38,10 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub(super) fn new(path: PathBuf, size: u32, in_place: bool) -> Arc<Self> {
+    pub(super) fn new(file: DbFile, size: u32, in_place: bool) -> Arc<Self> {
         let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, Semaphore::MAX_PERMITS);
         let permits = Arc::new(Semaphore::new(size));
-        Arc::new(Pool { path, idle: Mutex::new(Vec::with_capacity(size)), permits, in_place })
+        Arc::new(Pool { file, idle: Mutex::new(Vec::with_capacity(size)), permits, in_place })
     }
 
     /// Runs `work` on one connection on a blocking thread. Waits at most
@@ -91,7 +91,7 @@ impl Pool {
         let idle = self.idle.lock().pop();
         let mut conn = match idle {
             Some(conn) => conn,
-            None => open(&self.path)?,
+            None => self.file.open()?,
         };
         let result = work(&mut conn);
         let reusable = match &result {
@@ -106,19 +106,49 @@ impl Pool {
     }
 }
 
-/// Opens one connection the way the store's sqlx pool opens its own: WAL,
-/// `synchronous = NORMAL`, the busy timeout.
-pub(super) fn open(path: &Path) -> rusqlite::Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
-    let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(WAIT)?;
-    // This pragma answers the mode it set: a row to read, not to execute.
-    conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
-    conn.pragma_update(None, "synchronous", "normal")?;
-    conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
-    Ok(conn)
+/// The store's SQLite file, and whether its commits wait for the disk
+/// (`DatabaseStoreBuilder::durable_commits`).
+#[derive(Clone, Debug)]
+pub(super) struct DbFile {
+    pub(super) path: PathBuf,
+    pub(super) durable: bool,
+}
+
+impl DbFile {
+    /// Opens one connection the way the store's sqlx pool opens its own: WAL,
+    /// `synchronous = NORMAL` (`FULL` when durable), the busy timeout.
+    pub(super) fn open(&self) -> rusqlite::Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
+        let conn = Connection::open_with_flags(&self.path, flags)?;
+        conn.busy_timeout(WAIT)?;
+        // This pragma answers the mode it set: a row to read, not to execute.
+        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
+        conn.pragma_update(None, "synchronous", if self.durable { "full" } else { "normal" })?;
+        conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
+        Ok(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Commits wait for the disk (`FULL`) only when the store is durable;
+    /// otherwise `NORMAL`, which in WAL mode does not sync on commit.
+    #[test]
+    fn synchronous_follows_durable() {
+        let path = std::env::temp_dir().join(format!("limit-store-sync-{}.db", std::process::id()));
+        for (durable, level) in [(false, 1), (true, 2)] {
+            let conn = DbFile { path: path.clone(), durable }.open().unwrap();
+            let got: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
+            assert_eq!(got, level, "durable: {durable}");
+        }
+        for end in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{end}", path.display()));
+        }
+    }
 }

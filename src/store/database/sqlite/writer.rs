@@ -16,7 +16,6 @@
 //! part-way rolls the batch back and runs its counts again one transaction each.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +29,7 @@ use super::super::error::{is_busy, Failure};
 use super::super::queue::{Holding, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::ask::{self, Decider, Own, Pending};
+use super::pool::DbFile;
 use super::{count, pool, select, write, Statements};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
@@ -82,7 +82,7 @@ impl std::fmt::Debug for Queued {
 /// The queue of counts and the connection that runs them.
 #[derive(Debug)]
 pub(super) struct Writer {
-    path: PathBuf,
+    file: DbFile,
     sql: Arc<Statements>,
     pub(super) queue: Queue<Queued>,
     /// Used only by the holder of the busy queue; `None` until first needed,
@@ -109,9 +109,9 @@ pub(super) const LINGER: Duration = Duration::from_micros(150);
 pub(super) const IN_PLACE_BATCHES: usize = 4;
 
 impl Writer {
-    pub(super) fn new(path: PathBuf, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
+    pub(super) fn new(file: DbFile, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
         Arc::new(Writer {
-            path,
+            file,
             sql,
             queue: Queue::new(),
             conn: Mutex::new(None),
@@ -168,7 +168,7 @@ impl Writer {
         let mut slot = self.conn.lock();
         let conn = match slot.take() {
             Some(conn) => conn,
-            None => match pool::open(&self.path) {
+            None => match self.file.open() {
                 Ok(conn) => conn,
                 Err(e) => return answer_all(batch, &e),
             },
