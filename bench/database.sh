@@ -7,6 +7,8 @@
 #   bash bench/database.sh                      # everything, about 12 minutes
 #   bash bench/database.sh --secs 2 --warmup 1  # a rough pass
 #   bash bench/database.sh --only postgres      # one database (also: sqlite, mysql, size)
+#   LIMIT_STORE_BENCH_DURABLE=1 bash bench/database.sh ...    # limit-store's commits wait for the disk
+#   LIMIT_STORE_BENCH_RLF_ASYNC=1 bash bench/database.sh ...  # rate-limiter-flexible's do not (PostgreSQL)
 #
 # Servers: LIMIT_STORE_BENCH_POSTGRES (default postgres://root@127.0.0.1:5432/test)
 # and LIMIT_STORE_BENCH_MYSQL (default mysql://root@127.0.0.1:3306/test). The

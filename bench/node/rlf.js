@@ -57,7 +57,10 @@ async function open(a, poolSize, ks) {
     const { Pool } = require('pg');
     // Idle connections close within a second, as the Rust contenders' pools
     // close after each point: PostgreSQL allows 100 in all.
-    const pool = new Pool({ connectionString: a.url, max: poolSize, idleTimeoutMillis: 1000 });
+    // LIMIT_STORE_BENCH_RLF_ASYNC=1: its commits do not wait for the disk,
+    // as limit-store's do not by default (synchronous_commit off).
+    const options = process.env.LIMIT_STORE_BENCH_RLF_ASYNC === '1' ? '-c synchronous_commit=off' : undefined;
+    const pool = new Pool({ connectionString: a.url, max: poolSize, idleTimeoutMillis: 1000, options });
     if (fillTable) await pool.query(`DROP TABLE IF EXISTS ${a.table}`);
     const limiter = await new Promise((resolve, reject) => {
       const l = new RateLimiterPostgres({ ...opts, storeClient: pool, storeType: 'pool' },

@@ -31,6 +31,10 @@
 //! [--rounds 3] [--only sqlite,postgres,mysql,size] [--no-node] [--no-pgbench]
 //! [--no-runlimit] [--no-raw]` (`--no-raw`: no raw loops on PostgreSQL and
 //! MariaDB).
+//! limit-store's commits do not wait for the disk, its default;
+//! `LIMIT_STORE_BENCH_DURABLE=1` makes them wait, as rate-limiter-flexible's
+//! do, and `LIMIT_STORE_BENCH_RLF_ASYNC=1` makes rate-limiter-flexible's on
+//! PostgreSQL not wait either: the two like-for-like comparisons.
 //! URLs: `LIMIT_STORE_BENCH_POSTGRES`, `LIMIT_STORE_BENCH_MYSQL` (defaults:
 //! the local test servers).
 

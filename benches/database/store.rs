@@ -16,6 +16,14 @@ pub(crate) async fn store(url: &str, table: &str, pool: u32, max_entries: u64) -
     store_in_place(url, table, pool, max_entries, false).await
 }
 
+/// Whether limit-store's commits wait for the disk in this run, as
+/// rate-limiter-flexible's do (`LIMIT_STORE_BENCH_DURABLE=1`; off by default,
+/// as the store's own default is): see `DatabaseStoreBuilder::durable_commits`.
+/// The processes of a three-process point inherit it.
+pub(crate) fn durable() -> bool {
+    std::env::var("LIMIT_STORE_BENCH_DURABLE").is_ok_and(|v| v == "1")
+}
+
 /// [`store`], with SQLite's counts run on the caller's thread or not.
 pub(crate) async fn store_in_place(
     url: &str,
@@ -31,6 +39,7 @@ pub(crate) async fn store_in_place(
         .max_entries(max_entries)
         .sweep_every(None)
         .sqlite_in_place(in_place)
+        .durable_commits(durable())
         .connect()
         .await?)
 }

@@ -36,6 +36,7 @@ pub(crate) fn print_tables(o: &Opts, res: &Results) {
         o.timing.rounds, o.timing.secs, o.timing.warmup
     );
     println!("In brackets: limit-store's counts/s over this row's, per round, median (above 1: limit-store is ahead).");
+    println!("{}", commits());
     println!();
     let head: Vec<String> = callers.iter().map(|c| format!("{c} caller{}", if *c == 1 { "" } else { "s" })).collect();
     println!("| database | contender | {} |", head.join(" | "));
@@ -138,4 +139,15 @@ fn print_fresh(o: &Opts, res: &Results) {
             .collect();
         println!("| {db} | {ours} | {} |", cells.join(" | "));
     }
+}
+
+/// Whose PostgreSQL and SQLite commits wait for the disk in this run.
+fn commits() -> String {
+    let rlf_async = std::env::var("LIMIT_STORE_BENCH_RLF_ASYNC").is_ok_and(|v| v == "1");
+    format!(
+        "Commits: limit-store's {} (LIMIT_STORE_BENCH_DURABLE=1: durable); rate-limiter-flexible's on PostgreSQL {} \
+         (LIMIT_STORE_BENCH_RLF_ASYNC=1: not); the other contenders' as the server is set (durable).",
+        if durable() { "wait for the disk (durable_commits(true))" } else { "do not wait for the disk (the default)" },
+        if rlf_async { "do not (synchronous_commit off)" } else { "wait, as the server is set" },
+    )
 }
