@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::error::Failure;
 use super::super::row::{Decide, OwnedDecide, RowWrite, Stored};
+use super::pool::LINGER;
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
@@ -49,10 +50,6 @@ pub(super) fn channel() -> (Asks, Asked) {
 /// busy machine can give it away for a time slice): a caller that waits
 /// answers within a few µs.
 const SPIN: Duration = Duration::from_micros(40);
-
-/// Then how long it yields its thread between looks before it sleeps: a
-/// parked writer takes tens of µs to wake.
-const LINGER: Duration = Duration::from_micros(150);
 
 /// How the writer gets a count decided.
 pub(super) enum Decider {

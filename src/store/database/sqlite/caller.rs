@@ -14,7 +14,8 @@ use super::super::error::Failure;
 use super::super::queue::{Holding, Joined};
 use super::super::row::{Decide, KeyHash, OwnedDecide};
 use super::ask::{self, Asked, Decider, Next, Own};
-use super::writer::{Queued, Writer, IN_PLACE_BATCHES, LINGER};
+use super::pool::LINGER;
+use super::writer::{Queued, Writer, IN_PLACE_BATCHES};
 
 /// How long the only caller waiting for the writer keeps its runtime thread
 /// (no yield) for its answer, before it waits as the others do. Each yield

@@ -19,6 +19,15 @@ use crate::StoreError;
 /// either keeps the answer within the guard's 2 s deadline.
 pub(super) const WAIT: Duration = Duration::from_millis(1_500);
 
+/// How long a thread that expects work soon keeps looking before it parks:
+/// the writer for the next count before it leaves its thread, a caller next
+/// in line for its answer before it lets its runtime thread park, and the
+/// writer for a caller's decision (after spinning) before it sleeps. Waking
+/// a parked thread costs tens of µs on a small VM, more than a count; a
+/// caller whose count was just answered usually sends its next one within
+/// this, and then finds the writer still there.
+pub(super) const LINGER: Duration = Duration::from_micros(150);
+
 /// Prepared statements kept per connection: the common key counts, the
 /// upsert and the delete.
 const CACHED_STATEMENTS: usize = 48;

@@ -29,7 +29,7 @@ use super::super::error::{is_busy, Failure};
 use super::super::queue::{Holding, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::ask::{self, Decider, Own, Pending};
-use super::pool::DbFile;
+use super::pool::{DbFile, LINGER};
 use super::{count, pool, select, write, Statements};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
@@ -96,13 +96,6 @@ pub(super) struct Writer {
     /// Counts waiting for their answer now.
     pub(super) callers: AtomicUsize,
 }
-
-/// How long the writer waits for the next count before it leaves its
-/// thread, and a caller next in line for its answer before it lets its
-/// runtime thread park. Waking a parked thread costs tens of µs on a small
-/// VM, more than a count; a caller whose count was just answered usually
-/// sends its next one within this, and then finds the writer still there.
-pub(super) const LINGER: Duration = Duration::from_micros(150);
 
 /// Batches a caller runs in place before it hands the rest to a blocking
 /// thread, so that its own answer is not held up by a queue that keeps filling.
