@@ -8,7 +8,7 @@
 //! database_url = "sqlite://limit-store.db"  # the default
 //! # redis_url = "redis://127.0.0.1:6379"    # with store = "redis"
 //! max_entries = 1000000                     # experimental
-//! durable_commits = false                   # PostgreSQL: commits wait for the disk
+//! durable_commits = false                   # counts' commits wait for the disk
 //! deadline = "2s"                           # a store call's deadline
 //! max_in_flight = 64                        # store calls at once
 //! ipv6_prefix = 64                          # IPv6 clients count per /64
@@ -78,8 +78,8 @@ pub struct Config {
     /// `rate_limit.max_entries`, the store's bound (experimental); the store's
     /// own default when `None`.
     pub max_entries: Option<u64>,
-    /// `rate_limit.durable_commits`: on PostgreSQL, every count's commit
-    /// waits for the disk (see `DatabaseStoreBuilder::durable_commits`).
+    /// `rate_limit.durable_commits`: on PostgreSQL and SQLite, every count's
+    /// commit waits for the disk (see `DatabaseStoreBuilder::durable_commits`).
     pub durable_commits: bool,
     /// `rate_limit.secret` (or `LIMIT_STORE_SECRET`): keys the database
     /// store's key hashes. Prefer the environment to the file.

@@ -173,9 +173,11 @@ impl DatabaseStoreBuilder {
     }
 
     /// Creates or upgrades the table and its indexes. Needs no secret.
+    /// Its statements wait for the disk whatever `durable_commits` says: a
+    /// table is not a count, and one lost to a crash would refuse `connect`.
     pub async fn migrate(self) -> Result<(), StoreError> {
         let table = migrate::check_table_name(&self.table)?;
-        let db = self.open().await?;
+        let db = DatabaseStoreBuilder { durable_commits: true, ..self }.open().await?;
         on_backend!(&db, b => b.migrate(&table).await)
     }
 
