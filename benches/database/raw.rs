@@ -104,7 +104,8 @@ pub(crate) async fn my_locked(pool: &sqlx::MySqlPool, key: &[u8; 32]) -> Result<
     .execute(&mut *tx)
     .await?;
     let row = sqlx::query(&format!(
-        "SELECT key_hash, generation, value, expires_at, {MY_NOW} AS now FROM {t} WHERE key_hash IN (?)"
+        "SELECT key_hash, generation, CAST(value AS CHAR) AS value, expires_at, {MY_NOW} AS now FROM {t} \
+         WHERE key_hash IN (?)"
     ))
     .bind(&key[..])
     .fetch_one(&mut *tx)
@@ -128,7 +129,7 @@ pub(crate) async fn my_optimistic(pool: &sqlx::MySqlPool, key: &[u8; 32], one_co
     let t = T_RAW;
     let mut held = if one_conn { Some(pool.acquire().await?) } else { None };
     let read_sql = format!(
-        "SELECT {MY_NOW} AS now, t.key_hash, t.generation, t.value, t.expires_at \
+        "SELECT {MY_NOW} AS now, t.key_hash, t.generation, CAST(t.value AS CHAR) AS value, t.expires_at \
          FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS t ON t.key_hash IN (?)"
     );
     let row = sqlx::query(&read_sql).bind(&key[..]);
