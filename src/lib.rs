@@ -101,12 +101,12 @@ pub mod log;
 pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
-#[cfg(any(feature = "postgres", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 mod seen;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
-#[cfg(any(feature = "postgres", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 mod server_clock;
 pub mod store;
 #[cfg(feature = "testing")]

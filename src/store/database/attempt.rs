@@ -9,7 +9,7 @@ use super::row::{Decide, KeyHash};
 use super::CountPaths;
 use crate::StoreError;
 
-/// How a one-statement try went (PostgreSQL makes them; MySQL never does).
+/// How a one-statement try went (PostgreSQL and MySQL make them; SQLite never does).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Debug)]

@@ -131,8 +131,10 @@ impl DatabaseStoreBuilder {
     /// remembers none). On PostgreSQL, a count on a key this store counted
     /// last, or on a key with no row, is one statement, written only if the
     /// row and the database's clock are as guessed (else the count goes on
-    /// from the row that statement read); other counts take two. A
-    /// remembered row costs about 150 bytes. SQLite and MySQL ignore it.
+    /// from the row that statement read); other counts take two. On MySQL,
+    /// a count on a key this store counted last is one statement, written
+    /// only if both are as guessed (else the count reads and writes, three
+    /// in all). A remembered row costs about 150 bytes. SQLite ignores it.
     pub fn remember_rows(mut self, n: usize) -> Self {
         self.remember_rows = n;
         self
@@ -221,7 +223,9 @@ impl DatabaseStoreBuilder {
                 super::postgres::Postgres::open(&self.url, table, n, self.remember_rows, self.durable_commits).await?,
             )),
             #[cfg(feature = "mysql")]
-            Kind::Mysql => Db::Mysql(super::mysql::Mysql::open(&self.url, table, n).await?),
+            Kind::Mysql => {
+                Db::Mysql(Box::new(super::mysql::Mysql::open(&self.url, table, n, self.remember_rows).await?))
+            }
             #[allow(unreachable_patterns)]
             _ => unreachable!("kind_of refuses backends not compiled in"),
         })

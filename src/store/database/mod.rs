@@ -5,8 +5,8 @@
 //! - Every update is one short transaction of its own with the rows of its keys
 //!   locked, a key's first update included (a missing row is created locked),
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
-//!   row and writes only if it is unchanged, and on PostgreSQL a row this
-//!   store remembers, or a missing one, is counted by one such statement
+//!   row and writes only if it is unchanged; a row this store remembers (on
+//!   PostgreSQL also a missing one) is counted by one such statement
 //!   (`crate::seen`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
@@ -67,7 +67,7 @@ pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
 pub const CALL_LIMIT: Duration = Duration::from_secs(5);
 
 /// How many keys' last rows a store remembers by default, to count them in
-/// one round trip (PostgreSQL; see [`DatabaseStoreBuilder::remember_rows`]).
+/// one round trip (PostgreSQL, MySQL; see [`DatabaseStoreBuilder::remember_rows`]).
 pub const DEFAULT_REMEMBER_ROWS: usize = 100_000;
 
 /// How often the sweeper runs after its first run at start.
@@ -106,7 +106,7 @@ enum Db {
     #[cfg(feature = "postgres")]
     Postgres(Box<postgres::Postgres>),
     #[cfg(feature = "mysql")]
-    Mysql(mysql::Mysql),
+    Mysql(Box<mysql::Mysql>),
 }
 
 /// Calls the same method on whichever backend `db` is.
@@ -121,7 +121,10 @@ macro_rules! on_backend {
                 $call
             }
             #[cfg(feature = "mysql")]
-            Db::Mysql($b) => $call,
+            Db::Mysql($b) => {
+                let $b = &**$b;
+                $call
+            }
         }
     };
 }
@@ -170,7 +173,7 @@ impl DatabaseStore {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CountPaths {
-    /// Counts done in one statement from a remembered row (PostgreSQL).
+    /// Counts done in one statement from a remembered row (PostgreSQL, MySQL).
     pub one_statement: u64,
     /// One-key counts that read the row, then wrote it only if unchanged.
     pub read_then_write: u64,

@@ -3,6 +3,13 @@
 //! missing row locked (so a key's first update is serialized like any other)
 //! and locks an existing one. Sessions run at READ COMMITTED, which keeps
 //! InnoDB's gap locks out of the way; a deadlock that still happens is retried.
+//!
+//! A one-key count reads its row with the clock, then writes only if the
+//! row is unchanged. On a row this store remembers (`crate::seen`) it writes
+//! at once: `apply` runs on that row at the estimated clock, and the write
+//! lands only if the row and the server's clock are as guessed. MySQL has no
+//! `RETURNING` on `UPDATE`, so a guess that missed reads next, as a count
+//! without one does; a count that writes nothing reads to confirm.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +26,8 @@ use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
+use crate::seen::Seen;
+use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
 
 /// The server's clock, in ms since the epoch.
@@ -39,6 +48,12 @@ pub(super) struct Mysql {
     insert_new: String,
     replace_if: String,
     delete_if: String,
+    /// `replace_if`, on the guessed row, if the clock is as estimated.
+    guess_replace: String,
+    /// `delete_if`, on the guessed row, if the clock is as estimated.
+    guess_delete: String,
+    seen: Seen<Stored>,
+    clock: ServerClock,
 }
 
 /// Every session's settings.
@@ -56,7 +71,12 @@ fn session(conn: &mut MySqlConnection) -> Pin<Box<dyn Future<Output = Result<(),
 }
 
 impl Mysql {
-    pub(super) async fn open(url: &str, table: String, max_connections: u32) -> Result<Self, StoreError> {
+    pub(super) async fn open(
+        url: &str,
+        table: String,
+        max_connections: u32,
+        remember: usize,
+    ) -> Result<Self, StoreError> {
         let options: MySqlConnectOptions = url
             .parse()
             .map_err(|e| StoreError::Setup { detail: format!("bad MySQL URL: {e}"), source: Some(Box::new(e)) })?;
@@ -65,6 +85,8 @@ impl Mysql {
             .await
             .map_err(|e| db_error("connect to MySQL", e))?;
         let t = &table;
+        // Binds the estimate `apply` was given twice.
+        let clock = format!("{NOW} BETWEEN ? - {MAX_LEAD_MS} AND ? + {MAX_LAG_MS}");
         Ok(Mysql {
             pool,
             url_hint: crate::secret::redact(url),
@@ -107,6 +129,15 @@ impl Mysql {
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
             ),
+            guess_replace: format!(
+                "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
+                 WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ? AND {clock}"
+            ),
+            guess_delete: format!(
+                "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ? AND {clock}"
+            ),
+            seen: Seen::new(remember),
+            clock: ServerClock::new(),
             table,
         })
     }
@@ -134,14 +165,45 @@ impl Mysql {
     optimistic!(sqlx::MySqlConnection);
     write_if!(sqlx::MySqlConnection);
 
-    /// MySQL has no statement that writes and reads back in one round trip
-    /// (no `RETURNING` on `UPDATE`, no writing `WITH`): always read first.
-    async fn guess(&self, _hash: &KeyHash, _generation: i64, _decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
-        Ok(Guess::NotTried)
+    /// One statement from the row this store remembers for `hash`, at the
+    /// estimated clock: written only if the row and the clock are as
+    /// guessed. Not tried without a remembered row or an estimate, nor for a
+    /// count that writes nothing (a read confirms it in as many trips). A
+    /// miss wrote nothing and read nothing (MySQL has no `RETURNING` on
+    /// `UPDATE`): the count reads next.
+    async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
+        let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
+        let Some(old) = self.seen.get(hash) else { return Ok(Guess::NotTried) };
+        let seen = Some(old.clone());
+        // A refusal here may be of the guess only: the count reads and decides again.
+        let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
+        let after = row_after(&seen, &write, generation);
+        let query = match write {
+            RowWrite::Put { value, expires_at } => sqlx::query(&self.guess_replace)
+                .bind(generation)
+                .bind(value)
+                .bind(expires_at)
+                .bind(&hash[..])
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at),
+            RowWrite::Delete => sqlx::query(&self.guess_delete)
+                .bind(&hash[..])
+                .bind(old.generation)
+                .bind(old.value)
+                .bind(old.expires_at),
+            RowWrite::Keep => return Ok(Guess::NotTried),
+        };
+        let mut conn = self.pool.acquire().await?;
+        let done = query.bind(est).bind(est).execute(&mut *conn).await?.rows_affected() == 1;
+        conn.release();
+        self.seen.set(hash, if done { after } else { None });
+        Ok(if done { Guess::Done } else { Guess::NotTried })
     }
 
-    /// Nothing to remember without a guess to make.
-    fn remember(&self, _hash: &KeyHash, _row: Option<Stored>) {}
+    fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
+        self.seen.set(hash, row);
+    }
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
         let mut sorted: SmallVec<[&KeyHash; 4]> = hashes.iter().collect();
@@ -159,7 +221,11 @@ impl Mysql {
         }
         let found = query.fetch_all(&mut *tx).await?;
         let rows = match_rows(&found, hashes)?;
-        let writes = decide(&rows, latest_now(&found)?).map_err(Failure::Store)?;
+        let now = latest_now(&found)?;
+        self.clock.reading(now);
+        let writes = decide(&rows, now).map_err(Failure::Store)?;
+        let after: SmallVec<[Option<Stored>; 4]> =
+            rows.iter().zip(&writes).map(|(row, write)| row_after(row, write, generation)).collect();
         let mut deletes: SmallVec<[&KeyHash; 4]> = SmallVec::new();
         for (hash, write) in hashes.iter().zip(writes) {
             match write {
@@ -185,6 +251,9 @@ impl Mysql {
         }
         tx.commit().await?;
         conn.release();
+        for (hash, row) in hashes.iter().zip(after) {
+            self.seen.set(hash, row);
+        }
         Ok(())
     }
 
@@ -201,7 +270,9 @@ impl Mysql {
             query = query.bind(&hash[..]);
         }
         let found = query.fetch_all(&mut *conn).await?;
-        Ok((match_rows(&found, hashes)?, latest_now(&found)?))
+        let now = latest_now(&found)?;
+        self.clock.reading(now);
+        Ok((match_rows(&found, hashes)?, now))
     }
 
     /// MySQL sends every count on its own.
@@ -227,3 +298,66 @@ impl Mysql {
 }
 
 attempts!(Mysql);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store on a table of its own, `{prefix}_{pid}`, migrated; `None`
+    /// without a MySQL server to test on.
+    async fn store_on_new_table(prefix: &str) -> Option<(Mysql, String)> {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_MYSQL") else {
+            eprintln!("LIMIT_STORE_TEST_MYSQL is not set: skipping this database test (.ci/run sets it)");
+            return None;
+        };
+        let table = format!("{prefix}_{}", std::process::id());
+        crate::DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        Some((Mysql::open(&url, table.clone(), 2, 100).await.unwrap(), table))
+    }
+
+    /// One count of `n + 1` on `hash` by the optimistic path; the clock each
+    /// run of `decide` was given goes to `nows`.
+    async fn count(my: &Mysql, hash: &KeyHash, nows: &mut Vec<Millis>) -> Tried {
+        let mut decide = |rows: &[Option<Stored>], now: Millis| {
+            nows.push(now);
+            let n: u64 = rows[0].as_ref().map_or(0, |r| r.value.parse().unwrap());
+            Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000 }])
+        };
+        match my.try_optimistic(hash, 1, &mut decide).await {
+            Ok(tried) => tried,
+            Err(_) => panic!("the count failed"),
+        }
+    }
+
+    /// A guess made on a clock estimate outside [estimate - 2 ms, estimate +
+    /// 50 ms] of the server's clock writes nothing, nor does one on a row
+    /// that changed: the count reads the row and the clock and goes on from
+    /// those, so `apply` is never left with a row or a clock the database
+    /// disagrees with.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_guess_on_a_wrong_clock_or_a_changed_row_writes_nothing() {
+        let Some((my, table)) = store_on_new_table("ls_my_guess").await else { return };
+        let hash = [7u8; 32];
+        let mut nows = Vec::new();
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::ReadThenWrite, "nothing remembered yet");
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::OneStatement, "a remembered row, a fresh estimate");
+        my.clock.shift(-10_000);
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s behind");
+        my.clock.shift(10_000);
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s ahead");
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::OneStatement, "the estimate follows the database");
+        let mut conn = my.pool.acquire().await.unwrap();
+        sqlx::query(&format!("UPDATE {table} SET value = '100'")).execute(&mut *conn).await.unwrap();
+        assert_eq!(count(&my, &hash, &mut nows).await, Tried::ReadThenWrite, "another instance changed the row");
+        let row: (String, i64) = sqlx::query_as(&format!("SELECT CAST(value AS CHAR), {NOW} FROM {table}"))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(row.0, "101", "every count landed once, the last on the changed row");
+        assert!((row.1 - nows[nows.len() - 1]).abs() < 5_000, "apply's clock was the database's: {nows:?}");
+        for t in [table.clone(), format!("{table}_migrations")] {
+            sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *conn).await.unwrap();
+        }
+        conn.release();
+    }
+}
