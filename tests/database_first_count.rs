@@ -1,8 +1,9 @@
-//! PostgreSQL: a key's first count on a store that has not seen it (after
-//! a deploy or a restart, or on a site with many instances) guesses that
-//! its row is missing. A missing row is then counted in one statement; a row
-//! that is there (another instance's) in two, the first of which read it;
-//! and whatever a store remembers or guesses, every count lands exactly once.
+//! PostgreSQL and MySQL: a key's first count on a store that has not seen it
+//! (after a deploy or a restart, or on a site with many instances) guesses
+//! that its row is missing. A missing row is then counted in one statement; a
+//! row that is there (another instance's) in two (PostgreSQL; the first of
+//! which read it) or three (MySQL); and whatever a store remembers or
+//! guesses, every count lands exactly once.
 
 mod common;
 
@@ -22,6 +23,11 @@ async fn store(url: &str, table: &str) -> DatabaseStore {
         .unwrap()
 }
 
+/// The servers to test on: PostgreSQL and MySQL, those that are set.
+fn servers() -> Vec<String> {
+    ["LIMIT_STORE_TEST_POSTGRES", "LIMIT_STORE_TEST_MYSQL"].into_iter().filter_map(server).collect()
+}
+
 async fn fresh_table(url: &str, name: &str) -> String {
     let table = format!("ls_first_{name}_{}", common::db::rand_suffix() % 1_000_000_000);
     DatabaseStore::builder(url).table(&table).migrate().await.unwrap();
@@ -33,7 +39,13 @@ async fn fresh_table(url: &str, name: &str) -> String {
 /// guess "no row" held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_stores_first_count_of_a_new_key_is_one_statement() {
-    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    for url in servers() {
+        a_new_stores_first_count_of_a_new_key_on(&url).await;
+    }
+}
+
+async fn a_new_stores_first_count_of_a_new_key_on(url: &str) {
+    let url = url.to_owned();
     let table = fresh_table(&url, "new").await;
     let db = store(&url, &table).await;
     add_one(&db, "new-key").await;
@@ -49,7 +61,13 @@ async fn a_new_stores_first_count_of_a_new_key_is_one_statement() {
 /// misses too, and goes on from the row it read. Every count lands once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_this_store_never_saw_and_a_stale_guess_stay_exact() {
-    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    for url in servers() {
+        a_row_this_store_never_saw_and_a_stale_guess_on(&url).await;
+    }
+}
+
+async fn a_row_this_store_never_saw_and_a_stale_guess_on(url: &str) {
+    let url = url.to_owned();
     let table = fresh_table(&url, "stale").await;
     let first = store(&url, &table).await;
     for _ in 0..3 {
@@ -80,7 +98,13 @@ async fn a_row_this_store_never_saw_and_a_stale_guess_stay_exact() {
 /// never saw, and every count still lands exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_new_stores_on_the_same_keys_stay_exact() {
-    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    for url in servers() {
+        three_new_stores_on_the_same_keys_on(&url).await;
+    }
+}
+
+async fn three_new_stores_on_the_same_keys_on(url: &str) {
+    let url = url.to_owned();
     let table = fresh_table(&url, "three").await;
     let before = store(&url, &table).await;
     for i in (0..60).step_by(2) {

@@ -131,10 +131,10 @@ impl DatabaseStoreBuilder {
     /// remembers none). On PostgreSQL, a count on a key this store counted
     /// last, or on a key with no row, is one statement, written only if the
     /// row and the database's clock are as guessed (else the count goes on
-    /// from the row that statement read); other counts take two. On MySQL,
-    /// a count on a key this store counted last is one statement, written
-    /// only if both are as guessed (else the count reads and writes, three
-    /// in all). A remembered row costs about 150 bytes. SQLite ignores it.
+    /// from the row that statement read); other counts take two. On MySQL
+    /// the same, except that a guess that missed reads next (three
+    /// statements in all). A remembered row costs about 150 bytes. SQLite
+    /// ignores it.
     pub fn remember_rows(mut self, n: usize) -> Self {
         self.remember_rows = n;
         self

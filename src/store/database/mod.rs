@@ -5,9 +5,9 @@
 //! - Every update is one short transaction of its own with the rows of its keys
 //!   locked, a key's first update included (a missing row is created locked),
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
-//!   row and writes only if it is unchanged; a row this store remembers (on
-//!   PostgreSQL also a missing one) is counted by one such statement
-//!   (`crate::seen`); whatever changed under them falls back to the lock.
+//!   row and writes only if it is unchanged; a row this store remembers, or
+//!   a missing one, is counted by one such statement (`crate::seen`,
+//!   `rows_there.rs`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
 //!   statement, each count still exact on its own.
@@ -36,6 +36,8 @@ mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
 pub(crate) mod row;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod rows_there;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweep;
@@ -173,7 +175,8 @@ impl DatabaseStore {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CountPaths {
-    /// Counts done in one statement from a remembered row (PostgreSQL, MySQL).
+    /// Counts done in one statement from a remembered row, or of a key
+    /// whose row was missing, as guessed (PostgreSQL, MySQL).
     pub one_statement: u64,
     /// One-key counts that read the row, then wrote it only if unchanged.
     pub read_then_write: u64,

@@ -7,7 +7,9 @@
 //! A one-key count reads its row with the clock, then writes only if the
 //! row is unchanged. On a row this store remembers (`crate::seen`) it writes
 //! at once: `apply` runs on that row at the estimated clock, and the write
-//! lands only if the row and the server's clock are as guessed. MySQL has no
+//! lands only if the row and the server's clock are as guessed. A key it has
+//! not seen is guessed to have no row, and inserted in one statement if so,
+//! while such keys tend to have none (`rows_there.rs`). MySQL has no
 //! `RETURNING` on `UPDATE`, so a guess that missed reads next, as a count
 //! without one does; a count that writes nothing reads to confirm.
 
@@ -25,6 +27,7 @@ use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::rows_there::RowsThere;
 use super::sweep::BATCH;
 use crate::seen::Seen;
 use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
@@ -52,7 +55,10 @@ pub(super) struct Mysql {
     guess_replace: String,
     /// `delete_if`, on the guessed row, if the clock is as estimated.
     guess_delete: String,
+    /// `insert_new` of a key not seen, if the clock is as estimated.
+    guess_insert: String,
     seen: Seen<Stored>,
+    rows_there: RowsThere,
     clock: ServerClock,
 }
 
@@ -136,7 +142,12 @@ impl Mysql {
             guess_delete: format!(
                 "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ? AND {clock}"
             ),
+            guess_insert: format!(
+                "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at) \
+                 SELECT ?, ?, ?, ? FROM DUAL WHERE {clock}"
+            ),
             seen: Seen::new(remember),
+            rows_there: RowsThere::default(),
             clock: ServerClock::new(),
             table,
         })
@@ -145,13 +156,16 @@ impl Mysql {
     pub(super) async fn check_table(&self) -> Result<(), StoreError> {
         let look = async {
             let mut conn = self.pool.acquire().await?;
-            let n: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
-            )
+            // The clock too: the first counts after connecting can guess.
+            let (n, now): (i64, Millis) = sqlx::query_as(&format!(
+                "SELECT COUNT(*), {NOW} FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name = ?"
+            ))
             .bind(&self.table)
             .fetch_one(&mut *conn)
             .await?;
             conn.release();
+            self.clock.reading(now);
             Ok(n)
         };
         let n = look.await.map_err(|e| db_error("look for the table", e))?;
@@ -165,15 +179,15 @@ impl Mysql {
     optimistic!(sqlx::MySqlConnection);
     write_if!(sqlx::MySqlConnection);
 
-    /// One statement from the row this store remembers for `hash`, at the
-    /// estimated clock: written only if the row and the clock are as
-    /// guessed. Not tried without a remembered row or an estimate, nor for a
-    /// count that writes nothing (a read confirms it in as many trips). A
-    /// miss wrote nothing and read nothing (MySQL has no `RETURNING` on
-    /// `UPDATE`): the count reads next.
+    /// One statement from the row this store remembers for `hash` (or no
+    /// row, for a key it has not seen), at the estimated clock: written only
+    /// if the row and the clock are as guessed. Not tried without an
+    /// estimate, nor for a count that writes nothing (a read confirms it in
+    /// as many trips). A miss wrote nothing and read nothing (MySQL has no
+    /// `RETURNING` on `UPDATE`): the count reads next.
     async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
-        let Some(old) = self.seen.get(hash) else { return Ok(Guess::NotTried) };
+        let Some(old) = self.seen.get(hash) else { return self.guess_new(hash, generation, est, decide).await };
         let seen = Some(old.clone());
         // A refusal here may be of the guess only: the count reads and decides again.
         let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
@@ -199,6 +213,46 @@ impl Mysql {
         conn.release();
         self.seen.set(hash, if done { after } else { None });
         Ok(if done { Guess::Done } else { Guess::NotTried })
+    }
+
+    /// [`guess`](Self::guess) on a key this store has not seen: while such
+    /// keys tend to have no row, insert it if it has none; else, or if it
+    /// had one after all, read it (noting which, see `rows_there.rs`).
+    async fn guess_new(
+        &self,
+        hash: &KeyHash,
+        generation: i64,
+        est: Millis,
+        decide: &mut Decide<'_>,
+    ) -> Result<Guess, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        if !self.rows_there.likely() {
+            if let Ok(RowWrite::Put { value, expires_at }) = decide_one(decide, &None, est) {
+                let after = Some(Stored { generation, value: value.clone(), expires_at });
+                let inserted = sqlx::query(&self.guess_insert)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(est)
+                    .bind(est)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if inserted {
+                    conn.release();
+                    self.rows_there.note(false);
+                    self.seen.set(hash, after);
+                    return Ok(Guess::Done);
+                }
+            }
+        }
+        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+        conn.release();
+        let row = rows.into_iter().next().flatten();
+        self.rows_there.note(row.is_some());
+        Ok(Guess::Missed { row, now })
     }
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
@@ -355,7 +409,31 @@ mod tests {
             .unwrap();
         assert_eq!(row.0, "101", "every count landed once, the last on the changed row");
         assert!((row.1 - nows[nows.len() - 1]).abs() < 5_000, "apply's clock was the database's: {nows:?}");
-        for t in [table.clone(), format!("{table}_migrations")] {
+        drop_tables(conn, &table).await;
+    }
+
+    /// A key this store has not seen is guessed to have no row, and inserted
+    /// in one statement; while such keys tend to have rows, it is read first
+    /// instead, and keys without rows turn the store back to guessing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn while_rows_tend_to_be_there_a_new_key_reads_first() {
+        let Some((my, table)) = store_on_new_table("ls_my_first").await else { return };
+        let mut nows = Vec::new();
+        my.check_table().await.unwrap(); // reads the clock, as connecting does
+        assert_eq!(count(&my, &[1u8; 32], &mut nows).await, Tried::OneStatement, "the guess: no row");
+        for _ in 0..3 {
+            my.rows_there.note(true);
+        }
+        assert_eq!(count(&my, &[2u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first");
+        assert_eq!(count(&my, &[3u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first, still");
+        assert_eq!(count(&my, &[4u8; 32], &mut nows).await, Tried::OneStatement, "no rows there: guessing again");
+        let conn = my.pool.acquire().await.unwrap();
+        drop_tables(conn, &table).await;
+    }
+
+    /// Drops `table` and its migrations' table.
+    async fn drop_tables(mut conn: super::super::conns::Conn<MySqlConnection>, table: &str) {
+        for t in [table.to_owned(), format!("{table}_migrations")] {
             sqlx::query(&format!("DROP TABLE {t}")).execute(&mut *conn).await.unwrap();
         }
         conn.release();

@@ -18,7 +18,6 @@
 mod guess;
 mod reader;
 mod replace;
-mod rows_there;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +39,7 @@ use crate::{Millis, StoreError};
 use self::guess::Guesses;
 use self::reader::Reader;
 use self::replace::Replacer;
-use self::rows_there::RowsThere;
+use super::rows_there::RowsThere;
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 

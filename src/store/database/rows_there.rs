@@ -4,9 +4,10 @@
 //! that the row is missing then costs a statement that reads it, and the
 //! count's write a second. On brand-new keys most don't, and the guess is the
 //! one statement the count needs. So a store guesses while guesses hold, and
-//! while rows tend to be there it reads first instead, in a read shared with
-//! the other counts reading at the same time (see `reader.rs`). Either way
-//! the count stays exact: only the statements it takes differ.
+//! while rows tend to be there it reads first instead (on PostgreSQL in a
+//! read shared with the other counts reading at the same time: see
+//! `postgres/reader.rs`). Either way the count stays exact: only the
+//! statements it takes differ. PostgreSQL and MySQL keep one each.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
