@@ -45,14 +45,13 @@ async fn a_new_stores_first_count_of_a_new_key_is_one_statement() {
 }
 
 async fn a_new_stores_first_count_of_a_new_key_on(url: &str) {
-    let url = url.to_owned();
-    let table = fresh_table(&url, "new").await;
-    let db = store(&url, &table).await;
+    let table = fresh_table(url, "new").await;
+    let db = store(url, &table).await;
     add_one(&db, "new-key").await;
     let paths = db.count_paths();
     assert_eq!((paths.one_statement, paths.read_then_write, paths.locked), (1, 0, 0), "{paths:?}");
     assert_eq!(value(&db, "new-key").await, Some(1));
-    drop_table(&url, &table).await;
+    drop_table(url, &table).await;
 }
 
 /// A row another instance wrote is not what a new store guesses: its guess
@@ -67,13 +66,12 @@ async fn a_row_this_store_never_saw_and_a_stale_guess_stay_exact() {
 }
 
 async fn a_row_this_store_never_saw_and_a_stale_guess_on(url: &str) {
-    let url = url.to_owned();
-    let table = fresh_table(&url, "stale").await;
-    let first = store(&url, &table).await;
+    let table = fresh_table(url, "stale").await;
+    let first = store(url, &table).await;
     for _ in 0..3 {
         add_one(&first, "k").await;
     }
-    let second = store(&url, &table).await;
+    let second = store(url, &table).await;
     add_one(&second, "k").await;
     assert_eq!(value(&second, "k").await, Some(4), "the row the second store never saw was counted on");
     let paths = second.count_paths();
@@ -89,7 +87,7 @@ async fn a_row_this_store_never_saw_and_a_stale_guess_on(url: &str) {
     add_one(&second, "k").await; // remembers 6: right
     assert_eq!(value(&second, "k").await, Some(7));
     assert_eq!(second.count_paths().one_statement, 1, "{:?}", second.count_paths());
-    drop_table(&url, &table).await;
+    drop_table(url, &table).await;
 }
 
 /// Three stores, as three instances just started, count the same keys at
@@ -104,15 +102,14 @@ async fn three_new_stores_on_the_same_keys_stay_exact() {
 }
 
 async fn three_new_stores_on_the_same_keys_on(url: &str) {
-    let url = url.to_owned();
-    let table = fresh_table(&url, "three").await;
-    let before = store(&url, &table).await;
+    let table = fresh_table(url, "three").await;
+    let before = store(url, &table).await;
     for i in (0..60).step_by(2) {
         add_one(&before, &format!("k{i}")).await;
     }
     drop(before);
     let stores =
-        [Arc::new(store(&url, &table).await), Arc::new(store(&url, &table).await), Arc::new(store(&url, &table).await)];
+        [Arc::new(store(url, &table).await), Arc::new(store(url, &table).await), Arc::new(store(url, &table).await)];
     let tasks: Vec<_> = (0..48)
         .map(|t| {
             let db = stores[t % 3].clone();
@@ -133,7 +130,7 @@ async fn three_new_stores_on_the_same_keys_on(url: &str) {
     assert_eq!(total, 30 + 48 * 30, "every count landed once");
     let paths: Vec<_> = stores.iter().map(|s| s.count_paths()).collect();
     assert!(paths.iter().any(|p| p.one_statement > 0), "{paths:?}");
-    drop_table(&url, &table).await;
+    drop_table(url, &table).await;
 }
 
 /// A new store under load, counting rows another instance wrote: the

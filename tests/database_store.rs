@@ -259,9 +259,8 @@ async fn remembered_rows_count_in_one_statement_and_stay_exact() {
 }
 
 async fn remembered_rows_on(url: &str) {
-    let url = url.to_owned();
     let table = format!("ls_remember_{}", common::db::rand_suffix() % 1_000_000_000);
-    let (a, b) = (store(&url, &table, SECRET).await, store(&url, &table, SECRET).await);
+    let (a, b) = (store(url, &table, SECRET).await, store(url, &table, SECRET).await);
     let key = "api:user:42";
     for n in 1..=5 {
         assert_eq!(add_one(&a, key).await, n);
@@ -314,7 +313,7 @@ async fn remembered_rows_on(url: &str) {
     assert_eq!(got[0].as_ref().unwrap().value, json!(201));
     let (pa, pb) = (a.count_paths(), b.count_paths());
     eprintln!("paths under contention: {pa:?} {pb:?}");
-    drop_table(&url, &table).await;
+    drop_table(url, &table).await;
 }
 
 /// SQLite in place, many callers at once, adding keys as they go: they take
