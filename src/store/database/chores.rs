@@ -139,9 +139,9 @@ macro_rules! optimistic {
     ($conn:ty) => {
         /// One optimistic try on one key: a guess from what the backend
         /// remembers, else a read; then a conditional write. `Changed` when
-        /// the row changed in between (nothing was written). A write that
-        /// matches but changes nothing may report 0 rows (MySQL): it falls
-        /// back too, only slower.
+        /// the row changed in between (nothing was written). sqlx asks
+        /// MySQL for matched rows (`CLIENT_FOUND_ROWS`), so a write that
+        /// changes nothing still reports its row.
         async fn try_optimistic(
             &self,
             hash: &KeyHash,
