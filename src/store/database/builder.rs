@@ -179,8 +179,14 @@ impl DatabaseStoreBuilder {
     /// table is not a count, and one lost to a crash would refuse `connect`.
     pub async fn migrate(self) -> Result<(), StoreError> {
         let table = migrate::check_table_name(&self.table)?;
-        let db = DatabaseStoreBuilder { durable_commits: true, ..self }.open().await?;
+        let db = self.for_migration().open().await?;
         on_backend!(&db, b => b.migrate(&table).await)
+    }
+
+    /// These settings as [`migrate`](Self::migrate) opens with them: its
+    /// commits wait for the disk.
+    fn for_migration(self) -> Self {
+        DatabaseStoreBuilder { durable_commits: true, ..self }
     }
 
     /// Connects, checks the table exists, and starts the sweeper.
@@ -229,5 +235,22 @@ impl DatabaseStoreBuilder {
             #[allow(unreachable_patterns)]
             _ => unreachable!("kind_of refuses backends not compiled in"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::DatabaseStore;
+
+    /// A migration's statements wait for the disk even when the store's
+    /// counts do not (the default), and the rest of the settings stay.
+    #[test]
+    fn a_migration_waits_for_the_disk_whatever_the_counts_do() {
+        for durable in [false, true] {
+            let b = DatabaseStore::builder("sqlite::memory:").table("t_migrate").durable_commits(durable);
+            let m = b.for_migration();
+            assert!(m.durable_commits, "durable_commits({durable})");
+            assert_eq!(m.table, "t_migrate");
+        }
     }
 }
