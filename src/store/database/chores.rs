@@ -178,7 +178,7 @@ pub(super) use optimistic;
 /// [`optimistic`]), and `row::decide_one` is in scope.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! write_if {
-    ($conn:ty) => {
+    ($conn:ty, $db:ty) => {
         /// Runs `decide` on `row` as read at `now`, then writes only if the
         /// row is still `row`; false when it was not (nothing was written).
         async fn write_if(
@@ -205,45 +205,46 @@ macro_rules! write_if {
             write: RowWrite,
         ) -> Result<bool, Failure> {
             let after = row_after(&row, &write, generation);
-            let done = match Conditional::new(row, write) {
-                Conditional::Nothing => {
-                    self.remember(hash, after);
-                    return Ok(true);
-                }
-                Conditional::Insert { value, expires_at } => {
-                    sqlx::query(&self.insert_new)
-                        .bind(&hash[..])
-                        .bind(generation)
-                        .bind(value)
-                        .bind(expires_at)
-                        .execute(&mut *conn)
-                        .await?
-                }
-                Conditional::Replace { old, value, expires_at } => {
-                    sqlx::query(&self.replace_if)
-                        .bind(generation)
-                        .bind(value)
-                        .bind(expires_at)
-                        .bind(&hash[..])
-                        .bind(old.generation)
-                        .bind(old.value)
-                        .bind(old.expires_at)
-                        .execute(&mut *conn)
-                        .await?
-                }
-                Conditional::Delete { old } => {
-                    sqlx::query(&self.delete_if)
-                        .bind(&hash[..])
-                        .bind(old.generation)
-                        .bind(old.value)
-                        .bind(old.expires_at)
-                        .execute(&mut *conn)
-                        .await?
-                }
+            let statements = [&*self.insert_new, &*self.replace_if, &*self.delete_if];
+            let Some(query) = Self::conditional_query(statements, hash, generation, Conditional::new(row, write))
+            else {
+                self.remember(hash, after);
+                return Ok(true);
             };
+            let done = query.execute(&mut *conn).await?;
             let done = done.rows_affected() == 1;
             self.remember(hash, if done { after } else { None });
             Ok(done)
+        }
+
+        /// The statement of `conditional` among `statements` (insert,
+        /// replace, delete: `insert_new`, `replace_if` and `delete_if`, or
+        /// variants that bind more after these), with its values bound;
+        /// `None` when there is nothing to write.
+        fn conditional_query<'q>(
+            statements: [&'q str; 3],
+            hash: &'q KeyHash,
+            generation: i64,
+            conditional: Conditional,
+        ) -> Option<sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>> {
+            let [insert, replace, delete] = statements;
+            Some(match conditional {
+                Conditional::Nothing => return None,
+                Conditional::Insert { value, expires_at } => {
+                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at)
+                }
+                Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(&hash[..])
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at),
+                Conditional::Delete { old } => {
+                    sqlx::query(delete).bind(&hash[..]).bind(old.generation).bind(old.value).bind(old.expires_at)
+                }
+            })
         }
     };
 }

@@ -177,82 +177,55 @@ impl Mysql {
     }
 
     optimistic!(sqlx::MySqlConnection);
-    write_if!(sqlx::MySqlConnection);
+    write_if!(sqlx::MySqlConnection, sqlx::MySql);
 
     /// One statement from the row this store remembers for `hash` (or no
-    /// row, for a key it has not seen), at the estimated clock: written only
-    /// if the row and the clock are as guessed. Not tried without an
-    /// estimate, nor for a count that writes nothing (a read confirms it in
-    /// as many trips). A miss wrote nothing and read nothing (MySQL has no
-    /// `RETURNING` on `UPDATE`): the count reads next.
+    /// row, for a key it has not seen, while such keys tend to have none), at
+    /// the estimated clock: written only if the row and the clock are as
+    /// guessed. Not tried without an estimate, nor for a count that writes
+    /// nothing (a read confirms it in as many trips). A miss wrote nothing
+    /// and read nothing (MySQL has no `RETURNING` on `UPDATE`): the count
+    /// reads next, here for a key not seen (noting whether it had a row, see
+    /// `rows_there.rs`), else in `try_optimistic`.
     async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
-        let Some(old) = self.seen.get(hash) else { return self.guess_new(hash, generation, est, decide).await };
-        let seen = Some(old.clone());
-        // A refusal here may be of the guess only: the count reads and decides again.
-        let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
-        let after = row_after(&seen, &write, generation);
-        let query = match write {
-            RowWrite::Put { value, expires_at } => sqlx::query(&self.guess_replace)
-                .bind(generation)
-                .bind(value)
-                .bind(expires_at)
-                .bind(&hash[..])
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at),
-            RowWrite::Delete => sqlx::query(&self.guess_delete)
-                .bind(&hash[..])
-                .bind(old.generation)
-                .bind(old.value)
-                .bind(old.expires_at),
-            RowWrite::Keep => return Ok(Guess::NotTried),
-        };
-        let mut conn = self.pool.acquire().await?;
-        let done = query.bind(est).bind(est).execute(&mut *conn).await?.rows_affected() == 1;
-        conn.release();
-        self.seen.set(hash, if done { after } else { None });
-        Ok(if done { Guess::Done } else { Guess::NotTried })
-    }
-
-    /// [`guess`](Self::guess) on a key this store has not seen: while such
-    /// keys tend to have no row, insert it if it has none; else, or if it
-    /// had one after all, read it (noting which, see `rows_there.rs`).
-    async fn guess_new(
-        &self,
-        hash: &KeyHash,
-        generation: i64,
-        est: Millis,
-        decide: &mut Decide<'_>,
-    ) -> Result<Guess, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
-        if !self.rows_there.likely() {
-            if let Ok(RowWrite::Put { value, expires_at }) = decide_one(decide, &None, est) {
-                let after = Some(Stored { generation, value: value.clone(), expires_at });
-                let inserted = sqlx::query(&self.guess_insert)
-                    .bind(&hash[..])
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .bind(est)
-                    .bind(est)
-                    .execute(&mut *conn)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if inserted {
-                    conn.release();
-                    self.rows_there.note(false);
-                    self.seen.set(hash, after);
-                    return Ok(Guess::Done);
-                }
+        let seen = self.seen.get(hash);
+        let new = seen.is_none();
+        let mut query = None;
+        let mut after = None;
+        if !(new && self.rows_there.likely()) {
+            // A refusal here may be of the guess only: the count reads and decides again.
+            if let Ok(write) = decide_one(decide, &seen, est) {
+                after = row_after(&seen, &write, generation);
+                let statements = [&*self.guess_insert, &*self.guess_replace, &*self.guess_delete];
+                query = Self::conditional_query(statements, hash, generation, Conditional::new(seen, write));
             }
         }
-        let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+        if query.is_none() && !new {
+            return Ok(Guess::NotTried);
+        }
+        let mut conn = self.pool.acquire().await?;
+        let guessed = match query {
+            Some(query) => query.bind(est).bind(est).execute(&mut *conn).await?.rows_affected() == 1,
+            None => false,
+        };
+        let answer = if guessed {
+            if new {
+                self.rows_there.note(false);
+            }
+            self.seen.set(hash, after);
+            Guess::Done
+        } else if new {
+            let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+            let row = rows.into_iter().next().flatten();
+            self.rows_there.note(row.is_some());
+            Guess::Missed { row, now }
+        } else {
+            self.seen.set(hash, None);
+            Guess::NotTried
+        };
         conn.release();
-        let row = rows.into_iter().next().flatten();
-        self.rows_there.note(row.is_some());
-        Ok(Guess::Missed { row, now })
+        Ok(answer)
     }
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {

@@ -197,7 +197,7 @@ impl Postgres {
         Ok(())
     }
 
-    write_if!(sqlx::PgConnection);
+    write_if!(sqlx::PgConnection, sqlx::Postgres);
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
         self.seen.set(hash, row);
