@@ -155,3 +155,16 @@ pub(super) fn row_after(row: &Option<Stored>, write: &RowWrite, generation: i64)
         RowWrite::Delete => None,
     }
 }
+
+/// A `decide` for the backends' tests: `n + 1` on a row holding `n` (1 on
+/// none), expiring a minute on; the clock each run was given goes to `nows`.
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+pub(super) fn add_one(
+    nows: &mut Vec<Millis>,
+) -> impl FnMut(&[Option<Stored>], Millis) -> Result<Vec<RowWrite>, StoreError> + Send + '_ {
+    |rows, now| {
+        nows.push(now);
+        let n: u64 = rows[0].as_ref().map_or(0, |r| r.value.parse().unwrap());
+        Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000 }])
+    }
+}

@@ -288,6 +288,7 @@ impl Postgres {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::row::add_one;
     use super::super::test_server;
     use super::*;
     use crate::Millis;
@@ -311,11 +312,7 @@ mod tests {
     /// One count of `n + 1` on `hash` by the optimistic path; the clock each
     /// run of `decide` was given goes to `nows`.
     async fn count(pg: &Postgres, hash: &KeyHash, nows: &mut Vec<Millis>) -> Tried {
-        let mut decide = |rows: &[Option<Stored>], now: Millis| {
-            nows.push(now);
-            let n: u64 = rows[0].as_ref().map_or(0, |r| r.value.parse().unwrap());
-            Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000 }])
-        };
+        let mut decide = add_one(nows);
         match pg.try_optimistic(hash, 1, &mut decide).await {
             Ok(tried) => tried,
             Err(_) => panic!("the count failed"),
