@@ -172,9 +172,11 @@ macro_rules! optimistic {
 #[cfg(feature = "mysql")]
 pub(super) use optimistic;
 
-/// Generates `write_if` and `write_decided` inside a backend's `impl`: the
-/// conditional write of an optimistic count, after its read. The backend has
-/// `insert_new`, `replace_if`, `delete_if` and `remember` (see
+/// Generates `write_if`, `write_decided` and `conditional_query` inside a
+/// backend's `impl` (its connection and database types): the conditional
+/// write of an optimistic count, after its read, and the statement that
+/// makes it (MySQL's guesses bind their clock bound after it). The backend
+/// has `insert_new`, `replace_if`, `delete_if` and `remember` (see
 /// [`optimistic`]), and `row::decide_one` is in scope.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! write_if {
