@@ -1,25 +1,43 @@
 //! A count of answers that every thread adds to on the hot path without
-//! sharing a cache line: one stripe per thread (threads beyond the stripes
-//! share), summed when read. One shared atomic would bounce between the cores
-//! on every attempt.
+//! sharing a cache line, and, for the threads that own one, without a locked
+//! instruction: each of the first [`OWNED`] threads alive at once owns a
+//! stripe (the same one in every tally) and adds to it with a plain load and
+//! store, since no other thread writes it; a thread past them adds with
+//! `fetch_add` to the one shared stripe. A read sums them. One shared atomic
+//! would bounce between the cores on every attempt, and a `fetch_add` on a
+//! thread's own line still costs a locked instruction (a full barrier).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-/// Stripes per tally: more than the cores of most hosts that count in memory.
-const STRIPES: usize = 16;
+/// Stripes owned by one thread each: more than the cores of most hosts that
+/// count in memory. A thread that ends gives its stripe back (its count stays).
+const OWNED: usize = 16;
+/// The stripe that threads without one of their own share.
+const SHARED: usize = OWNED;
 
 /// A counter added to by many threads, read rarely.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
-    stripes: [CachePadded<AtomicU64>; STRIPES],
+    stripes: [CachePadded<AtomicU64>; OWNED + 1],
 }
 
 impl Tally {
     /// Adds one, on this thread's stripe.
+    #[inline(always)]
     pub(crate) fn add_one(&self) {
-        self.stripes[stripe()].fetch_add(1, Ordering::Relaxed);
+        match owned_stripe() {
+            Some(i) => {
+                // Only this thread writes stripe `i` while it owns it: no
+                // other write can come between the load and the store.
+                let stripe = &self.stripes[i];
+                stripe.store(stripe.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            }
+            None => {
+                self.stripes[SHARED].fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The sum over every stripe.
@@ -28,31 +46,94 @@ impl Tally {
     }
 }
 
-/// This thread's stripe, handed out in turn as threads first count.
-fn stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+/// Which of the [`OWNED`] stripes threads own now, a bit each.
+static CLAIMED: AtomicU32 = AtomicU32::new(0);
+const _: () = assert!(OWNED <= 32);
+
+/// A thread's claim on a stripe, given back when the thread ends.
+struct Owner(Option<usize>);
+
+impl Owner {
+    /// The first stripe no thread owns, if any.
+    fn claim() -> Self {
+        Owner(claim_in(&CLAIMED))
     }
-    STRIPE.with(|s| *s)
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            release_in(&CLAIMED, i);
+        }
+    }
+}
+
+/// Claims the first stripe free in `claimed`, if any.
+fn claim_in(claimed: &AtomicU32) -> Option<usize> {
+    let mut now = claimed.load(Ordering::Relaxed);
+    loop {
+        let free = (!now).trailing_zeros() as usize;
+        if free >= OWNED {
+            return None;
+        }
+        // Acquire: this thread's first store follows the last owner's last.
+        match claimed.compare_exchange_weak(now, now | 1 << free, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return Some(free),
+            Err(seen) => now = seen,
+        }
+    }
+}
+
+/// Gives stripe `i` back to `claimed`.
+fn release_in(claimed: &AtomicU32, i: usize) {
+    // Release: the next owner's first load sees this thread's last store.
+    claimed.fetch_and(!(1 << i), Ordering::Release);
+}
+
+/// The stripe this thread owns; `None` when every one is owned, or while
+/// the thread ends.
+#[inline]
+fn owned_stripe() -> Option<usize> {
+    thread_local! {
+        static OWNER: Owner = Owner::claim();
+    }
+    OWNER.try_with(|owner| owner.0).ok().flatten()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// More threads than stripes, some ending while others count: every
+    /// count is kept, whether added on an owned stripe, the shared one, or a
+    /// stripe an ended thread gave back.
     #[test]
     fn counts_from_many_threads_add_up() {
         let tally = Tally::default();
-        std::thread::scope(|scope| {
-            for _ in 0..(STRIPES + 3) {
-                scope.spawn(|| {
-                    for _ in 0..1_000 {
-                        tally.add_one();
-                    }
-                });
-            }
-        });
-        assert_eq!(tally.total(), 1_000 * (STRIPES as u64 + 3));
+        for _ in 0..3 {
+            std::thread::scope(|scope| {
+                for _ in 0..(OWNED + 3) {
+                    scope.spawn(|| {
+                        for _ in 0..1_000 {
+                            tally.add_one();
+                        }
+                    });
+                }
+            });
+        }
+        assert_eq!(tally.total(), 3 * 1_000 * (OWNED as u64 + 3));
+    }
+
+    /// Each of the first threads gets a stripe of its own, the next none,
+    /// and a stripe given back goes to the next thread that asks.
+    #[test]
+    fn stripes_are_owned_once_and_given_back() {
+        let claimed = AtomicU32::new(0);
+        let owned: Vec<usize> = (0..OWNED).filter_map(|_| claim_in(&claimed)).collect();
+        assert_eq!(owned, (0..OWNED).collect::<Vec<_>>());
+        assert_eq!(claim_in(&claimed), None, "past the owned stripes, threads share one");
+        release_in(&claimed, 5);
+        assert_eq!(claim_in(&claimed), Some(5));
+        assert_eq!(claim_in(&claimed), None);
     }
 }
