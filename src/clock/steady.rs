@@ -62,6 +62,7 @@ impl Default for SteadyClock {
 }
 
 impl Clock for SteadyClock {
+    #[inline]
     fn now(&self) -> Millis {
         Millis::try_from(self.steady.nanos(wall_nanos) / 1_000_000).unwrap_or(Millis::MAX)
     }
@@ -82,17 +83,23 @@ impl Steady {
 
     /// The time now, in ns since the Unix epoch; `wall` is read only when a
     /// comparison with the wall clock is due.
+    #[inline]
     fn nanos(&self, wall: impl FnOnce() -> u64) -> u64 {
         let counted = self.start_nanos.saturating_add(self.counter.delta_as_nanos(self.start, self.counter.raw()));
         let nanos = counted.saturating_add_signed(self.correction.load(Ordering::Relaxed));
         let due = self.next_check.load(Ordering::Relaxed);
-        // One read a second (the one that moves `next_check`) looks at the wall clock.
-        if counted >= due
-            && self
-                .next_check
-                .compare_exchange(due, counted + CHECK_EVERY, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if counted >= due {
+            return self.check(due, counted, nanos, wall);
+        }
+        nanos
+    }
+
+    /// [`nanos`](Self::nanos) when a comparison is due: one read a second
+    /// (the one that moves `next_check`) looks at the wall clock.
+    #[cold]
+    #[inline(never)]
+    fn check(&self, due: u64, counted: u64, nanos: u64, wall: impl FnOnce() -> u64) -> u64 {
+        if self.next_check.compare_exchange(due, counted + CHECK_EVERY, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             let moved = step_toward(wall(), nanos);
             self.correction.fetch_add(moved, Ordering::Relaxed);
             return nanos.saturating_add_signed(moved);

@@ -71,7 +71,7 @@ struct Inner {
     /// Hashes keys under the store's random SipHash key.
     keys: KeyHasher,
     bound: Bound,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     /// At or before the earliest `expires_at` held: while `now` is below it no
     /// entry has expired, so a full store need not sweep to know it is full.
     earliest_expiry: AtomicI64,
@@ -83,6 +83,23 @@ struct Inner {
     /// Full sweeps run, and entries any sweep removed.
     sweeps: AtomicU64,
     swept: AtomicU64,
+}
+
+/// The clock a store judges expiry by: the process's [`SteadyClock`], read
+/// inline (a store's own, the usual one), or any other through its `dyn Clock`.
+enum StoreClock {
+    Steady(SteadyClock),
+    Any(Arc<dyn Clock>),
+}
+
+impl StoreClock {
+    #[inline]
+    fn now(&self) -> Millis {
+        match self {
+            StoreClock::Steady(clock) => clock.now(),
+            StoreClock::Any(clock) => clock.now(),
+        }
+    }
 }
 
 impl Drop for Inner {
@@ -112,13 +129,18 @@ impl MemoryStore {
 
     /// A store bounded at `max_entries` live entries, on the process's [`SteadyClock`].
     pub fn with_max_entries(max_entries: u64) -> Self {
-        Self::with_clock(max_entries, Arc::new(SteadyClock::new()))
+        Self::on(max_entries, StoreClock::Steady(SteadyClock::new()))
     }
 
     /// A store bounded at `max_entries` that judges expiry by `clock` (tests use
     /// a [`ManualClock`](crate::clock::ManualClock)). Made inside a tokio
     /// runtime, it sweeps in the background on it.
     pub fn with_clock(max_entries: u64, clock: Arc<dyn Clock>) -> Self {
+        Self::on(max_entries, StoreClock::Any(clock))
+    }
+
+    /// A store bounded at `max_entries` on `clock`.
+    fn on(max_entries: u64, clock: StoreClock) -> Self {
         let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Table::default()))).collect();
         let inner = Arc::new(Inner {
             shards,
