@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::{LimitStore, Millis, MAX_KEY_BYTES};
 
-use super::algorithm::{self, Algorithm, Verdict};
+use super::algorithm::{self, Verdict};
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
@@ -201,31 +201,28 @@ impl Counted {
         if start.len() + value.len() > MAX_KEY_BYTES {
             return None; // the key names a hash of the value instead (see `CallKeys`)
         }
-        let counted = match *algorithm {
-            // A GCRA's state is one integer: counted with no JSON. The
-            // store hands back what the step saw (the TAT as it counts it,
-            // and the time) as two integers written in place, and the
-            // verdict is worked out again here (the step is pure): made
-            // where the decision is, not moved out through the store's
-            // return, whose copy stalled on the stores that had just
-            // written it (with every key in cache, 0.73 of governor's
-            // throughput before, 0.87 after).
-            Algorithm::Gcra { budget, window } => {
-                let (mut tat, mut at) = (0, 0);
-                memory
-                    .count_number_after(start, value, |stored, now| {
-                        tat = super::gcra::counted_from(stored, now);
-                        at = now;
-                        (super::gcra::step(stored, now, budget, window).0.map(|next| (next, next)), ())
-                    })
-                    .ok()?;
-                return Some(then(super::gcra::step(Some(tat), at, budget, window).1, at));
-            }
-            _ => memory.count_one_after(start, value, |entry, now| {
-                let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
-                (write, (verdict, now))
-            }),
-        };
+        // A GCRA's state is one integer: counted with no JSON. The store
+        // hands back what the step saw (the TAT as it counts it, and the
+        // time) as two integers written in place, and the verdict is worked
+        // out again here (the step is pure): made where the decision is, not
+        // moved out through the store's return, whose copy stalled on the
+        // stores that had just written it (with every key in cache, 0.73 of
+        // governor's throughput before, 0.87 after).
+        if let Some(rate) = self.only_gcra {
+            let (mut tat, mut at) = (0, 0);
+            memory
+                .count_number_after(start, value, |stored, now| {
+                    tat = super::gcra::counted_from(stored, now);
+                    at = now;
+                    (rate.step(stored, now).0.map(|next| (next, next)), ())
+                })
+                .ok()?;
+            return Some(then(rate.step(Some(tat), at).1, at));
+        }
+        let counted = memory.count_one_after(start, value, |entry, now| {
+            let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+            (write, (verdict, now))
+        });
         let (verdict, now) = counted.ok()?;
         Some(then(verdict, now))
     }

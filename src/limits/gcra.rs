@@ -44,33 +44,55 @@ pub(crate) fn counted_from(tat: Option<Millis>, now: Millis) -> Millis {
 }
 
 /// [`check`] on the stored TAT itself (`None`: no live entry, or one that
-/// holds no integer): the TAT to store when the attempt is allowed (its
-/// entry expires then), and the answer of a limit of this one part. The
-/// memory store counts with it and no JSON.
+/// holds no integer): see [`Rate::step`].
 #[inline(always)]
 pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
-    let t = interval(budget, window).max(1);
-    let capacity = t.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX));
-    let tat = counted_from(tat, now);
-    let next = tat.saturating_add(t);
-    // Saturating throughout: a stored TAT can be any integer, `now` any time.
-    if next.saturating_sub(now) > capacity {
-        // The bucket is empty: allowed again once one interval has refilled.
-        let allowed_at = next.saturating_sub(capacity);
-        let left = capacity.saturating_sub(tat.saturating_sub(now)) / t;
-        let verdict = Verdict {
-            allowed: false,
-            remaining: u64::try_from(left).unwrap_or(0),
-            // When it next has budget: one interval refilled, not the whole
-            // bucket (an `api` client may go on at 10 a second, not wait a minute).
-            reset_at: allowed_at,
-            retry_after: Some(allowed_at.saturating_sub(now).max(1)),
-            part: 0,
-        };
-        return (None, verdict);
+    Rate::new(budget, window).step(tat, now)
+}
+
+/// A GCRA's budget and window as it counts them, worked out once: the
+/// interval between two refilled attempts, and the bucket's capacity in ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rate {
+    interval: Millis,
+    capacity: Millis,
+}
+
+impl Rate {
+    /// `budget` attempts per `window`.
+    pub(crate) fn new(budget: u64, window: Millis) -> Self {
+        let interval = interval(budget, window).max(1);
+        Rate { interval, capacity: interval.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX)) }
     }
-    let left = u64::try_from(capacity.saturating_sub(next.saturating_sub(now)) / t).unwrap_or(0);
-    (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
+
+    /// One attempt on the stored TAT (`None`: no live entry, or one that
+    /// holds no integer): the TAT to store when the attempt is allowed (its
+    /// entry expires then), and the answer of a limit of this one part. The
+    /// memory store counts with it and no JSON.
+    #[inline(always)]
+    pub(crate) fn step(self, tat: Option<Millis>, now: Millis) -> (Option<Millis>, Verdict) {
+        let Rate { interval: t, capacity } = self;
+        let tat = counted_from(tat, now);
+        let next = tat.saturating_add(t);
+        // Saturating throughout: a stored TAT can be any integer, `now` any time.
+        if next.saturating_sub(now) > capacity {
+            // The bucket is empty: allowed again once one interval has refilled.
+            let allowed_at = next.saturating_sub(capacity);
+            let left = capacity.saturating_sub(tat.saturating_sub(now)) / t;
+            let verdict = Verdict {
+                allowed: false,
+                remaining: u64::try_from(left).unwrap_or(0),
+                // When it next has budget: one interval refilled, not the whole
+                // bucket (an `api` client may go on at 10 a second, not wait a minute).
+                reset_at: allowed_at,
+                retry_after: Some(allowed_at.saturating_sub(now).max(1)),
+                part: 0,
+            };
+            return (None, verdict);
+        }
+        let left = u64::try_from(capacity.saturating_sub(next.saturating_sub(now)) / t).unwrap_or(0);
+        (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
+    }
 }
 
 #[cfg(test)]
