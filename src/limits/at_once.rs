@@ -8,12 +8,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::{LimitStore, Millis, MAX_KEY_BYTES};
+use crate::store::memory::KeyStart;
+use crate::{LimitStore, MemoryStore, Millis, MAX_KEY_BYTES};
 
 use super::algorithm::{self, Verdict};
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
+use super::gcra::Rate;
 use super::key::CallKeys;
 use super::limit::Part;
 #[cfg(feature = "axum")]
@@ -43,10 +45,37 @@ impl Counted {
     #[inline(always)]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
         // The memory store beneath answers at once: no need to ask the backend.
-        if let Some(answered) = self.attempt_in_memory(parts) {
+        if let Some(rate) = self.only_gcra.filter(|_| self.memory.is_some()) {
+            // A GCRA of one part, the usual limit: the count hands back two
+            // integers, and the decision is made here, inlined into the
+            // attempt's `poll`. Made in the count's frame, it was copied out
+            // with wider loads than the stores that had just written it,
+            // which stalled.
+            if let Some((tat, at)) = self.gcra_in_memory(rate, parts) {
+                return Some(Ok(self.answer(rate.step(Some(tat), at).1, at)));
+            }
+        } else if let Some(answered) = self.attempt_in_memory(parts) {
             return Some(answered);
         }
         self.attempt_guarded_now(self.answering_at_once()?, parts)
+    }
+
+    /// The usual attempt (one part, one value) on a limit whose one part is
+    /// a GCRA at `rate`, counted on the memory store with no key text: the
+    /// TAT the count started from and its time, of which the verdict is
+    /// worked out again (the step is pure). `None` for any other call, one
+    /// whose value its part refuses, and one that failed, which wrote
+    /// nothing: the guarded call answers, refuses or logs it.
+    #[inline(never)]
+    fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)]) -> Option<(Millis, Millis)> {
+        let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
+        if *name != part.name {
+            return None;
+        }
+        let normalized = self.rules.apply(part.normalize, value).ok()?;
+        let (memory, starts) = self.memory.as_ref()?;
+        let [start] = &**starts else { return None };
+        count_gcra(memory, start, normalized.as_bytes(), rate)
     }
 
     /// [`attempt_now`](Self::attempt_now) past the memory store's own path:
@@ -209,14 +238,7 @@ impl Counted {
         // stores that had just written it (with every key in cache, 0.73 of
         // governor's throughput before, 0.87 after).
         if let Some(rate) = self.only_gcra {
-            let (mut tat, mut at) = (0, 0);
-            memory
-                .count_number_after(start, value, |stored, now| {
-                    tat = super::gcra::counted_from(stored, now);
-                    at = now;
-                    (rate.step(stored, now).0.map(|next| (next, next)), ())
-                })
-                .ok()?;
+            let (tat, at) = count_gcra(memory, start, value, rate)?;
             return Some(then(rate.step(Some(tat), at).1, at));
         }
         let counted = memory.count_one_after(start, value, |entry, now| {
@@ -226,4 +248,25 @@ impl Counted {
         let (verdict, now) = counted.ok()?;
         Some(then(verdict, now))
     }
+}
+
+/// One attempt on a GCRA at `rate`, whose key is `start` followed by
+/// `value`, counted on `memory` as one integer: the TAT the step counted
+/// from and its time (the step's verdict is worked out again from them),
+/// or `None` when the key is too long for its text (it names a hash of the
+/// value instead: see `CallKeys`) or the count failed, writing nothing.
+#[inline(always)]
+fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate) -> Option<(Millis, Millis)> {
+    if start.len() + value.len() > MAX_KEY_BYTES {
+        return None;
+    }
+    let (mut tat, mut at) = (0, 0);
+    memory
+        .count_number_after(start, value, |stored, now| {
+            tat = super::gcra::counted_from(stored, now);
+            at = now;
+            (rate.step(stored, now).0.map(|next| (next, next)), ())
+        })
+        .ok()?;
+    Some((tat, at))
 }

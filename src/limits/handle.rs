@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 
 use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
@@ -10,6 +11,7 @@ use crate::{update_with, Millis, StoreError, Write};
 use super::algorithm;
 #[cfg(feature = "axum")]
 use super::at_once::AtOnce;
+use super::attempt::Attempt;
 use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
 use super::decision::{Decision, LimitCounters};
@@ -42,20 +44,33 @@ impl Limits {
 
     /// Counts one attempt on limit `name` for the given parts, as
     /// `(part, value)` pairs in any order (values are any UTF-8: emails, IPs).
+    /// The [`Attempt`] counts when first polled: `.await` it.
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub async fn attempt(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
-        refuse_in_transaction()?;
-        let counted = self.get(name)?;
-        if let Some(answered) = counted.attempt_now(parts) {
-            return answered;
-        }
-        Self::attempt_later(counted, parts).await
+    pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
+        Attempt::new(self, name, parts)
     }
 
-    /// [`attempt`](Self::attempt) on a store that answers through a future:
-    /// a future of its own, so that the usual count polls a small one.
-    async fn attempt_later(counted: &Counted, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
+    /// [`attempt`](Self::attempt) here and now, on a store that answers at
+    /// once; `Pending` when the store answers through a future, and nothing
+    /// was counted. Inlined into the attempt's `poll`, so that the decision
+    /// is written where `poll` returns it.
+    #[inline(always)]
+    pub(super) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Poll<Result<Decision, LimitError>> {
+        if let Err(e) = refuse_in_transaction() {
+            return Poll::Ready(Err(e.into()));
+        }
+        let counted = match self.get(name) {
+            Ok(counted) => counted,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        counted.attempt_now(parts).map_or(Poll::Pending, Poll::Ready)
+    }
+
+    /// [`attempt`](Self::attempt) on a store that answers through a future
+    /// (after [`attempt_at_once`](Self::attempt_at_once) answered `Pending`).
+    pub(super) async fn attempt_later(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
+        let counted = self.get(name)?;
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
         let refs = keys.refs();

@@ -23,6 +23,7 @@
 
 pub mod algorithm;
 mod at_once;
+mod attempt;
 mod builder;
 mod by_name;
 mod counted;
@@ -44,6 +45,7 @@ pub mod window;
 pub use algorithm::Algorithm;
 #[cfg(feature = "axum")]
 pub(crate) use at_once::AtOnce;
+pub use attempt::Attempt;
 pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 pub use decision::{Decision, LimitCounters};

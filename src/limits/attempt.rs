@@ -1,0 +1,113 @@
+//! [`Attempt`]: the future of [`Limits::attempt`]. On a store that answers
+//! at once (the memory store) its first poll counts and answers; on any
+//! other it counts through the store's own future, boxed.
+//!
+//! A future of its own, not an `async fn`'s, so that the usual count on the
+//! memory store (a limit of one GCRA part) makes its decision in `poll`'s
+//! own return: the count hands back two integers, and the decision is
+//! written once. An `async fn` made it in the count's frame and copied it
+//! out, twice, with wider loads than the stores that had just written it,
+//! which stalled.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::decision::Decision;
+use super::error::LimitError;
+use super::handle::Limits;
+
+/// The future of [`Limits::attempt`]: counts when first polled.
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct Attempt<'a> {
+    state: State<'a>,
+}
+
+/// The answer of a store that answers through a future.
+type Later<'a> = Pin<Box<dyn Future<Output = Result<Decision, LimitError>> + Send + 'a>>;
+
+enum State<'a> {
+    /// Not polled yet.
+    Start { limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)] },
+    /// Counting through the store's future.
+    Later(Later<'a>),
+    /// Answered.
+    Done,
+}
+
+impl std::fmt::Debug for Attempt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Start { name, .. } => format!("not polled yet, on limit {name:?}"),
+            State::Later(_) => "counting".to_owned(),
+            State::Done => "answered".to_owned(),
+        };
+        f.debug_struct("Attempt").field("state", &state).finish()
+    }
+}
+
+impl<'a> Attempt<'a> {
+    /// An attempt on limit `name` of `limits`, for `parts`, not counted yet.
+    pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Self {
+        Attempt { state: State::Start { limits, name, parts } }
+    }
+}
+
+impl Future for Attempt<'_> {
+    type Output = Result<Decision, LimitError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let State::Start { limits, name, parts } = this.state {
+            this.state = State::Done;
+            let answered = limits.attempt_at_once(name, parts);
+            if answered.is_ready() {
+                return answered;
+            }
+            this.state = State::Later(Box::pin(limits.attempt_later(name, parts)));
+        }
+        match &mut this.state {
+            State::Later(later) => {
+                let answered = later.as_mut().poll(cx);
+                if answered.is_ready() {
+                    this.state = State::Done;
+                }
+                answered
+            }
+            // As an `async fn`'s future: polled again after its answer.
+            _ => panic!("`Limits::attempt`'s future polled after it answered"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Limits, MemoryStore};
+
+    const _: () = {
+        const fn send<T: Send>() {}
+        send::<super::Attempt<'static>>();
+    };
+
+    /// An attempt counts when first polled, once: one made and dropped
+    /// unpolled takes no budget, and one polled to its answer takes one.
+    #[tokio::test]
+    async fn counts_when_polled_and_only_then() {
+        let limits = Limits::builder()
+            .store(Arc::new(MemoryStore::new()))
+            .single_instance(true)
+            .budget("api", "client", 2)
+            .build()
+            .unwrap();
+        let parts = [("client", "c-1")];
+        drop(limits.attempt("api", &parts));
+        let first = limits.attempt("api", &parts).await.unwrap();
+        assert_eq!((first.allowed, first.remaining), (true, 1), "the dropped attempt took nothing");
+        let second = limits.attempt("api", &parts).await.unwrap();
+        assert_eq!((second.allowed, second.remaining), (true, 0));
+        assert!(!limits.attempt("api", &parts).await.unwrap().allowed);
+        assert_eq!(limits.counters("api").map(|c| (c.allowed, c.limited)), Some((2, 1)));
+    }
+}
