@@ -45,16 +45,7 @@ impl Counted {
     #[inline(always)]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
         // The memory store beneath answers at once: no need to ask the backend.
-        if let Some(rate) = self.only_gcra.filter(|_| self.memory.is_some()) {
-            // A GCRA of one part, the usual limit: the count hands back two
-            // integers, and the decision is made here, inlined into the
-            // attempt's `poll`. Made in the count's frame, it was copied out
-            // with wider loads than the stores that had just written it,
-            // which stalled.
-            if let Some((tat, at)) = self.gcra_in_memory(rate, parts) {
-                return Some(Ok(self.answer(rate.step(Some(tat), at).1, at)));
-            }
-        } else if let Some(answered) = self.attempt_in_memory(parts) {
+        if let Some(answered) = self.attempt_in_memory(parts) {
             return Some(answered);
         }
         self.attempt_guarded_now(self.answering_at_once()?, parts)
@@ -67,7 +58,7 @@ impl Counted {
     /// whose value its part refuses, and one that failed, which wrote
     /// nothing: the guarded call answers, refuses or logs it.
     #[inline(never)]
-    fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)]) -> Option<(Millis, Millis)> {
+    pub(super) fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)]) -> Option<(Millis, Millis)> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;

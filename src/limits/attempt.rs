@@ -1,13 +1,14 @@
-//! [`Attempt`]: the future of [`Limits::attempt`]. On a store that answers
-//! at once (the memory store) its first poll counts and answers; on any
-//! other it counts through the store's own future, boxed.
+//! [`Attempt`]: the future of [`Limits::attempt`]. It counts when first
+//! polled: on a store that answers at once (the memory store) that poll
+//! answers; on any other it counts through the store's own future, boxed.
 //!
 //! A future of its own, not an `async fn`'s, so that the usual count on the
-//! memory store (a limit of one GCRA part) makes its decision in `poll`'s
-//! own return: the count hands back two integers, and the decision is
-//! written once. An `async fn` made it in the count's frame and copied it
-//! out, twice, with wider loads than the stores that had just written it,
-//! which stalled.
+//! memory store (one value of a limit whose one part is a GCRA) makes its
+//! decision where `poll` returns it: the count hands back the TAT it saw
+//! and its time, two integers, and the decision is written once. An `async
+//! fn` made it in the count's frame and copied it out twice, with wider
+//! loads than the stores that had just written it, which stalled (about 8%
+//! of an attempt's samples).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -60,6 +61,14 @@ impl Future for Attempt<'_> {
         let this = &mut *self;
         if let State::Start { limits, name, parts } = this.state {
             this.state = State::Done;
+            if let Some((counted, verdict, at)) = limits.gcra_at_once(name, parts) {
+                // Each answer returned from a branch of its own: one shared
+                // with the refusal's call met it in a temporary, copied out.
+                if verdict.allowed {
+                    return Poll::Ready(Ok(counted.answer_allowed(&verdict, at)));
+                }
+                return Poll::Ready(Ok(counted.refused(&verdict, at)));
+            }
             let answered = limits.attempt_at_once(name, parts);
             if answered.is_ready() {
                 return answered;
@@ -91,23 +100,51 @@ mod tests {
         send::<super::Attempt<'static>>();
     };
 
-    /// An attempt counts when first polled, once: one made and dropped
-    /// unpolled takes no budget, and one polled to its answer takes one.
-    #[tokio::test]
-    async fn counts_when_polled_and_only_then() {
-        let limits = Limits::builder()
+    fn api(budget: u64, shadow: bool) -> Limits {
+        Limits::builder()
             .store(Arc::new(MemoryStore::new()))
             .single_instance(true)
-            .budget("api", "client", 2)
+            .budget("api", "client", budget)
+            .shadow("api", shadow)
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// An attempt counts when first polled, once: one made and dropped
+    /// unpolled takes no budget, and one polled to its answer takes one. On
+    /// the usual count's own path (a one-part GCRA on the memory store) a
+    /// refusal says when to retry and is tallied, as any refusal is.
+    #[tokio::test]
+    async fn counts_when_polled_and_only_then() {
+        let limits = api(2, false);
         let parts = [("client", "c-1")];
         drop(limits.attempt("api", &parts));
         let first = limits.attempt("api", &parts).await.unwrap();
         assert_eq!((first.allowed, first.remaining), (true, 1), "the dropped attempt took nothing");
         let second = limits.attempt("api", &parts).await.unwrap();
         assert_eq!((second.allowed, second.remaining), (true, 0));
-        assert!(!limits.attempt("api", &parts).await.unwrap().allowed);
+        let refused = limits.attempt("api", &parts).await.unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.limited_by, Some("client"));
+        assert!(refused.retry_after.is_some_and(|wait| !wait.is_zero()));
         assert_eq!(limits.counters("api").map(|c| (c.allowed, c.limited)), Some((2, 1)));
+    }
+
+    /// The usual count's own path keeps every rule of an attempt: a limit in
+    /// shadow mode lets a refusal through, and a count inside a transaction
+    /// is refused, counting nothing.
+    #[tokio::test]
+    async fn the_usual_counts_path_keeps_shadow_mode_and_transactions() {
+        let limits = api(1, true);
+        let parts = [("client", "c-1")];
+        assert!(limits.attempt("api", &parts).await.unwrap().allowed);
+        let through = limits.attempt("api", &parts).await.unwrap();
+        assert!(through.allowed && through.shadow_refused);
+        assert_eq!(through.limited_by, Some("client"));
+
+        let limits = api(1, false);
+        let refused = crate::in_transaction(limits.attempt("api", &parts)).await;
+        assert!(matches!(refused, Err(crate::LimitError::Store(_))), "{refused:?}");
+        assert!(limits.attempt("api", &parts).await.unwrap().allowed, "the refused attempt took nothing");
     }
 }

@@ -18,6 +18,7 @@ use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::key::CallKeys;
 use super::limit::Limit;
+use super::outcome::Verdict;
 
 /// Where one limit of a [`Limits`] is, as [`Limits::position`] found it.
 #[cfg(feature = "axum")]
@@ -65,6 +66,22 @@ impl Limits {
             Err(e) => return Poll::Ready(Err(e)),
         };
         counted.attempt_now(parts).map_or(Poll::Pending, Poll::Ready)
+    }
+
+    /// The usual attempt counted here and now: one value of a limit whose
+    /// one part is a GCRA, on the memory store. The limit, the verdict and
+    /// the time of the count; `None` for any other attempt, and for one
+    /// whose value its part refuses or whose count failed, which counted
+    /// nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
+    #[inline(always)]
+    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<(&Counted, Verdict, Millis)> {
+        if crate::transaction::is_in_transaction() {
+            return None;
+        }
+        let counted = self.limits.get(name)?;
+        let rate = counted.only_gcra.filter(|_| counted.memory.is_some())?;
+        let (tat, at) = counted.gcra_in_memory(rate, parts)?;
+        Some((counted, rate.step(Some(tat), at).1, at))
     }
 
     /// [`attempt`](Self::attempt) on a store that answers through a future
