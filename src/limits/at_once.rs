@@ -42,11 +42,17 @@ impl Counted {
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. `None` when the store has no such path.
     /// Inlined, so that the decision is written where the caller wants it.
+    /// The caller tried [`gcra_in_memory`](Self::gcra_in_memory) first.
     #[inline(always)]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
-        // The memory store beneath answers at once: no need to ask the backend.
-        if let Some(answered) = self.attempt_in_memory(parts) {
-            return Some(answered);
+        // The memory store beneath answers at once: no need to ask the
+        // backend. A one-part GCRA's count there was tried already: what it
+        // left (a value its part refuses, another part, a failed count) the
+        // guarded call answers, so that a full store is not tried twice.
+        if self.only_gcra.is_none() {
+            if let Some(answered) = self.attempt_in_memory(parts) {
+                return Some(answered);
+            }
         }
         self.attempt_guarded_now(self.answering_at_once()?, parts)
     }
