@@ -89,7 +89,7 @@ impl Steady {
         let nanos = counted.saturating_add_signed(self.correction.load(Ordering::Relaxed));
         let due = self.next_check.load(Ordering::Relaxed);
         if counted >= due {
-            return self.check(due, counted, nanos, wall);
+            return self.compare_with_wall(due, counted, nanos, wall);
         }
         nanos
     }
@@ -98,7 +98,7 @@ impl Steady {
     /// (the one that moves `next_check`) looks at the wall clock.
     #[cold]
     #[inline(never)]
-    fn check(&self, due: u64, counted: u64, nanos: u64, wall: impl FnOnce() -> u64) -> u64 {
+    fn compare_with_wall(&self, due: u64, counted: u64, nanos: u64, wall: impl FnOnce() -> u64) -> u64 {
         if self.next_check.compare_exchange(due, counted + CHECK_EVERY, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             let moved = step_toward(wall(), nanos);
             self.correction.fetch_add(moved, Ordering::Relaxed);

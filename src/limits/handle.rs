@@ -54,8 +54,7 @@ impl Limits {
 
     /// [`attempt`](Self::attempt) here and now, on a store that answers at
     /// once; `Pending` when the store answers through a future, and nothing
-    /// was counted. Inlined into the attempt's `poll`, so that the decision
-    /// is written where `poll` returns it.
+    /// was counted. Inlined into the attempt's `poll`.
     #[inline(always)]
     pub(super) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Poll<Result<Decision, LimitError>> {
         if let Err(e) = refuse_in_transaction() {
@@ -79,7 +78,7 @@ impl Limits {
             return None;
         }
         let counted = self.limits.get(name)?;
-        let rate = counted.only_gcra.filter(|_| counted.memory.is_some())?;
+        let rate = counted.only_gcra?;
         let (tat, at) = counted.gcra_in_memory(rate, parts)?;
         Some((counted, rate.step(Some(tat), at).1, at))
     }
