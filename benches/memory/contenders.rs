@@ -66,6 +66,24 @@ impl Contender for Memory {
 
 /// What a user calls: `limits.attempt("api", &[("client", key)])`, the `api`
 /// preset (GCRA) with a budget no run reaches, on a `MemoryStore`.
+/// The `{"n": n}` count's `apply` alone, with no store: called on an entry
+/// as the store lends it, its answer dropped as the store drops what it
+/// does not keep. The floor under `MemoryStore::update` with that `apply`.
+pub struct ApplyAlone;
+
+impl Contender for ApplyAlone {
+    type Local = Vec<Option<Entry>>;
+    fn local(&self) -> Self::Local {
+        vec![Some(Entry { value: serde_json::json!({ "n": 1 }), expires_at: Millis::MAX })]
+    }
+    fn run(&self, current: &mut Self::Local, start: usize, n: u64) {
+        each_index(start, n, |i| {
+            let now = Millis::try_from(i).unwrap_or(0);
+            drop(std::hint::black_box(count(std::hint::black_box(&current[..]), now)));
+        });
+    }
+}
+
 pub struct LimitsAttempt {
     limits: limit_store::Limits,
 }

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::contenders::{memory, memory_number, Contender, Governor, LimitsAttempt};
+use super::contenders::{memory, memory_number, ApplyAlone, Contender, Governor, LimitsAttempt};
 use super::figures::middle_80;
 use super::{next_cursor, run_two_threads, warmed};
 
@@ -48,6 +48,8 @@ pub fn print_table() {
     drop(object);
     let number = warmed(memory_number());
     row("`MemoryStore::update`, a bare number", 1, &ratios(&number, &governor, false));
+    drop(number);
+    row("… `{\"n\": n}`'s `apply` alone, no store", 1, &ratios(&ApplyAlone, &governor, false));
 }
 
 /// `ours`' throughput over `theirs`' in each pair of slices on the same keys,
