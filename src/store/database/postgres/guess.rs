@@ -288,7 +288,7 @@ impl Postgres {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::row::add_one;
+    use super::super::super::row::{add_one, guesses_follow_the_clock};
     use super::super::test_server;
     use super::*;
     use crate::Millis;
@@ -328,13 +328,7 @@ mod tests {
         let Some((pg, table)) = store_on_new_table("ls_guess_clock").await else { return };
         let hash = [7u8; 32];
         let mut nows = Vec::new();
-        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "no clock reading yet");
-        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::OneStatement, "a remembered row, a fresh estimate");
-        pg.clock.shift(-10_000);
-        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s behind");
-        pg.clock.shift(10_000);
-        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::ReadThenWrite, "an estimate 10 s ahead");
-        assert_eq!(count(&pg, &hash, &mut nows).await, Tried::OneStatement, "the estimate follows the database");
+        guesses_follow_the_clock(&pg.clock, async || count(&pg, &hash, &mut nows).await).await;
         let row: (String, i64) = sqlx::query_as(&format!("SELECT value, {NOW} FROM {table}"))
             .fetch_one(&mut *pg.pool.acquire().await.unwrap())
             .await
