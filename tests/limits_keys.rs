@@ -1,5 +1,5 @@
 //! Values an attacker can vary share one budget: accounts and destinations
-//! are trimmed and case-folded, IPv6 clients count per /64, an IPv4-mapped
+//! are folded (every Unicode spelling of a mailbox is one), IPv6 clients count per /64, an IPv4-mapped
 //! address as its IPv4 address; an `ip` that is not an address is refused.
 //! Each of these is a setting, in code and in `limit-store.toml`.
 
@@ -109,4 +109,108 @@ async fn api_clients_and_codes_stay_exact() {
     let a = limits.attempt("code-verify", &[("code", "AbC123")]).await.unwrap().remaining;
     let b = limits.attempt("code-verify", &[("code", "abc123")]).await.unwrap().remaining;
     assert_eq!((a, b), (4, 4));
+}
+
+/// Each mailbox with spellings of it that Unicode says are the same once
+/// folded (NFKC, full case folding, default-ignorable code points removed,
+/// white space trimmed): each row is one account.
+const SPELLINGS: &[&[&str]] = &[
+    &[
+        "ada@example.com",
+        "ａｄａ@example.com",
+        "ＡＤＡ＠ｅｘａｍｐｌｅ．ｃｏｍ",
+        "ad\u{200b}a@example.com",
+        "ada\u{00ad}@example.com",
+        "\u{feff}ada@example.com",
+        "a\u{2060}da@exa\u{034f}mple.com",
+        "\u{3000}Ada@Example.com\u{00a0}",
+    ],
+    &["josé@example.com", "jose\u{0301}@example.com", "JOSÉ@example.com", "JOSE\u{0301}@EXAMPLE.COM"],
+    &["sam@example.com", "ſam@example.com", "SAM@example.com", "ſAM@example.com"],
+    &["strasse@example.com", "STRASSE@example.com", "straße@example.com", "STRAẞE@example.com"],
+    &["οδυσσευσ@example.com", "ΟΔΥΣΣΕΥΣ@example.com", "οδυσσευς@example.com", "Οδυσσευς@Example.com"],
+    &["file@example.com", "ﬁle@example.com", "FILE@example.com", "ﬁ\u{200d}le@example.com"],
+];
+
+#[tokio::test]
+async fn a_locked_account_stays_locked_in_every_spelling_of_its_mailbox() {
+    for spellings in SPELLINGS {
+        let limits = limits();
+        // Five failed sign-ins lock the account (the preset), from five addresses.
+        for n in 0..5 {
+            let ip = format!("192.0.2.{n}");
+            let spelling = spellings[n % spellings.len()];
+            assert!(limits.attempt("sign-in", &[("account", spelling), ("ip", &ip)]).await.unwrap().allowed);
+        }
+        for (n, spelling) in spellings.iter().enumerate() {
+            let ip = format!("198.51.100.{n}");
+            let d = limits.attempt("sign-in", &[("account", spelling), ("ip", &ip)]).await.unwrap();
+            assert!(!d.allowed, "{spelling:?} ({}) opened {:?}", spelling.escape_unicode(), spellings[0]);
+        }
+        // A reset in any spelling clears the one account.
+        limits.reset("sign-in", &[("account", spellings[spellings.len() - 1])]).await.unwrap();
+        let d = limits.attempt("sign-in", &[("account", spellings[0]), ("ip", "203.0.113.1")]).await.unwrap();
+        assert!(d.allowed, "reset as {:?}", spellings[spellings.len() - 1]);
+    }
+    // Two mailboxes that only look alike stay two.
+    let limits = limits();
+    for account in ["ada@example.com", "adа@example.com", "ada@exampie.com", "jose@example.com", "josé@example.com"] {
+        assert_eq!(
+            remaining(&limits, "password-reset", &[("account", account), ("ip", "192.0.2.1")]).await,
+            2,
+            "{account}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn destinations_fold_as_mailboxes_do() {
+    let limits = limits();
+    assert!(limits.attempt("code-sent", &[("destination", "ＳＡＭ@example.com")]).await.unwrap().allowed);
+    for again in ["ſam@example.com", "sam\u{200b}@example.com", " sam@example.com\u{2003}"] {
+        let d = limits.attempt("code-sent", &[("destination", again)]).await.unwrap();
+        assert!(!d.allowed, "{again:?}: the same destination, within its cooldown");
+    }
+}
+
+/// Limits with one limit, `by-account`, of one folded part.
+fn by_account() -> Limits {
+    use limit_store::limits::{Algorithm, Normalize, Part};
+    let part = Part::new("account", Algorithm::fixed_window(1000, std::time::Duration::from_secs(60)));
+    let limit = limit_store::Limit::new("by-account").part(part.normalized(Normalize::Folded));
+    Limits::builder().store(Arc::new(MemoryStore::new())).single_instance(true).limit(limit).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_value_that_folding_makes_long_still_counts_as_one() {
+    let limits = by_account();
+    // U+FDFA is one code point of 3 bytes and NFKC writes it as 18 of 33:
+    // a value under the 1024-byte key limit folds to one over it, hashed.
+    for (given, again) in [
+        ("\u{fdfa}".repeat(300), "\u{fdfa}".repeat(300)),
+        ("\u{fdfa}".repeat(30), format!("\u{200b}{}", "\u{fdfa}".repeat(30))),
+        ("ﬃ".repeat(400), "FFI".repeat(400)),
+        (format!("{}@example.com", "ß".repeat(500)), format!("{}@EXAMPLE.COM", "SS".repeat(500))),
+    ] {
+        let first = limits.attempt("by-account", &[("account", &given)]).await.unwrap();
+        let second = limits.attempt("by-account", &[("account", &again)]).await.unwrap();
+        assert_eq!((first.remaining, second.remaining), (999, 998), "{} bytes", given.len());
+    }
+}
+
+proptest::proptest! {
+    /// Any text, short or past the key limit, is counted, and twice as one
+    /// account: folding never panics.
+    #[test]
+    fn any_text_is_one_account(value in proptest::prelude::any::<String>(), pad in 0..1100usize) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let limits = by_account();
+            let value = format!("{}{value}", "a".repeat(pad));
+            let first = limits.attempt("by-account", &[("account", &value)]).await.unwrap();
+            let second = limits.attempt("by-account", &[("account", &value)]).await.unwrap();
+            proptest::prop_assert_eq!((first.remaining, second.remaining), (999, 998));
+            Ok(())
+        })?;
+    }
 }

@@ -12,7 +12,7 @@
 //! deadline = "2s"                           # a store call's deadline
 //! max_in_flight = 64                        # store calls at once
 //! ipv6_prefix = 64                          # IPv6 clients count per /64
-//! fold_case = true                          # accounts: trimmed, case-folded
+//! fold_case = true                          # accounts: folded (Unicode rule)
 //!
 //! [rate_limit.limits.sign-in]
 //! budget = 10          # the first part's budget (account)
@@ -93,8 +93,8 @@ pub struct Config {
     /// `rate_limit.ipv6_prefix`: IPv6 clients count per network of this many
     /// bits (64 when `None`; 128 counts per address).
     pub ipv6_prefix: Option<u8>,
-    /// `rate_limit.fold_case`: accounts and destinations are trimmed and
-    /// case-folded (`true` when `None`).
+    /// `rate_limit.fold_case`: accounts and destinations are folded by
+    /// [`Normalize::Folded`](crate::limits::Normalize::Folded)'s Unicode rule (`true` when `None`).
     pub fold_case: Option<bool>,
     /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
     pub limits: Vec<LimitSettings>,

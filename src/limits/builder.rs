@@ -155,9 +155,10 @@ impl LimitsBuilder {
         self
     }
 
-    /// Trims and case-folds the values of account and destination parts
-    /// ([`Normalize::Folded`](super::normalize::Normalize::Folded)), so `Ada@Example.com`
-    /// and `ada@example.com` share one budget; on by default.
+    /// Folds the values of account and destination parts by
+    /// [`Normalize::Folded`](super::normalize::Normalize::Folded)'s Unicode
+    /// rule, so `Ada@Example.com`, `ａｄａ@example.com` and `ada@example.com`
+    /// share one budget; on by default.
     pub fn fold_case(mut self, fold: bool) -> Self {
         self.rules.fold_case = fold;
         self

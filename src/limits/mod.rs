@@ -29,6 +29,7 @@ mod by_name;
 mod counted;
 mod decision;
 mod error;
+mod fold;
 pub mod gcra;
 mod handle;
 mod key;

@@ -1,6 +1,7 @@
 //! Values made one before they are counted, so that an attacker can't pick
 //! a fresh budget by writing the same thing another way: `Ada@Example.com `
-//! is `ada@example.com`, `::ffff:192.0.2.7` is `192.0.2.7`, and the 2^64
+//! and `ａｄａ@example.com` are `ada@example.com` (the rule is
+//! [`Normalize::Folded`]'s), `::ffff:192.0.2.7` is `192.0.2.7`, and the 2^64
 //! addresses of one IPv6 /64 (what one client is given) are one.
 
 use std::borrow::Cow;
@@ -9,6 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use arrayvec::ArrayString;
 
+use super::fold::fold;
+
 /// How a part's values are made one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -16,7 +19,13 @@ pub enum Normalize {
     /// Counted exactly as given (API keys, codes).
     #[default]
     Exact,
-    /// Trimmed and case-folded (accounts, email addresses, destinations).
+    /// One text for every spelling Unicode says is the same (accounts, email
+    /// addresses, destinations): NFKC, then full case folding, then every
+    /// `Default_Ignorable_Code_Point` removed, then NFKC again, then
+    /// `White_Space` trimmed from both ends. So `ＡＤＡ@example.com`,
+    /// `ad\u{200b}a@example.com`, `ſam@…` and `STRASSE@…` count as
+    /// `ada@example.com`, `sam@…` and `strasse@…`. Letters that only look
+    /// alike (a Cyrillic `а` for a Latin `a`) stay apart.
     Folded,
     /// An IP address: IPv4 as it is, an IPv4-mapped IPv6 address as its IPv4
     /// address, other IPv6 addresses per network (a /64 by default). A value
@@ -29,7 +38,7 @@ pub enum Normalize {
 pub(crate) struct KeyRules {
     /// IPv6 addresses count per network of this many bits (128: per address).
     pub(crate) ipv6_prefix: u8,
-    /// `Folded` parts are trimmed and case-folded (else counted exactly).
+    /// `Folded` parts are folded by its rule (else counted exactly).
     pub(crate) fold_case: bool,
 }
 
@@ -47,17 +56,6 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 #[derive(Debug)]
 pub(crate) struct NotAnIp;
 
-/// `value` trimmed and, if it has capitals, lowercased (`Folded`).
-#[inline(never)]
-fn folded(value: &str) -> Cow<'_, str> {
-    let trimmed = value.trim();
-    if trimmed.chars().any(char::is_uppercase) {
-        Cow::Owned(trimmed.to_lowercase())
-    } else {
-        Cow::Borrowed(trimmed)
-    }
-}
-
 impl KeyRules {
     /// `value` as `normalize` makes it one. The usual exact value is taken
     /// in line; the values it may rewrite go out of line.
@@ -66,7 +64,7 @@ impl KeyRules {
         match normalize {
             Normalize::Exact => Ok(Cow::Borrowed(value)),
             Normalize::Folded if !self.fold_case => Ok(Cow::Borrowed(value)),
-            Normalize::Folded => Ok(folded(value)),
+            Normalize::Folded => Ok(fold(value)),
             Normalize::Ip => self.ip_text(value),
         }
     }
