@@ -107,37 +107,128 @@ impl FromStr for SecretUrl {
     }
 }
 
-/// Query parameters that carry a password, in the URLs of the databases and
-/// of Redis.
-const SECRET_PARAMS: [&str; 8] = ["password", "pass", "pwd", "passwd", "sslpassword", "secret", "token", "auth"];
-
-/// `url` with the password of its user info and of its query parameters as `***`.
+/// `url` with every password in it as `***`: the user info's, and the
+/// values of query parameters whose name speaks of one (`password`,
+/// `sslpassword`, `sentinel_password`, `token`, `auth`, `secret`, `key`, ...).
+///
+/// The user info is all between `://` and the last `@` (no host holds
+/// one), and shows only its user; the rest is parsed with `url`: each host
+/// of the list (`redis+cluster://h1:6379,h2:6379` has several), then the
+/// path and the query. A URL that does not parse shows as `scheme://***`:
+/// its text is never shown. So does one that reads two ways, with a `/`,
+/// `?` or `#` before its last `@`: a password written without escaping
+/// (`postgres://u:pa?ss@host/db`, which a URL parser reads as host `u`, and
+/// `postgres://u:?pw@h/db` as a query `pw@h/db`), or an `@` in a path or a
+/// query (`?password=p@ss`), and either way a password may follow.
 pub fn redact(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
+    redacted(url).unwrap_or_else(|| match scheme_of(url) {
+        Some(scheme) => format!("{scheme}://***"),
+        None => "***".to_owned(),
+    })
+}
+
+/// [`redact`]'s answer for a URL that parses.
+fn redacted(url: &str) -> Option<String> {
+    let scheme = &scheme_of(url)?;
+    let after = &url[scheme.len() + 1..];
+    let Some(rest) = after.strip_prefix("//") else {
+        // No authority: SQLite's `sqlite::memory:` and `sqlite:counts.db`,
+        // with no user info. No other store's URL has that form.
+        if scheme != "sqlite" || after.contains('@') {
+            return None;
+        }
+        return Some(format!("{scheme}:{}", path_and_query(&url::Url::parse(url).ok()?)));
     };
-    let mut out = match (base.find("://"), base.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => match base[scheme + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}://{user}:***{}", &base[..scheme], &base[at..]),
-            // `redis://secret@host`: a lone user info is Redis's password.
-            None if base.starts_with("redis") => format!("{}://***{}", &base[..scheme], &base[at..]),
-            None => base.to_owned(),
-        },
-        _ => base.to_owned(),
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) if rest[..at].contains(['/', '?', '#']) => return None,
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
     };
-    if let Some(query) = query {
+    let (hosts, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let mut out = format!("{scheme}://");
+    if let Some(userinfo) = userinfo {
+        out.push_str(&shown_userinfo(scheme, userinfo));
+        out.push('@');
+    }
+    for (i, host) in hosts.split(',').enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&host_of(scheme, host)?);
+    }
+    out.push_str(&path_and_query(&url::Url::parse(&format!("{scheme}://h{tail}")).ok()?));
+    Some(out)
+}
+
+/// The scheme of `url` (`postgres`, `redis+sentinel`), lower-cased, when
+/// it has one.
+fn scheme_of(url: &str) -> Option<String> {
+    let (scheme, _) = url.split_once(':')?;
+    let mut bytes = scheme.bytes();
+    let first = bytes.next()?;
+    let valid = first.is_ascii_alphabetic() && bytes.all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    valid.then(|| scheme.to_ascii_lowercase())
+}
+
+/// The user info as shown: its user, when it has one that a user name can
+/// be, and `***` for the rest. Redis reads a lone user info
+/// (`redis://secret@host`) as the password.
+fn shown_userinfo(scheme: &str, userinfo: &str) -> String {
+    let is_user = |user: &str| user.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+;=".contains(&b));
+    let lone_is_password = scheme.starts_with("redis") || scheme.starts_with("valkey");
+    match userinfo.split_once(':') {
+        Some((user, _)) if is_user(user) => format!("{user}:***"),
+        None if !lone_is_password && is_user(userinfo) => userinfo.to_owned(),
+        _ => "***".to_owned(),
+    }
+}
+
+/// One host of the list (`db`, `10.0.0.1:5432`, `[::1]:6379`, or none), as
+/// `url` parses it.
+fn host_of(scheme: &str, host: &str) -> Option<String> {
+    if host.is_empty() {
+        return Some(String::new());
+    }
+    let parsed = url::Url::parse(&format!("{scheme}://{host}")).ok()?;
+    let name = parsed.host_str()?;
+    Some(match parsed.port() {
+        Some(port) => format!("{name}:{port}"),
+        None => name.to_owned(),
+    })
+}
+
+/// The path and the query of `parsed`, with the values of secret
+/// parameters as `***`; a fragment (never part of a store's URL, but maybe
+/// of a password's `#`) as `#***`.
+fn path_and_query(parsed: &url::Url) -> String {
+    let mut out = parsed.path().to_owned();
+    if let Some(query) = parsed.query() {
         out.push('?');
-        let params: Vec<String> = query
-            .split('&')
-            .map(|param| match param.split_once('=') {
-                Some((name, _)) if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => format!("{name}=***"),
-                _ => param.to_owned(),
-            })
-            .collect();
-        out.push_str(&params.join("&"));
+        for (i, param) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            // The name as the store's client reads it: percent-decoded.
+            let (name, _) = url::form_urlencoded::parse(param.as_bytes()).next().unwrap_or_default();
+            match param.split_once('=') {
+                Some((raw, _)) if is_secret_param(&name) => {
+                    out.push_str(raw);
+                    out.push_str("=***");
+                }
+                _ => out.push_str(param),
+            }
+        }
+    }
+    if parsed.fragment().is_some() {
+        out.push_str("#***");
     }
     out
+}
+
+/// Whether a query parameter named `name` carries a password.
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "pwd", "secret", "token", "auth", "key", "cred"].iter().any(|word| name.contains(word))
 }
 
 #[cfg(test)]
@@ -157,6 +248,24 @@ mod tests {
             ("redis://hunter2@cache:6379", "redis://***@cache:6379"),
             ("sqlite://limit-store.db", "sqlite://limit-store.db"),
             ("postgres://db/app?PassWord=hunter2", "postgres://db/app?PassWord=***"),
+            ("postgres://u:p@ss:w@host:5432/db?sslmode=require", "postgres://u:***@host:5432/db?sslmode=require"),
+            ("postgres://u:pa?ss@host/db", "postgres://***"),
+            ("postgres://u:p@ss/x#y@host/db", "postgres://***"),
+            ("redis://:se?cret@host", "redis://***"),
+            ("rediss://se%cret@host:6380/2", "rediss://***@host:6380/2"),
+            ("redis+cluster://:pw@h1:6379,h2:6380", "redis+cluster://:***@h1:6379,h2:6380"),
+            (
+                "redis+sentinel://u:pw@[::1]:26379,h2/mymaster?sentinel_password=pw",
+                "redis+sentinel://u:***@[::1]:26379,h2/mymaster?sentinel_password=***",
+            ),
+            ("postgres://db/app?pass%77ord=hunter2", "postgres://db/app?pass%77ord=***"),
+            ("postgres://db/app?password=hunt#er2", "postgres://db/app?password=***#***"),
+            ("sqlite:///var/lib/counts.db?mode=rwc", "sqlite:///var/lib/counts.db?mode=rwc"),
+            ("sqlite::memory:", "sqlite::memory:"),
+            ("mysql://app:hunter2@db:notaport/app", "mysql://***"),
+            ("postgres://app@db/app?password=p@ss", "postgres://***"),
+            ("not a url with hunter2", "***"),
+            ("redis:hunter2", "redis://***"),
         ] {
             let url = SecretUrl::new(url);
             assert_eq!(url.to_string(), shown);

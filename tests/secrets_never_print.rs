@@ -3,6 +3,7 @@
 
 use limit_store::config::Config;
 use limit_store::{DatabaseStore, Limits, SecretString, SecretUrl};
+use proptest::prelude::*;
 
 const PASSWORD: &str = "pa55-hunter2-word";
 const SECRET: &str = "the-site-secret-0123456789abcdef-0123456789";
@@ -87,4 +88,45 @@ async fn a_memory_store_shows_its_fill_not_its_entries() {
     every_format("MemoryStore", &store);
     let shown = format!("{store:?}");
     assert!(shown.contains("len: 1") && !shown.contains("sip"), "{shown}");
+}
+
+/// A password of capitals and the characters a URL parser reads as the end
+/// of a part (`?`, `#`, `@`, `/`, `%`, `:`): everything else in the URLs
+/// below is lower case, so a capital in the output is a piece of it.
+fn password(with: &'static str) -> impl Strategy<Value = String> {
+    let piece =
+        prop_oneof![proptest::char::range('A', 'Z'), proptest::sample::select(with.chars().collect::<Vec<_>>())];
+    (proptest::char::range('A', 'Z'), proptest::collection::vec(piece, 0..16))
+        .prop_map(|(first, rest)| std::iter::once(first).chain(rest).collect())
+}
+
+proptest! {
+    #[test]
+    fn no_url_form_shows_its_password(pw in password("?#@/%:"), lone in password("?#@/%"), query in password("?#@/%:")) {
+        for url in [
+            format!("postgres://app:{pw}@db.internal:5432/app?sslmode=require"),
+            format!("postgresql://app:{pw}@db/app"),
+            format!("mysql://app:{pw}@127.0.0.1:3306/app"),
+            format!("sqlite://counts.db?password={query}"),
+            format!("redis://:{pw}@cache:6379/0"),
+            format!("rediss://default:{pw}@cache:6380"),
+            format!("redis://{lone}@cache"),
+            format!("redis+cluster://:{pw}@h1:6379,h2:6380"),
+            format!("rediss+cluster://app:{pw}@[fd00::1]:6379,[fd00::2]:6379"),
+            format!("redis+sentinel://:{pw}@h1:26379,h2:26379/mymaster"),
+            format!("redis+sentinel://h1:26379,h2:26379/mymaster?sentinel_password={query}"),
+            format!("postgres://app@db/app?password={query}&sslmode=require"),
+            format!("mysql://app@db/app?sslmode=required&sslpassword={query}"),
+            format!("postgres://app:{pw}@db/app?password={query}"),
+            format!("postgres://app:{pw}@[not-a-host/app"),
+            format!("mysql://app:{pw}@db:notaport/app"),
+            format!("redis://:{pw}@"),
+            format!("postgres://app:{pw}@db:99999/app"),
+        ] {
+            let secret = SecretUrl::new(url.clone());
+            for shown in [secret.to_string(), format!("{secret:?}"), limit_store::secret::redact(&url)] {
+                prop_assert!(!shown.bytes().any(|b| b.is_ascii_uppercase()), "{url} shows as {shown}");
+            }
+        }
+    }
 }
