@@ -5,7 +5,9 @@
 //! the right end is written by the nearest proxy and the left end by whoever
 //! sent the request, who may write anything. Reading from the right and
 //! stopping at the first address that is not a trusted proxy gives the
-//! furthest address any trusted party vouches for. Taking the leftmost entry,
+//! furthest address any trusted party vouches for. The header is read as
+//! bytes, element by element: one byte that is not text in what the client
+//! wrote must not drop the whole header. Taking the leftmost entry,
 //! as `tower_governor`'s `SmartIpKeyExtractor` does, lets a client pick its
 //! own budget.
 
@@ -88,9 +90,13 @@ pub enum ForwardedHeader {
 /// The client's address: the peer's, or, when the peer is a trusted proxy,
 /// the first address from the right of the forwarded header that is not one.
 /// Only the configured header is read: a client can't switch to the other.
-/// A trusted peer that sends no header counts as the client itself, and an
-/// entry that is not an address (`unknown`, an obfuscated name) where the
-/// client should be leaves the request without a key.
+/// The header is read element by element, as bytes, so what the client
+/// wrote to the left of its address (text or not) is never read. A trusted
+/// peer that sends no header (or only empty elements) counts as the client
+/// itself, and an element that is not an address (`unknown`, an obfuscated
+/// name, bytes that are not text) where the client's should be, with only
+/// trusted proxies to its right, leaves the request without a key: it is not
+/// skipped, since the element to its left is the client's own writing.
 ///
 /// ```
 /// use limit_store::layer::{ClientIp, ForwardedHeader};
@@ -147,16 +153,23 @@ impl ClientIp {
             ForwardedHeader::Forwarded => FORWARDED,
         };
         let mut last = peer;
-        // Header lines in order make one list; read it from its right end.
+        // Header lines in order make one list; read it from its right end,
+        // element by element, as bytes: what the client wrote to the left
+        // of its own address is never read, text or not.
         for line in headers.get_all(name).iter().rev() {
-            let line = line.to_str().ok()?;
-            for entry in line.rsplit(',') {
-                let text = match self.header {
-                    ForwardedHeader::XForwardedFor => Some(entry),
-                    ForwardedHeader::Forwarded => for_of(entry),
+            for element in line.as_bytes().rsplit(|&b| b == b',') {
+                // An empty element is no element (RFC 9110, 5.6.1).
+                if element.trim_ascii().is_empty() {
+                    continue;
+                }
+                let node = match self.header {
+                    ForwardedHeader::XForwardedFor => Some(element),
+                    ForwardedHeader::Forwarded => for_of(element),
                 };
-                // An entry nobody can read hides who sent the request.
-                let ip = text.and_then(node_ip)?;
+                // An element that is not an address where the client's
+                // should be hides who sent the request: no key. Skipping it
+                // would count the next element, which the client wrote.
+                let ip = node.and_then(node_ip)?;
                 if !self.is_trusted(ip) {
                     return Some(ip);
                 }
@@ -183,18 +196,19 @@ impl KeyExtractor for ClientIp {
     }
 }
 
-/// The `for=` value of one element of a `Forwarded` field.
-fn for_of(element: &str) -> Option<&str> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim().eq_ignore_ascii_case("for").then_some(value)
+/// The `for=` value of one element of a `Forwarded` field (its other
+/// parameters, `host=` say, need not be text).
+fn for_of(element: &[u8]) -> Option<&[u8]> {
+    element.split(|&b| b == b';').find_map(|pair| {
+        let at = pair.iter().position(|&b| b == b'=')?;
+        pair[..at].trim_ascii().eq_ignore_ascii_case(b"for").then_some(&pair[at + 1..])
     })
 }
 
 /// The address of a node: `192.0.2.7`, `192.0.2.7:4711`, `2001:db8::7`,
-/// `[2001:db8::7]:4711`, quoted or not.
-fn node_ip(node: &str) -> Option<IpAddr> {
-    let node = node.trim().trim_matches('"');
+/// `[2001:db8::7]:4711`, quoted or not. Bytes that are not text are none.
+fn node_ip(node: &[u8]) -> Option<IpAddr> {
+    let node = std::str::from_utf8(node).ok()?.trim().trim_matches('"');
     if let Some(rest) = node.strip_prefix('[') {
         return rest.split_once(']')?.0.parse().ok();
     }
@@ -225,13 +239,15 @@ mod tests {
     #[test]
     fn nodes_are_read_in_every_form() {
         let v4 = Some(IpAddr::from([192, 0, 2, 7]));
-        assert_eq!(node_ip(" 192.0.2.7"), v4);
-        assert_eq!(node_ip("\"192.0.2.7:4711\""), v4);
-        assert_eq!(node_ip("\"[2001:db8::7]:4711\""), "2001:db8::7".parse().ok());
-        assert_eq!(node_ip("2001:db8::7"), "2001:db8::7".parse().ok());
-        assert_eq!(node_ip("unknown"), None);
-        assert_eq!(node_ip("_hidden"), None);
-        assert_eq!(for_of(" For=\"[2001:db8::7]\";proto=https"), Some("\"[2001:db8::7]\""));
-        assert_eq!(for_of("by=10.0.0.1"), None);
+        assert_eq!(node_ip(b" 192.0.2.7"), v4);
+        assert_eq!(node_ip(b"\"192.0.2.7:4711\""), v4);
+        assert_eq!(node_ip(b"\"[2001:db8::7]:4711\""), "2001:db8::7".parse().ok());
+        assert_eq!(node_ip(b"2001:db8::7"), "2001:db8::7".parse().ok());
+        assert_eq!(node_ip(b"unknown"), None);
+        assert_eq!(node_ip(b"_hidden"), None);
+        assert_eq!(node_ip(b"192.0.2.7\xff"), None);
+        assert_eq!(for_of(b" For=\"[2001:db8::7]\";proto=https"), Some(&b"\"[2001:db8::7]\""[..]));
+        assert_eq!(for_of(b"host=\xff;for=192.0.2.7"), Some(&b"192.0.2.7"[..]));
+        assert_eq!(for_of(b"by=10.0.0.1"), None);
     }
 }

@@ -64,6 +64,75 @@ async fn a_forwarded_header_counts_only_from_a_trusted_proxy() {
     assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// `app` served on a real socket of 127.0.0.1, with the peer's address.
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    addr
+}
+
+/// The status of a GET to `addr` with these header lines, sent as bytes
+/// (a header value need not be text on the wire).
+async fn status_of(addr: SocketAddr, lines: &[&[u8]]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = b"GET /items HTTP/1.1\r\nhost: limit-store\r\nconnection: close\r\n".to_vec();
+    for line in lines {
+        head.extend_from_slice(line);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    stream.write_all(&head).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer[..12]).split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_text_in_a_forwarded_header_hide_no_client() {
+    // The test's own connections come from 127.0.0.1: the trusted proxy.
+    let ip = ClientIp::trusting(["127.0.0.0/8", "10.0.0.0/8"]).unwrap();
+    let layer = LimitLayer::new(limits(&[("per-ip", "ip", 1)]), "per-ip", "ip", ip).unwrap();
+    let addr = serve(router().layer(layer.on_missing_key(MissingKey::Pass))).await;
+    // What the client wrote to the left of the address the proxy appended,
+    // text or not, changes nothing: the client is counted.
+    for (first, again) in [
+        (&b"x-forwarded-for: \xff\xfe, 203.0.113.9"[..], &b"x-forwarded-for: 203.0.113.9"[..]),
+        (b"x-forwarded-for: 203.0.113.8, \xff\xfe, 198.51.100.2", b"x-forwarded-for: 198.51.100.2"),
+        (b"x-forwarded-for: \xc3(, 198.51.100.3 , 10.0.0.9", b"x-forwarded-for: 1.1.1.1, 198.51.100.3"),
+        (b"x-forwarded-for: 198.51.100.4,, 10.0.0.9,", b"x-forwarded-for: 198.51.100.4"),
+    ] {
+        assert_eq!(status_of(addr, &[first]).await, 200, "{}", first.escape_ascii());
+        assert_eq!(status_of(addr, &[again]).await, 429, "{} after {}", again.escape_ascii(), first.escape_ascii());
+    }
+    // The same when the bytes come on a header line of their own.
+    let lines: [&[u8]; 2] = [b"x-forwarded-for: \x80\x81garbage", b"x-forwarded-for: 198.51.100.5"];
+    assert_eq!(status_of(addr, &lines).await, 200);
+    assert_eq!(status_of(addr, &[b"x-forwarded-for: 198.51.100.5"]).await, 429);
+    // Where the client's address should be (only trusted proxies to its
+    // right), an element that is not one stops the walk: the request has no
+    // key (and passes, as set), rather than counting what the client wrote
+    // to its left as if a proxy vouched for it.
+    assert_eq!(status_of(addr, &[b"x-forwarded-for: 198.51.100.6, \xff, 10.0.0.9"]).await, 200);
+    assert_eq!(status_of(addr, &[b"x-forwarded-for: 198.51.100.6, \xff, 10.0.0.9"]).await, 200, "not counted");
+    assert_eq!(status_of(addr, &[b"x-forwarded-for: 198.51.100.6"]).await, 200, "198.51.100.6 was never counted");
+
+    // `Forwarded` alike, with bytes that are not text in another parameter
+    // of the client's element too.
+    let ip = ClientIp::trusting(["127.0.0.0/8"]).unwrap().header(ForwardedHeader::Forwarded);
+    let layer = LimitLayer::new(limits(&[("per-ip", "ip", 1)]), "per-ip", "ip", ip).unwrap();
+    let addr = serve(router().layer(layer.on_missing_key(MissingKey::Pass))).await;
+    for (first, again) in [
+        (&b"forwarded: for=\xff\xfe, for=203.0.113.9;proto=https"[..], &b"forwarded: for=203.0.113.9"[..]),
+        (b"forwarded: for=\"[2001:db8::1]\";host=\xff\xfe", b"forwarded: for=\"[2001:db8::2]:443\""),
+    ] {
+        assert_eq!(status_of(addr, &[first]).await, 200, "{}", first.escape_ascii());
+        assert_eq!(status_of(addr, &[again]).await, 429, "{} after {}", again.escape_ascii(), first.escape_ascii());
+    }
+}
+
 #[tokio::test]
 async fn a_request_without_a_key_is_refused_or_passed_as_configured() {
     let limits = limits(&[("keyed", "client", 5), ("per-ip", "ip", 5)]);
