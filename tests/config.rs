@@ -104,6 +104,11 @@ fn bad_values_name_the_key_and_the_line() {
         ("[rate_limit.limits.api]\nwindow = 900\n", 2, "rate_limit.limits.api.window", "string"),
         ("[rate_limit.limits.api]\nbudget = \"600\"\n", 2, "rate_limit.limits.api.budget", "whole number"),
         ("[rate_limit.limits.api]\npolicy = \"open\"\n", 2, "rate_limit.limits.api.policy", "\"allow\" or \"deny\""),
+        ("[rate_limit]\ndeadline = \"0s\"\n", 2, "rate_limit.deadline", "longer than 0"),
+        ("[rate_limit]\ndeadline = \"000ms\"\n", 2, "rate_limit.deadline", "longer than 0"),
+        ("[rate_limit]\ndeadline = \"1000000y\"\n", 2, "rate_limit.deadline", "a whole number and a unit"),
+        ("[rate_limit]\ndeadline = \"213503982335d\"\n", 2, "rate_limit.deadline", "too long"),
+        ("[rate_limit.limits.api]\nwindow = \"0m\"\n", 2, "rate_limit.limits.api.window", "longer than 0"),
     ] {
         let e = err(text);
         assert_eq!(e.line, Some(line), "{text}: {e}");

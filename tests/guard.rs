@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use limit_store::config::Config;
 use limit_store::error::Unavailable;
-use limit_store::{Apply, Entry, Guarded, LimitStore, MemoryStore, Millis, StoreError, Write};
+use limit_store::guard::{MAX_DEADLINE, MIN_DEADLINE};
+use limit_store::{Apply, Entry, Guarded, LimitStore, Limits, MemoryStore, Millis, StoreError, Write};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -294,4 +296,41 @@ fn the_memory_store_counts_here_and_now_through_the_guard() {
     }
     let read = futures_util::FutureExt::now_or_never(guard.read(&["k"])).expect("answered at once").unwrap();
     assert_eq!(read[0].as_ref().map(|e| e.value.clone()), Some(json!(3)));
+}
+
+/// Every place that takes a deadline takes any `Duration`, and never
+/// panics: a deadline past `MAX_DEADLINE` (one hour) is taken as it, one
+/// under `MIN_DEADLINE` (zero) as it, on every path of a call.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_of_any_length_is_taken_within_its_bounds() {
+    // The longest deadline the file can write ("213503982334d").
+    let longest = Config::parse("[rate_limit]\ndeadline = \"213503982334d\"\n").unwrap().deadline.unwrap();
+    let a_minute = Duration::from_secs(60);
+    for (given, taken) in
+        [(Duration::MAX, MAX_DEADLINE), (longest, MAX_DEADLINE), (Duration::ZERO, MIN_DEADLINE), (a_minute, a_minute)]
+    {
+        let slow = || SlowStore::delayed(MAX_DEADLINE * 2);
+        let guard = Guarded::with_limits(slow(), given, 4);
+        assert_eq!(guard.deadline(), taken, "{given:?}");
+        let started = tokio::time::Instant::now();
+        let err = count_one(&guard, "k", &AtomicUsize::new(0)).await.unwrap_err();
+        assert_eq!((err.unavailable_reason(), started.elapsed()), (Some(Unavailable::Timeout), taken), "{given:?}");
+        let started = tokio::time::Instant::now();
+        let keep = |current: &[Option<Entry>], _: Millis| vec![Write::Keep; current.len()];
+        let err = guard.update_owned(&["k"], Box::new(keep)).await.unwrap_err();
+        assert_eq!((err.unavailable_reason(), started.elapsed()), (Some(Unavailable::Timeout), taken), "{given:?}");
+        // Limits, set in code and in the file's settings.
+        let mut config = Config::default();
+        config.deadline = Some(given);
+        for builder in [Limits::builder().deadline(given), config.apply(Limits::builder())] {
+            let limits = builder.store(slow()).single_instance(true).build().unwrap();
+            let started = tokio::time::Instant::now();
+            let d = limits.attempt("sign-in", &[("account", "a@example.com"), ("ip", "192.0.2.1")]).await.unwrap();
+            assert_eq!((d.allowed, d.degraded), (false, Some(Unavailable::Timeout)), "{given:?}: sign-in denies");
+            assert_eq!(started.elapsed(), taken, "{given:?}");
+        }
+        // A store that answers at once answers, whatever the deadline.
+        let guard = Guarded::with_limits(Arc::new(MemoryStore::new()), given, 4);
+        count_one(&guard, "k", &AtomicUsize::new(0)).await.unwrap();
+    }
 }

@@ -85,7 +85,8 @@ pub struct Config {
     /// store's key hashes. Prefer the environment to the file.
     pub secret: Option<SecretString>,
     /// `rate_limit.deadline`: how long a store call may take before it is
-    /// answered unavailable; 2 s when `None`.
+    /// answered unavailable; 2 s when `None`, at most an hour (a longer one
+    /// is taken as an hour, as [`LimitsBuilder::deadline`](crate::limits::LimitsBuilder::deadline) takes it).
     pub deadline: Option<Duration>,
     /// `rate_limit.max_in_flight`: how many store calls may run at once; 64
     /// when `None`.

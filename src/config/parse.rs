@@ -96,10 +96,15 @@ impl<'t> Parser<'t> {
     fn duration(&self, item: Item<'_, '_>, path: &str, what: &str) -> Result<Duration, ConfigError> {
         let text = self.string(item, path)?;
         parse_duration(text).ok_or_else(|| {
+            let hint = match number_and_unit(text) {
+                None => "write a whole number and a unit, as",
+                Some((0, _)) => "it must be longer than 0, as",
+                Some(_) => "it is too long to count in milliseconds; write a shorter one, as",
+            };
             self.error(
                 item.0.span().start,
                 path,
-                format!("`{text}` is not {what}: write a whole number and a unit, as \"500ms\", \"30s\", \"15m\", \"1h\" or \"1d\""),
+                format!("`{text}` is not {what}: {hint} \"500ms\", \"30s\", \"15m\", \"1h\" or \"1d\""),
             )
         })
     }
@@ -237,8 +242,15 @@ impl<'t> Parser<'t> {
     }
 }
 
-/// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`: a whole number and a unit.
+/// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`: a whole number and a unit,
+/// longer than 0.
 fn parse_duration(text: &str) -> Option<Duration> {
+    let (n, ms) = number_and_unit(text)?;
+    n.checked_mul(ms).filter(|&ms| ms > 0).map(Duration::from_millis)
+}
+
+/// The number of a duration's text and its unit in milliseconds.
+fn number_and_unit(text: &str) -> Option<(u64, u64)> {
     let digits = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = text.split_at(digits);
     let n: u64 = number.parse().ok()?;
@@ -250,7 +262,7 @@ fn parse_duration(text: &str) -> Option<Duration> {
         "d" => 86_400_000,
         _ => return None,
     };
-    n.checked_mul(ms).filter(|&ms| ms > 0).map(Duration::from_millis)
+    Some((n, ms))
 }
 
 #[cfg(test)]

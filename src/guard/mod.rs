@@ -43,8 +43,21 @@ use owned_keys::OwnedKeys;
 
 /// The default deadline of a store call.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+/// The longest deadline: one given longer (up to `Duration::MAX`) is taken
+/// as this. No caller waits an hour for a rate limit, and a deadline past
+/// what a clock can add would overflow it.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(3600);
+/// The shortest deadline: one given shorter (zero) is taken as this, as a
+/// cap of 0 calls in flight is taken as 1.
+pub const MIN_DEADLINE: Duration = Duration::from_millis(1);
 /// The default number of store calls that may run at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
+/// `deadline` within [`MIN_DEADLINE`] and [`MAX_DEADLINE`]: what every
+/// setter of a deadline takes.
+pub(crate) fn bounded(deadline: Duration) -> Duration {
+    deadline.clamp(MIN_DEADLINE, MAX_DEADLINE)
+}
 
 /// Wraps any store with the deadline and the in-flight cap. Implements
 /// [`LimitStore`]; needs a tokio runtime for a store that may wait.
@@ -73,11 +86,13 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     }
 
     /// Guards `inner` with a `deadline` per call and at most `max_in_flight`
-    /// calls running in it at once (a cap of 0 is taken as 1).
+    /// calls running in it at once (a cap of 0 is taken as 1). A deadline is
+    /// taken between [`MIN_DEADLINE`] and [`MAX_DEADLINE`] (1 ms and 1 h):
+    /// `Duration::ZERO` as 1 ms, `Duration::MAX` as an hour.
     pub fn with_limits(inner: Arc<S>, deadline: Duration, max_in_flight: usize) -> Self {
         Guarded {
             inner,
-            deadline,
+            deadline: bounded(deadline),
             max_in_flight: max_in_flight.max(1),
             in_flight: Arc::new(AtomicUsize::new(0)),
             logs: [Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()],

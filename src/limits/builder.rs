@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::guard::{DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
+use crate::guard::{bounded, DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::{millis, Algorithm};
@@ -84,10 +84,11 @@ impl LimitsBuilder {
     }
 
     /// How long a store call may take before it is answered unavailable and
-    /// the limit's policy answers (2 s by default). For the earlier-contract
+    /// the limit's policy answers (2 s by default), taken between 1 ms and
+    /// 1 h as [`Guarded::with_limits`] takes it. For the earlier-contract
     /// store too.
     pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
+        self.deadline = bounded(deadline);
         self
     }
 
