@@ -160,34 +160,65 @@ impl Algorithm {
 
     /// Checks one attempt on one part: what the part would answer, and what to
     /// write if the whole attempt is allowed.
+    #[inline]
     pub fn check(&self, entry: Option<&Entry>, now: Millis) -> Outcome {
+        self.check_cost(entry, now, 1)
+    }
+
+    /// [`check`](Self::check) for an attempt that counts `cost` at once:
+    /// allowed only when all of it fits, and then counted whole. Cost 0 is a
+    /// check that writes nothing: allowed when an attempt of cost 1 would
+    /// be, with what is left now. A cost over the budget is refused with no
+    /// `retry_after` ([`Outcome::never_fits`]; see [`can_ever_fit`](Self::can_ever_fit)).
+    #[inline]
+    pub fn check_cost(&self, entry: Option<&Entry>, now: Millis, cost: u64) -> Outcome {
         match *self {
-            Algorithm::FixedWindow { budget, window, cooldown } => window::fixed(entry, now, budget, window, cooldown),
-            Algorithm::SlidingWindow { budget, window } => window::sliding(entry, now, budget, window),
-            Algorithm::Lockout { budget, window, lock } => lockout::check(entry, now, budget, window, lock),
-            Algorithm::Gcra { budget, window } => gcra::check(entry, now, budget, window),
+            Algorithm::FixedWindow { budget, window, cooldown } => {
+                window::fixed_cost(entry, now, budget, window, cooldown, cost)
+            }
+            Algorithm::SlidingWindow { budget, window } => window::sliding_cost(entry, now, budget, window, cost),
+            Algorithm::Lockout { budget, window, lock } => lockout::check_cost(entry, now, budget, window, lock, cost),
+            Algorithm::Gcra { budget, window } => gcra::check_cost(entry, now, budget, window, cost),
         }
+    }
+
+    /// Whether an attempt of `cost` can ever be allowed: not over the budget.
+    pub fn can_ever_fit(&self, cost: u64) -> bool {
+        cost <= self.budget()
     }
 }
 
 /// Joins one attempt over all parts of a limit: allowed only when every part
 /// has budget left, and then counted on every part; a refused attempt writes
 /// nothing. `entries[i]` is the live entry of `parts[i]`.
+#[inline]
 pub fn decide<'a>(
     parts: impl Iterator<Item = &'a Algorithm>,
     entries: &[Option<Entry>],
     now: Millis,
 ) -> (Vec<Write>, Verdict) {
+    decide_cost(parts, entries, now, 1)
+}
+
+/// [`decide`] for an attempt that counts `cost` on every part at once
+/// (see [`Algorithm::check_cost`]): allowed only when it fits on every
+/// part; cost 0 writes nothing on any.
+pub fn decide_cost<'a>(
+    parts: impl Iterator<Item = &'a Algorithm>,
+    entries: &[Option<Entry>],
+    now: Millis,
+    cost: u64,
+) -> (Vec<Write>, Verdict) {
     let mut parts = parts;
     if let ([entry], (1, Some(1))) = (entries, parts.size_hint()) {
         // One part, the most common limit: its outcome is the verdict.
         if let Some(algorithm) = parts.next() {
-            return super::outcome::join_one(algorithm.check(entry.as_ref(), now));
+            return super::outcome::join_one(algorithm.check_cost(entry.as_ref(), now, cost));
         }
     }
     // Most limits have one to four parts: no list is allocated for them.
     let outcomes: SmallVec<[Outcome; 4]> =
-        parts.zip(entries).map(|(algorithm, entry)| algorithm.check(entry.as_ref(), now)).collect();
+        parts.zip(entries).map(|(algorithm, entry)| algorithm.check_cost(entry.as_ref(), now, cost)).collect();
     super::outcome::join_all(outcomes, now)
 }
 

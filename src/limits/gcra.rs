@@ -23,9 +23,18 @@ pub fn interval(budget: u64, window: Millis) -> Millis {
 }
 
 /// One attempt on a GCRA of `budget` per `window`.
+#[inline]
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
+    check_cost(entry, now, budget, window, 1)
+}
+
+/// [`check`] for an attempt that counts `cost` at once (0: a check): it moves
+/// the TAT by `cost` intervals, allowed when `max(tat, now) + cost × interval
+/// - now` stays within the bucket.
+pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cost: u64) -> Outcome {
     let tat = entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_i64());
-    let (next, verdict) = step(tat, now, budget, window);
+    let (next, verdict) =
+        if cost == 1 { step(tat, now, budget, window) } else { Rate::new(budget, window).step_cost(tat, now, cost) };
     Outcome {
         allowed: verdict.allowed,
         remaining: verdict.remaining,
@@ -89,6 +98,41 @@ impl Rate {
                 part: 0,
             };
             return (None, verdict);
+        }
+        let left = u64::try_from(capacity.saturating_sub(next.saturating_sub(now)) / t).unwrap_or(0);
+        (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
+    }
+
+    /// [`step`](Self::step) for an attempt that counts `cost` at once: the
+    /// TAT to store when it is counted (`None`: nothing to write, for a
+    /// refusal or a check of cost 0), and the answer. `step` stays the one
+    /// count of cost 1, with no cost to carry.
+    pub(crate) fn step_cost(self, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
+        let Rate { interval: t, capacity } = self;
+        let tat = counted_from(tat, now);
+        // Attempts left now, and when one more than that fits.
+        let left = (capacity.saturating_sub(tat.saturating_sub(now)) / t).max(0);
+        let more_at = tat.saturating_add(t.saturating_mul(left.saturating_add(1))).saturating_sub(capacity);
+        let refused = |retry_after| Verdict {
+            allowed: false,
+            remaining: u64::try_from(left).unwrap_or(0),
+            reset_at: more_at,
+            retry_after,
+            part: 0,
+        };
+        let span = t.saturating_mul(Millis::try_from(cost.max(1)).unwrap_or(Millis::MAX));
+        if span > capacity {
+            // More than a full bucket: no wait would do.
+            return (None, refused(None));
+        }
+        let next = tat.saturating_add(span);
+        if next.saturating_sub(now) > capacity {
+            let allowed_at = next.saturating_sub(capacity);
+            return (None, refused(Some(allowed_at.saturating_sub(now).max(1))));
+        }
+        if cost == 0 {
+            let remaining = u64::try_from(left).unwrap_or(0);
+            return (None, Verdict { allowed: true, remaining, reset_at: tat, retry_after: None, part: 0 });
         }
         let left = u64::try_from(capacity.saturating_sub(next.saturating_sub(now)) / t).unwrap_or(0);
         (Some(next), Verdict { allowed: true, remaining: left, reset_at: next, retry_after: None, part: 0 })
@@ -240,6 +284,20 @@ mod tests {
                     "{stored:?} at {now}"
                 );
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// `step_cost` of 1 is `step`, whatever the stored TAT and the time.
+        #[test]
+        fn a_cost_of_one_steps_as_step_does(
+            budget in 1u64..2_000,
+            window in 1i64..10_000_000,
+            now in proptest::prop_oneof![proptest::strategy::Just(Millis::MIN), proptest::strategy::Just(Millis::MAX), T0 - 1_000_000..T0 + 1_000_000],
+            tat in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just(Millis::MIN), proptest::strategy::Just(Millis::MAX), T0 - 1_000_000..T0 + 20_000_000]),
+        ) {
+            let rate = Rate::new(budget, window);
+            proptest::prop_assert_eq!(rate.step_cost(tat, now, 1), rate.step(tat, now));
         }
     }
 }

@@ -13,21 +13,37 @@ use crate::{Entry, Millis};
 use super::outcome::Outcome;
 
 /// One attempt on a lockout of `budget` attempts per `window`, locking for `lock`.
+#[inline]
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, lock: Millis) -> Outcome {
-    let (count, end) =
-        match entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_u64().map(|c| (c, e.expires_at))) {
-            Some(found) => found,
-            None => (0, now.saturating_add(window)),
-        };
+    check_cost(entry, now, budget, window, lock, 1)
+}
+
+/// [`check`] for an attempt that counts `cost` failures at once (0: a check).
+///
+/// The attempt that uses the last of the budget locks the part, whatever its
+/// cost. One whose cost doesn't fit in what is left is refused like any other
+/// refusal: it writes nothing and doesn't lock, since it was not counted (a
+/// lock is earned by failures that were counted), and the smaller attempts
+/// that still fit go on until the window ends.
+pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, lock: Millis, cost: u64) -> Outcome {
+    let held = entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_u64().map(|c| (c, e.expires_at)));
+    let (count, end) = held.unwrap_or((0, now.saturating_add(window)));
     let left = budget.saturating_sub(count);
-    if left == 0 {
-        // Locked: refused until the lock ends; the refusal writes nothing, so
-        // trying during the lock does not lengthen it.
-        return Outcome::refused(0, end, end, now);
+    if cost > budget {
+        return Outcome::never(left, held.map_or(now, |h| h.1));
     }
-    let count = count + 1;
-    let expires_at = if left == 1 { end.max(now.saturating_add(lock)) } else { end };
-    Outcome::counted(left - 1, expires_at, Entry { value: Value::from(count), expires_at })
+    if cost.max(1) > left {
+        // Locked (nothing left), or too little left for this cost: refused
+        // until the lock or the window ends; the refusal writes nothing, so
+        // trying during the lock does not lengthen it.
+        return Outcome::refused(left, end, end, now);
+    }
+    if cost == 0 {
+        return Outcome::checked(left, held.map_or(now, |h| h.1));
+    }
+    let count = count + cost;
+    let expires_at = if left == cost { end.max(now.saturating_add(lock)) } else { end };
+    Outcome::counted(left - cost, expires_at, Entry { value: Value::from(count), expires_at })
 }
 
 #[cfg(test)]
@@ -92,5 +108,20 @@ mod tests {
     fn a_lock_shorter_than_the_window_lasts_to_the_window_end() {
         let a = put(&check(None, T0, 1, 10 * MIN, MIN));
         assert_eq!(a.expires_at, T0 + 10 * MIN);
+    }
+
+    #[test]
+    fn a_cost_that_does_not_fit_neither_counts_nor_locks() {
+        let (budget, window, lock) = (5, 15 * MIN, 60 * MIN);
+        let three = put(&check_cost(None, T0, budget, window, lock, 3));
+        let o = check_cost(Some(&three), T0 + MIN, budget, window, lock, 3);
+        assert!(!o.allowed);
+        assert_eq!(o.write, Write::Keep, "not counted, so no lock");
+        assert_eq!(o.remaining, 2);
+        assert_eq!(o.retry_after, Some(window - MIN), "three fit again when the window ends");
+        // The two left still go through, and the one that uses the last locks.
+        let two = check_cost(Some(&three), T0 + MIN, budget, window, lock, 2);
+        assert!(two.allowed);
+        assert_eq!(put(&two).expires_at, T0 + MIN + lock);
     }
 }

@@ -1,6 +1,13 @@
 //! What one attempt answers: each part's [`Outcome`], and the [`Verdict`]
 //! that [`join`] makes of them. The algorithms produce outcomes; nothing here
 //! depends on which algorithm did.
+//!
+//! An attempt may count more than one ([`Algorithm::check_cost`](super::Algorithm::check_cost)):
+//! - cost `n` is allowed only when all `n` fit, and then counts `n` at once;
+//! - cost 0 is a check: it writes nothing, is allowed when an attempt of cost
+//!   1 would be, and answers what is left now;
+//! - a cost over a part's budget can never fit: it is refused with no
+//!   `retry_after` (see [`Outcome::never_fits`]), since no wait would do.
 
 use crate::{Entry, Millis, Write};
 
@@ -9,12 +16,15 @@ use crate::{Entry, Millis, Write};
 pub struct Outcome {
     /// The part has budget left for this attempt.
     pub allowed: bool,
-    /// Attempts left after this one (when allowed) or now (when refused).
+    /// Attempts left after this one (when counted) or now (when refused, or
+    /// for a check of cost 0).
     pub remaining: u64,
     /// When the part next has more budget: the window's end, or when the
-    /// oldest recorded attempt leaves a sliding window.
+    /// oldest recorded attempt leaves a sliding window; for a check, `now`
+    /// when nothing is held.
     pub reset_at: Millis,
-    /// For a refused attempt: how long until one would be allowed, in ms.
+    /// For a refused attempt: how long until it would be allowed, in ms;
+    /// `None` when it never would (its cost is over the budget).
     pub retry_after: Option<Millis>,
     /// What to write when the attempt is counted; `Keep` when refused.
     pub write: Write,
@@ -26,13 +36,28 @@ impl Outcome {
             allowed: false,
             remaining,
             reset_at,
-            retry_after: Some((allowed_at - now).max(1)),
+            retry_after: Some(allowed_at.saturating_sub(now).max(1)),
             write: Write::Keep,
         }
     }
 
     pub(crate) fn counted(remaining: u64, reset_at: Millis, entry: Entry) -> Self {
         Outcome { allowed: true, remaining, reset_at, retry_after: None, write: Write::Put(entry) }
+    }
+
+    /// A check (cost 0) that an attempt would pass: nothing is written.
+    pub(crate) fn checked(remaining: u64, reset_at: Millis) -> Self {
+        Outcome { allowed: true, remaining, reset_at, retry_after: None, write: Write::Keep }
+    }
+
+    /// An attempt whose cost is over the budget: refused, now and always.
+    pub(crate) fn never(remaining: u64, reset_at: Millis) -> Self {
+        Outcome { allowed: false, remaining, reset_at, retry_after: None, write: Write::Keep }
+    }
+
+    /// Refused because its cost is over the part's budget: no wait would do.
+    pub fn never_fits(&self) -> bool {
+        !self.allowed && self.retry_after.is_none()
     }
 }
 
@@ -45,11 +70,19 @@ pub struct Verdict {
     pub remaining: u64,
     /// `reset_at` of the part that answered (see [`Verdict::part`]).
     pub reset_at: Millis,
-    /// For a refused attempt: the longest wait any refusing part asks for, in ms.
+    /// For a refused attempt: the longest wait any refusing part asks for, in
+    /// ms; `None` when a part never allows it (its cost is over the budget).
     pub retry_after: Option<Millis>,
     /// Index of the part that answered: the refusing part with the longest
     /// wait, or the part with the fewest attempts left.
     pub part: usize,
+}
+
+impl Verdict {
+    /// Refused because the cost is over some part's budget: no wait would do.
+    pub fn never_fits(&self) -> bool {
+        !self.allowed && self.retry_after.is_none()
+    }
 }
 
 /// Joins the parts' outcomes of one attempt into the writes (every part's
@@ -100,7 +133,11 @@ fn verdict(outcomes: &[Outcome], now: Millis) -> Verdict {
             .min_by_key(|&i| (outcomes[i].remaining, std::cmp::Reverse(outcomes[i].reset_at)))
             .unwrap_or(0)
     } else {
-        (0..outcomes.len()).filter(|&i| !outcomes[i].allowed).max_by_key(|&i| outcomes[i].retry_after).unwrap_or(0)
+        // A part that never allows the cost waits longest of all.
+        (0..outcomes.len())
+            .filter(|&i| !outcomes[i].allowed)
+            .max_by_key(|&i| outcomes[i].retry_after.unwrap_or(Millis::MAX))
+            .unwrap_or(0)
     };
     Verdict {
         allowed,

@@ -6,8 +6,10 @@
 //!   `last` is when the last allowed attempt was made; the entry expires when
 //!   the window ends;
 //! - sliding window: the allowed attempts still in the window, as the oldest
-//!   time followed by each one's distance from it (`[t0, 0, 1200, 5000]`); the
-//!   entry expires one window after the newest.
+//!   time followed by each one's distance from it (`[t0, 0, 1200, 5000]`); an
+//!   attempt of cost `n` > 1 is one item `[distance, n]` (`[t0, 0, [1200, 3]]`),
+//!   which an earlier release of this crate reads as no attempts; the entry
+//!   expires one window after the newest.
 //!
 //! A value of another shape (left by an earlier algorithm of the same limit) is
 //! read as no attempts.
@@ -32,27 +34,40 @@ pub const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
 /// An allowed attempt inside the window's last `cooldown` keeps the window open
 /// until its cooldown ends, so the cooldown can't be skipped by waiting for the
 /// window to close; the window only ever gets longer, never looser.
+#[inline]
 pub fn fixed(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cooldown: Millis) -> Outcome {
-    let (count, last, end) = match entry.filter(|e| e.expires_at > now) {
-        Some(e) => {
-            let (count, last) = if cooldown > 0 {
-                match e.value.as_array().map(Vec::as_slice) {
-                    Some([Value::Number(c), Value::Number(l)]) => (c.as_u64(), l.as_i64()),
-                    _ => (None, None),
-                }
-            } else {
-                (e.value.as_u64(), None)
-            };
-            match count {
-                Some(count) => (count, last, e.expires_at),
-                None => (0, None, now.saturating_add(window)),
+    fixed_cost(entry, now, budget, window, cooldown, 1)
+}
+
+/// [`fixed`] for an attempt that counts `cost` at once (0: a check). With a
+/// cooldown, one allowed attempt of cost `n` starts one cooldown, where `n`
+/// attempts of cost 1 would each wait out their own.
+pub fn fixed_cost(
+    entry: Option<&Entry>,
+    now: Millis,
+    budget: u64,
+    window: Millis,
+    cooldown: Millis,
+    cost: u64,
+) -> Outcome {
+    let held = entry.filter(|e| e.expires_at > now).and_then(|e| {
+        let (count, last) = if cooldown > 0 {
+            match e.value.as_array().map(Vec::as_slice) {
+                Some([Value::Number(c), Value::Number(l)]) => (c.as_u64(), l.as_i64()),
+                _ => (None, None),
             }
-        }
-        None => (0, None, now.saturating_add(window)),
-    };
+        } else {
+            (e.value.as_u64(), None)
+        };
+        count.map(|count| (count, last, e.expires_at))
+    });
+    let (count, last, end) = held.unwrap_or((0, None, now.saturating_add(window)));
     let left = budget.saturating_sub(count);
-    if left == 0 {
-        return Outcome::refused(0, end, end, now);
+    if cost > budget {
+        return Outcome::never(left, held.map_or(now, |h| h.2));
+    }
+    if cost.max(1) > left {
+        return Outcome::refused(left, end, end, now);
     }
     if let Some(last) = last {
         let ready_at = last.saturating_add(cooldown);
@@ -60,66 +75,112 @@ pub fn fixed(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, co
             return Outcome::refused(left, end, ready_at, now);
         }
     }
-    let count = count + 1;
+    if cost == 0 {
+        return Outcome::checked(left, held.map_or(now, |h| h.2));
+    }
+    let count = count + cost;
     let (value, expires_at) = if cooldown > 0 {
         (Value::from(vec![Value::from(count), Value::from(now)]), end.max(now.saturating_add(cooldown)))
     } else {
         (Value::from(count), end)
     };
-    Outcome::counted(left - 1, expires_at, Entry { value, expires_at })
+    Outcome::counted(left - cost, expires_at, Entry { value, expires_at })
 }
 
-/// The allowed attempts a sliding-window value records, oldest first.
-fn attempts(value: &Value) -> Vec<Millis> {
+/// The allowed attempts a sliding-window value records, oldest first, as
+/// runs of `(time, how many)`: an item is an offset from the first number
+/// (one attempt), or `[offset, n]` (n attempts at once, written by a cost).
+fn attempts(value: &Value) -> Vec<(Millis, u64)> {
     let Some(items) = value.as_array() else {
         return Vec::new();
     };
-    let mut numbers = items.iter().map(Value::as_i64);
-    let Some(Some(base)) = numbers.next() else {
+    let Some(Some(base)) = items.first().map(Value::as_i64) else {
         return Vec::new();
     };
-    let mut times = Vec::with_capacity(items.len() - 1);
-    for offset in numbers {
-        match offset {
-            Some(offset) => times.push(base.saturating_add(offset)),
+    let mut runs = Vec::with_capacity(items.len() - 1);
+    for item in &items[1..] {
+        let run = match item {
+            Value::Number(offset) => offset.as_i64().map(|o| (o, 1)),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Number(offset), Value::Number(n)] => offset.as_i64().zip(n.as_u64()).filter(|&(_, n)| n >= 1),
+                _ => None,
+            },
+            _ => None,
+        };
+        match run {
+            Some((offset, n)) => runs.push((base.saturating_add(offset), n)),
             None => return Vec::new(),
         }
     }
-    times
+    runs
+}
+
+/// When `k` (at least 1) of the recorded attempts have left the window:
+/// `runs` are sorted oldest first and hold at least `k` attempts.
+fn leaves_at(runs: &[(Millis, u64)], k: u64, window: Millis, now: Millis) -> Millis {
+    let mut gone = 0u64;
+    for &(t, n) in runs {
+        gone = gone.saturating_add(n);
+        if gone >= k {
+            return t.saturating_add(window);
+        }
+    }
+    now
 }
 
 /// One attempt on a sliding window of `budget` attempts in any `window`.
 ///
 /// Only allowed attempts are recorded; a refused one writes nothing, so it
 /// never pushes its own window out, and nothing is ever rolled back.
+#[inline]
 pub fn sliding(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
-    let mut times = entry.filter(|e| e.expires_at > now).map(|e| attempts(&e.value)).unwrap_or_default();
+    sliding_cost(entry, now, budget, window, 1)
+}
+
+/// [`sliding`] for an attempt that counts `cost` at once (0: a check): it is
+/// recorded as `cost` attempts at `now`, in one item of the stored value.
+pub fn sliding_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cost: u64) -> Outcome {
+    let mut runs = entry.filter(|e| e.expires_at > now).map(|e| attempts(&e.value)).unwrap_or_default();
     // An attempt at `t` counts while `now < t + window`. One recorded more
     // than a window ahead of the clock is no attempt a clock made (a step
     // back is seconds): it counts as made a window ahead, so a corrupt or
     // foreign value can't grow the offsets past what the store can hold.
-    times.retain(|&t| t.saturating_add(window) > now);
+    runs.retain(|&(t, _)| t.saturating_add(window) > now);
     let latest = now.saturating_add(window);
-    times.iter_mut().for_each(|t| *t = (*t).min(latest));
-    times.sort_unstable();
-    let count = u64::try_from(times.len()).unwrap_or(u64::MAX);
+    runs.iter_mut().for_each(|(t, _)| *t = (*t).min(latest));
+    runs.sort_by_key(|&(t, _)| t);
+    let count = runs.iter().fold(0u64, |sum, &(_, n)| sum.saturating_add(n));
     let left = budget.saturating_sub(count);
-    if left == 0 {
-        // The oldest attempts leave first; an attempt is allowed again once
-        // enough of them have left to bring the count under the budget.
-        let surplus = usize::try_from(count - budget).unwrap_or(usize::MAX);
-        let frees_at = times.get(surplus).map_or(now, |&t| t.saturating_add(window));
-        return Outcome::refused(0, frees_at, frees_at, now);
+    // The oldest attempts leave first: the part has more budget once one
+    // more than its surplus (after a lowered budget) has left.
+    let more_at = |runs: &[(Millis, u64)]| match count {
+        0 => now,
+        _ => leaves_at(runs, count.saturating_sub(budget).saturating_add(1), window, now),
+    };
+    if cost > budget {
+        return Outcome::never(left, more_at(&runs));
     }
-    times.push(now);
-    times.sort_unstable();
-    let base = times[0];
-    let mut items = Vec::with_capacity(times.len() + 1);
+    let need = cost.max(1);
+    if need > left {
+        // Allowed once enough have left to bring the count to `budget - need`.
+        let frees_at = leaves_at(&runs, count.saturating_add(need) - budget, window, now);
+        return Outcome::refused(left, more_at(&runs), frees_at, now);
+    }
+    if cost == 0 {
+        return Outcome::checked(left, more_at(&runs));
+    }
+    let at = runs.partition_point(|&(t, _)| t <= now);
+    runs.insert(at, (now, cost));
+    let base = runs[0].0;
+    let mut items = Vec::with_capacity(runs.len() + 1);
     items.push(Value::from(base));
-    items.extend(times.iter().map(|&t| Value::from(t - base)));
-    let newest = times[times.len() - 1];
+    items.extend(runs.iter().map(|&(t, n)| match n {
+        1 => Value::from(t - base),
+        n => Value::from(vec![Value::from(t - base), Value::from(n)]),
+    }));
+    let newest = runs[runs.len() - 1].0;
     Outcome::counted(
-        left - 1,
+        left - cost,
         base.saturating_add(window),
         Entry { value: Value::from(items), expires_at: newest.saturating_add(window) },
     )
@@ -278,5 +339,39 @@ mod tests {
         // Offsets of up to 8 digits here; even 13-digit offsets would fit.
         let size = crate::rules::value_size(&current.unwrap().value);
         assert!(size < crate::MAX_VALUE_BYTES * 3 / 5, "{size} bytes");
+    }
+
+    #[test]
+    fn sliding_cost_is_one_item_and_cost_one_keeps_the_earlier_form() {
+        let one = entry(&sliding(None, T0, 5, W));
+        let o = sliding_cost(Some(&one), T0 + 1_200, 5, W, 3);
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 1);
+        let three = entry(&o);
+        assert_eq!(three.value, json!([T0, 0, [1_200, 3]]));
+        // Attempts of cost 1 add plain offsets, read beside the run.
+        let o = sliding(Some(&three), T0 + 1_200, 5, W);
+        assert_eq!(entry(&o).value, json!([T0, 0, [1_200, 3], 1_200]));
+        assert_eq!(o.remaining, 0);
+        // The first leaves at T0 + W; the three at once only at T0 + 1200 + W.
+        let refused = sliding_cost(Some(&entry(&o)), T0 + W - 1, 5, W, 2);
+        assert!(!refused.allowed);
+        assert_eq!(refused.remaining, 0);
+        assert_eq!(refused.reset_at, T0 + W, "one more fits as soon as the oldest leaves");
+        assert_eq!(refused.retry_after, Some(1_201), "two fit once the run of three leaves too");
+    }
+
+    #[test]
+    fn fixed_cost_starts_one_cooldown() {
+        let cd = 10_000;
+        let o = fixed_cost(None, T0, 5, W, cd, 3);
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 2);
+        assert_eq!(entry(&o).value, json!([3, T0]));
+        let early = fixed_cost(Some(&entry(&o)), T0 + 1, 5, W, cd, 1);
+        assert_eq!(early.retry_after, Some(cd - 1));
+        // A check during the cooldown answers the refusal an attempt would get.
+        let check = fixed_cost(Some(&entry(&o)), T0 + 1, 5, W, cd, 0);
+        assert_eq!((check.allowed, check.remaining, check.write), (false, 2, Write::Keep));
     }
 }
