@@ -13,6 +13,7 @@
 //! max_in_flight = 64                        # store calls at once
 //! ipv6_prefix = 64                          # IPv6 clients count per /64
 //! fold_case = true                          # accounts: folded (Unicode rule)
+//! # envoy_config = "ratelimit.yaml"         # serve --grpc-listen: envoy's YAML rules
 //!
 //! [rate_limit.limits.sign-in]
 //! budget = 10          # the first part's budget (account)
@@ -26,7 +27,7 @@
 //!
 //! Unknown keys and bad values are errors that name the key and its line.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ pub const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
 pub const ENV_REDIS_URL: &str = "LIMIT_STORE_REDIS_URL";
 /// Overrides `rate_limit.secret`.
 pub const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
+/// Overrides `rate_limit.envoy_config`.
+pub const ENV_ENVOY_CONFIG: &str = "LIMIT_STORE_ENVOY_CONFIG";
 /// The database URL when none is set.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://limit-store.db";
 
@@ -99,6 +102,10 @@ pub struct Config {
     pub fold_case: Option<bool>,
     /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
     pub limits: Vec<LimitSettings>,
+    /// `rate_limit.envoy_config` (or `LIMIT_STORE_ENVOY_CONFIG`): the rules of
+    /// `serve --grpc-listen`, a YAML file or a directory of them in envoy's
+    /// ratelimit service format (relative to the working directory).
+    pub envoy_config: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -117,6 +124,7 @@ impl Default for Config {
             ipv6_prefix: None,
             fold_case: None,
             limits: Vec::new(),
+            envoy_config: None,
         }
     }
 }
@@ -137,6 +145,7 @@ impl std::fmt::Debug for Config {
             .field("ipv6_prefix", &self.ipv6_prefix)
             .field("fold_case", &self.fold_case)
             .field("limits", &self.limits)
+            .field("envoy_config", &self.envoy_config)
             .finish()
     }
 }
@@ -204,8 +213,8 @@ impl Config {
     }
 
     /// Applies the overrides `var` finds (`LIMIT_STORE_DATABASE_URL`,
-    /// `LIMIT_STORE_REDIS_URL`, `LIMIT_STORE_SECRET`); [`Config::load`] reads
-    /// them from the process.
+    /// `LIMIT_STORE_REDIS_URL`, `LIMIT_STORE_SECRET`, `LIMIT_STORE_ENVOY_CONFIG`);
+    /// [`Config::load`] reads them from the process.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
         if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
             self.database_url = SecretUrl::new(url);
@@ -215,6 +224,9 @@ impl Config {
         }
         if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
             self.secret = Some(SecretString::new(secret));
+        }
+        if let Some(path) = var(ENV_ENVOY_CONFIG).filter(|v| !v.is_empty()) {
+            self.envoy_config = Some(PathBuf::from(path));
         }
     }
 

@@ -11,7 +11,7 @@ use crate::limits::{presets, Policy};
 use crate::secret::{SecretString, SecretUrl};
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits";
+    "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits, envoy_config";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
 
@@ -160,6 +160,7 @@ impl<'t> Parser<'t> {
                 "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),
                 "ipv6_prefix" => config.ipv6_prefix = Some(self.prefix(item, &path)?),
                 "fold_case" => config.fold_case = Some(self.boolean(item, &path)?),
+                "envoy_config" => config.envoy_config = Some(self.string(item, &path)?.into()),
                 "limits" => {
                     for limit in in_order(self.table(item, &path)?) {
                         let settings = self.limit(limit)?;

@@ -92,6 +92,12 @@ impl Metrics {
         m
     }
 
+    /// The registry, for the metrics of serve's other listeners (the Envoy
+    /// service's), added before serving.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// A store call is starting; dropping the answer ends it.
     pub fn call(&self) -> Call<'_> {
         self.in_flight.inc();

@@ -11,6 +11,7 @@
 
 mod auth;
 pub mod bodies;
+pub mod envoy;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -65,7 +66,13 @@ pub struct App {
 
 /// The service's routes over `limits`; with `token`, callers must send it.
 pub fn router(limits: LimitsHandle, token: Option<SecretString>) -> Router {
-    let app = App { limits, token, metrics: Arc::new(metrics::Metrics::new()), started: Instant::now() };
+    router_with_metrics(limits, token, metrics::Metrics::new())
+}
+
+/// [`router`], with `metrics` in `/metrics` (which may hold more: the
+/// Envoy service's, registered with [`Metrics::registry_mut`](metrics::Metrics::registry_mut)).
+pub fn router_with_metrics(limits: LimitsHandle, token: Option<SecretString>, metrics: metrics::Metrics) -> Router {
+    let app = App { limits, token, metrics: Arc::new(metrics), started: Instant::now() };
     Router::new()
         .route("/v1/limits/{name}/attempt", post(routes::attempt))
         .route("/v1/limits/{name}/reset", post(routes::reset))

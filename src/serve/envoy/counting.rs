@@ -1,0 +1,242 @@
+//! One `ShouldRateLimit` counted: every rule the request's descriptors match
+//! is a part of one atomic [`LimitStore::update`](crate::LimitStore::update)
+//! over their keys, on the store's clock. The request is allowed only when
+//! every rule that enforces (not in shadow mode) has room for its hits; then
+//! each rule counts its hits (a shadow rule only when they fit), else none
+//! does. Each rule is a fixed window of one unit that opens at its key's
+//! first counted hit.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use sha2::{Digest, Sha256};
+
+use super::rules::{Rule, Rules};
+use crate::limits::algorithm::Outcome;
+use crate::limits::Algorithm;
+use crate::{update_with, Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES};
+
+/// Why a request can't be counted: its fault, or the store's.
+#[derive(Debug)]
+pub enum Problem {
+    /// The request is not one the service can answer (gRPC INVALID_ARGUMENT).
+    Invalid(String),
+    /// The store didn't answer; nothing is known to be counted (UNAVAILABLE).
+    Store(StoreError),
+}
+
+/// How one descriptor was answered, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Within its rule's budget (or counted nothing and had room).
+    Allowed,
+    /// Over its rule's budget.
+    OverLimit,
+    /// Over a shadow rule's budget: reported, not refused.
+    Shadow,
+}
+
+/// The answer, and each matched rule with how it answered.
+pub struct Counted {
+    /// What envoy gets.
+    pub response: RateLimitResponse,
+    /// For the metrics: each descriptor that matched a counted rule.
+    pub verdicts: Vec<(Arc<Rule>, Verdict)>,
+}
+
+/// One key of the update: a rule and the hits every descriptor counting on
+/// that key adds.
+struct Part {
+    key: String,
+    algorithm: Algorithm,
+    cost: u64,
+    shadow: bool,
+}
+
+/// What one descriptor matched.
+enum Slot {
+    NoRule,
+    Unlimited,
+    /// A rule with a budget of 0: every hit is over it.
+    Closed(Arc<Rule>),
+    Counted(Arc<Rule>, usize),
+}
+
+/// The store key of a descriptor: `envoy.` and each of the domain, keys and
+/// values with its length before it (so no two descriptors share one), or
+/// `envoy#` and the SHA-256 of that when it passes the key limit. Limit
+/// names hold neither `.` nor `#`, so these never meet a limit's keys.
+pub fn key(domain: &str, descriptor: &RateLimitDescriptor) -> String {
+    let mut key = String::from("envoy.");
+    let mut push = |text: &str| {
+        let _ = write!(key, "{}:{text}", text.len());
+    };
+    push(domain);
+    for entry in &descriptor.entries {
+        push(&entry.key);
+        push(&entry.value);
+    }
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    let mut hashed = String::from("envoy#");
+    for byte in Sha256::digest(key.as_bytes()) {
+        let _ = write!(hashed, "{byte:02x}");
+    }
+    hashed
+}
+
+/// The hits a descriptor adds: its own `hits_addend` when set (0 counts
+/// nothing), else the request's (where 0 means unset: 1).
+fn hits(request: &RateLimitRequest, descriptor: &RateLimitDescriptor) -> u64 {
+    match &descriptor.hits_addend {
+        Some(own) => own.value,
+        None => u64::from(request.hits_addend.max(1)),
+    }
+}
+
+/// Counts `request` against `rules` in `store`.
+pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitRequest) -> Result<Counted, Problem> {
+    if request.domain.is_empty() {
+        return Err(Problem::Invalid("the request names no domain".into()));
+    }
+    if request.descriptors.is_empty() {
+        return Err(Problem::Invalid("the request has no descriptors".into()));
+    }
+    if request.descriptors.iter().any(|d| d.is_negative_hits) {
+        return Err(Problem::Invalid("is_negative_hits is not supported: hits can't be given back".into()));
+    }
+    let mut parts: Vec<Part> = Vec::new();
+    let mut slots = Vec::with_capacity(request.descriptors.len());
+    let mut closed = false;
+    for descriptor in &request.descriptors {
+        let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+        let slot = match rules.matching(&request.domain, entries) {
+            None => Slot::NoRule,
+            Some(rule) if rule.unlimited => Slot::Unlimited,
+            Some(rule) => match &rule.algorithm {
+                None => {
+                    closed |= !rule.shadow;
+                    Slot::Closed(rule.clone())
+                }
+                Some(algorithm) => {
+                    let key = key(&request.domain, descriptor);
+                    let cost = hits(request, descriptor);
+                    let at = match parts.iter().position(|p| p.key == key) {
+                        Some(at) => {
+                            parts[at].cost = parts[at].cost.saturating_add(cost);
+                            at
+                        }
+                        None => {
+                            let shadow = rule.shadow;
+                            parts.push(Part { key, algorithm: algorithm.clone(), cost, shadow });
+                            parts.len() - 1
+                        }
+                    };
+                    Slot::Counted(rule.clone(), at)
+                }
+            },
+        };
+        slots.push(slot);
+    }
+    if parts.len() > MAX_KEYS {
+        return Err(Problem::Invalid(format!(
+            "the request's descriptors match {} rules; at most {MAX_KEYS} are counted at once",
+            parts.len()
+        )));
+    }
+    let (allowed, outcomes, now) = if parts.is_empty() {
+        (!closed, Vec::new(), 0)
+    } else {
+        let keys: Vec<&str> = parts.iter().map(|p| p.key.as_str()).collect();
+        update_with(store, &keys, |current, now| decide(&parts, current, now, closed)).await.map_err(Problem::Store)?
+    };
+    Ok(answer(slots, &outcomes, allowed, now))
+}
+
+/// The writes, whether the request is allowed, and each part's outcome:
+/// for a refused request, what each part holds now.
+fn decide(
+    parts: &[Part],
+    current: &[Option<Entry>],
+    now: Millis,
+    closed: bool,
+) -> (Vec<Write>, (bool, Vec<Outcome>, Millis)) {
+    let outcomes: Vec<Outcome> =
+        parts.iter().zip(current).map(|(p, e)| p.algorithm.check_cost(e.as_ref(), now, p.cost)).collect();
+    let allowed = !closed && parts.iter().zip(&outcomes).all(|(p, o)| p.shadow || o.allowed);
+    if allowed {
+        let writes = outcomes.iter().map(|o| o.write.clone()).collect();
+        return (writes, (true, outcomes, now));
+    }
+    let now_held = parts
+        .iter()
+        .zip(current)
+        .zip(outcomes)
+        .map(|((p, e), o)| if o.allowed { p.algorithm.check_cost(e.as_ref(), now, 0) } else { o })
+        .collect();
+    (vec![Write::Keep; parts.len()], (false, now_held, now))
+}
+
+/// The response: one status per descriptor, in order.
+fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) -> Counted {
+    let mut verdicts = Vec::new();
+    let statuses = slots
+        .into_iter()
+        .map(|slot| match slot {
+            Slot::NoRule => DescriptorStatus { code: Code::Ok.into(), ..Default::default() },
+            Slot::Unlimited => {
+                DescriptorStatus { code: Code::Ok.into(), limit_remaining: u32::MAX, ..Default::default() }
+            }
+            Slot::Closed(rule) => {
+                let verdict = if rule.shadow { Verdict::Shadow } else { Verdict::OverLimit };
+                let status = status(&rule, verdict, 0, millis(rule.unit.duration()));
+                verdicts.push((rule, verdict));
+                status
+            }
+            Slot::Counted(rule, at) => {
+                let o = &outcomes[at];
+                let verdict = match (o.allowed, rule.shadow) {
+                    (true, _) => Verdict::Allowed,
+                    (false, true) => Verdict::Shadow,
+                    (false, false) => Verdict::OverLimit,
+                };
+                let status = status(&rule, verdict, o.remaining, o.reset_at.saturating_sub(now));
+                verdicts.push((rule, verdict));
+                status
+            }
+        })
+        .collect();
+    let overall = if allowed { Code::Ok } else { Code::OverLimit };
+    Counted { response: RateLimitResponse { overall_code: overall.into(), statuses, ..Default::default() }, verdicts }
+}
+
+fn millis(d: std::time::Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
+/// A matched rule's status. A shadow rule over its budget says OK, as
+/// envoy's own service does, with what is left (0).
+fn status(rule: &Rule, verdict: Verdict, remaining: u64, reset_in: Millis) -> DescriptorStatus {
+    let code = if verdict == Verdict::OverLimit { Code::OverLimit } else { Code::Ok };
+    let reset_in = reset_in.max(0);
+    DescriptorStatus {
+        code: code.into(),
+        current_limit: Some(RateLimit {
+            name: rule.name.clone().unwrap_or_default(),
+            requests_per_unit: rule.requests_per_unit,
+            unit: rule.unit.proto().into(),
+        }),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(ProtoDuration {
+            seconds: reset_in / 1_000,
+            // Under 1e9: a whole number of milliseconds under a second.
+            nanos: i32::try_from(reset_in % 1_000 * 1_000_000).unwrap_or(0),
+        }),
+        quota: None,
+    }
+}

@@ -1,0 +1,107 @@
+//! Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
+//! for `serve --grpc-listen`: envoy, Istio or Envoy Gateway ask it whether a
+//! request may pass, with descriptors their route config builds.
+//!
+//! The rules come from YAML in envoy's ratelimit service format
+//! (`rate_limit.envoy_config`: a file, or a directory of `*.yaml`/`*.yml`),
+//! and are matched as envoy's own service matches them (see `matching.rs`).
+//! Unlike envoy's service, one request is counted exactly and atomically:
+//! every rule its descriptors match is counted in one update of the store,
+//! on the store's clock, and a request that any rule refuses counts nothing
+//! on any rule. Each rule counts in a fixed window of its unit that opens at
+//! its key's first counted hit (envoy's own service aligns windows to the
+//! wall clock instead: both are the same on every instance sharing a store).
+//!
+//! A store that doesn't answer is answered with gRPC `UNAVAILABLE`: envoy's
+//! filter then lets the request through, or refuses it with
+//! `failure_mode_deny: true`, so the policy lives in envoy's config.
+
+mod counting;
+mod matching;
+mod metrics;
+mod rules;
+mod service;
+mod yaml;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use counting::key;
+pub use metrics::EnvoyMetrics;
+pub use rules::{Rule, Rules, Unit};
+pub use service::{serve, EnvoyService, MAX_REQUEST};
+
+use crate::config::ConfigError;
+
+/// The rules the service answers with, which a reload replaces: a call
+/// keeps the ones it started with. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct EnvoyRules(Arc<parking_lot::RwLock<Arc<Rules>>>);
+
+impl EnvoyRules {
+    /// The rules of `path` (a YAML file or a directory of them).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Ok(EnvoyRules::new(Rules::load(path)?))
+    }
+
+    /// A handle on `rules`.
+    pub fn new(rules: Rules) -> Self {
+        EnvoyRules(Arc::new(parking_lot::RwLock::new(Arc::new(rules))))
+    }
+
+    /// The rules now.
+    pub fn current(&self) -> Arc<Rules> {
+        self.0.read().clone()
+    }
+
+    /// Reads `path` again: its rules answer from now on, and the counts are
+    /// kept (a rule's key is its descriptor's, whatever its budget). A file
+    /// that can't be used is refused, and the running rules stay.
+    pub fn reload(&self, path: &Path) -> Result<(), ConfigError> {
+        let rules = Rules::load(path)?;
+        *self.0.write() = Arc::new(rules);
+        Ok(())
+    }
+
+    /// [`reload`](Self::reload), logged: serve calls it when its settings
+    /// are reloaded, and [`watch`](Self::watch) when the YAML changes.
+    pub fn reload_logged(&self, path: &Path) {
+        match self.reload(path) {
+            Ok(()) => tracing::info!(
+                kind = "limit-store-envoy-reloaded",
+                rules = self.current().len(),
+                "reloaded the Envoy rules; the counts are kept"
+            ),
+            Err(e) => tracing::error!(
+                kind = "limit-store-envoy-refused",
+                error = %e,
+                "the changed Envoy rules were refused; the running ones stay"
+            ),
+        }
+    }
+
+    /// Reloads the rules whenever the YAML at `path` changes (a file's
+    /// modification time, or a directory's files), looked at every 2 s.
+    pub async fn watch(self, path: std::path::PathBuf) {
+        let mut seen = fingerprint(&path);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            let now = fingerprint(&path);
+            if now != seen {
+                seen = now;
+                self.reload_logged(&path);
+            }
+        }
+    }
+}
+
+/// The files at `path` with their modification times.
+fn fingerprint(path: &Path) -> Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut files = match std::fs::read_dir(path) {
+        Ok(dir) => dir.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(_) => vec![path.to_owned()],
+    };
+    files.sort();
+    files.into_iter().map(|p| (modified(&p), p)).map(|(m, p)| (p, m)).collect()
+}

@@ -1,0 +1,197 @@
+//! The rules of envoy's ratelimit service format, as loaded: per domain, a
+//! tree of descriptor entries (`key` or `key_value`), some with a rule.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+
+use crate::config::ConfigError;
+use crate::limits::Algorithm;
+
+/// A rule's unit of time. Envoy's month is 30 days and its year 365.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A second.
+    Second,
+    /// A minute.
+    Minute,
+    /// An hour.
+    Hour,
+    /// A day.
+    Day,
+    /// A week.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// The unit `name` (any case) names, as envoy's YAML spells it.
+    pub fn named(name: &str) -> Option<Unit> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// How long it lasts.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        })
+    }
+
+    /// The unit as the protocol numbers it.
+    pub(super) fn proto(self) -> ProtoUnit {
+        match self {
+            Unit::Second => ProtoUnit::Second,
+            Unit::Minute => ProtoUnit::Minute,
+            Unit::Hour => ProtoUnit::Hour,
+            Unit::Day => ProtoUnit::Day,
+            Unit::Week => ProtoUnit::Week,
+            Unit::Month => ProtoUnit::Month,
+            Unit::Year => ProtoUnit::Year,
+        }
+    }
+}
+
+/// One `rate_limit` of the YAML, at the end of a descriptor path.
+#[derive(Debug)]
+pub struct Rule {
+    /// `domain.key_value.key`, envoy's name for the rule.
+    pub path: String,
+    /// The rule's `name`, when it has one.
+    pub name: Option<String>,
+    /// The budget per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+    /// Matched, answered OK, never counted.
+    pub unlimited: bool,
+    /// Counted and reported, never refuses.
+    pub shadow: bool,
+    /// How it counts: a fixed window of one unit; `None` for a budget of 0
+    /// (every hit refused, nothing counted) or an unlimited rule.
+    pub(super) algorithm: Option<Algorithm>,
+}
+
+impl Rule {
+    pub(super) fn new(
+        path: String,
+        name: Option<String>,
+        requests_per_unit: u32,
+        unit: Unit,
+        unlimited: bool,
+        shadow: bool,
+    ) -> Self {
+        let algorithm = (!unlimited && requests_per_unit > 0)
+            .then(|| Algorithm::fixed_window(u64::from(requests_per_unit), unit.duration()));
+        Rule { path, name, requests_per_unit, unit, unlimited, shadow, algorithm }
+    }
+
+    /// What metrics call it: its `name`, or its path (from the YAML, never a
+    /// value a request sent).
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// One level of a domain's descriptor tree.
+#[derive(Debug, Default)]
+pub(super) struct Node {
+    /// By `key_value`, or `key` alone (the default for any value).
+    pub(super) children: HashMap<String, Node>,
+    /// The children whose `key_value` holds `*`: the map key, and the
+    /// pattern split at each `*`, in file order.
+    pub(super) wildcards: Vec<(String, Vec<String>)>,
+    pub(super) rule: Option<Arc<Rule>>,
+}
+
+impl Node {
+    pub(super) fn insert(&mut self, entry: String, node: Node) {
+        if entry.contains('*') {
+            self.wildcards.push((entry.clone(), entry.split('*').map(str::to_owned).collect()));
+        }
+        self.children.insert(entry, node);
+    }
+}
+
+/// Every domain's rules, as loaded from the YAML files.
+#[derive(Debug, Default)]
+pub struct Rules {
+    pub(super) domains: HashMap<String, Node>,
+    pub(super) count: usize,
+}
+
+impl Rules {
+    /// Reads `path`: one YAML file, or every `*.yaml` and `*.yml` file of a
+    /// directory (in name order). The first file that can't be used is
+    /// refused with its line and key.
+    pub fn load(path: &Path) -> Result<Rules, ConfigError> {
+        let unreadable = |origin: &Path, e: std::io::Error| ConfigError {
+            origin: origin.display().to_string(),
+            line: None,
+            key: None,
+            message: format!("can't read it: {e}"),
+        };
+        let files = if path.is_dir() {
+            let mut files: Vec<_> = std::fs::read_dir(path)
+                .map_err(|e| unreadable(path, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![path.to_owned()]
+        };
+        let mut rules = Rules::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| unreadable(&file, e))?;
+            super::yaml::load(&mut rules, &text, &file.display().to_string())?;
+        }
+        Ok(rules)
+    }
+
+    /// Reads the text of one YAML file (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Rules, ConfigError> {
+        let mut rules = Rules::default();
+        super::yaml::load(&mut rules, text, origin)?;
+        Ok(rules)
+    }
+
+    /// The domains, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut domains: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        domains.sort_unstable();
+        domains
+    }
+
+    /// How many rules (`rate_limit`s) there are.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when there is no rule.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}

@@ -1,0 +1,117 @@
+//! The gRPC service: `envoy.service.ratelimit.v3.RateLimitService`, on
+//! tonic, with the token as `authorization: Bearer` metadata.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tonic::metadata::MetadataMap;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use super::counting::{count, Problem};
+use super::metrics::EnvoyMetrics;
+use super::EnvoyRules;
+use crate::{LimitStore, SecretString};
+
+/// The largest request taken, in bytes: far above any descriptor list envoy sends.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// Envoy's rate limit service over the rules of an [`EnvoyRules`], counting
+/// in a store (give it the guarded store the HTTP limits count in).
+#[derive(Clone)]
+pub struct EnvoyService {
+    rules: EnvoyRules,
+    store: Arc<dyn LimitStore>,
+    token: Option<SecretString>,
+    metrics: EnvoyMetrics,
+}
+
+impl std::fmt::Debug for EnvoyService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvoyService").field("token", &self.token.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl EnvoyService {
+    /// The service over `rules`, counting in `store`; with `token`, callers
+    /// must send it as `authorization: Bearer <token>` metadata.
+    pub fn new(rules: EnvoyRules, store: Arc<dyn LimitStore>, token: Option<SecretString>) -> Self {
+        EnvoyService { rules, store, token, metrics: EnvoyMetrics::default() }
+    }
+
+    /// Its counters, to register in serve's `/metrics`.
+    pub fn metrics(&self) -> &EnvoyMetrics {
+        &self.metrics
+    }
+
+    /// Whether `metadata` carries the token (always, when none is set).
+    fn authorized(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let Some(token) = &self.token else { return Ok(()) };
+        let given = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if bool::from(given.as_bytes().ct_eq(token.expose().as_bytes())) {
+            return Ok(());
+        }
+        Err(Status::unauthenticated(
+            "send the service's token as `authorization: Bearer <token>` metadata (LIMIT_STORE_API_TOKEN)",
+        ))
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.authorized(request.metadata())?;
+        let rules = self.rules.current();
+        match count(&*self.store, &rules, request.get_ref()).await {
+            Ok(counted) => {
+                for (rule, verdict) in &counted.verdicts {
+                    self.metrics.answered(rule, *verdict);
+                }
+                Ok(Response::new(counted.response))
+            }
+            Err(Problem::Invalid(why)) => Err(Status::invalid_argument(why)),
+            Err(Problem::Store(e)) => {
+                self.metrics.unavailable();
+                tracing::warn!(kind = "limit-store-envoy-unavailable", error = %e, "a ShouldRateLimit call found the store unavailable: answered UNAVAILABLE, envoy's failure_mode_deny decides");
+                Err(Status::unavailable(match e.unavailable_reason() {
+                    Some(reason) => format!("the limit store is unavailable ({})", reason.as_str()),
+                    None => "the limit store is unavailable".to_owned(),
+                }))
+            }
+        }
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then finishes
+/// the calls in flight. Requests over [`MAX_REQUEST`] are refused, calls
+/// time out after 10 s, and a connection carries at most 1024 streams at once.
+pub async fn serve(
+    listener: TcpListener,
+    service: EnvoyService,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let server = RateLimitServiceServer::new(service).max_decoding_message_size(MAX_REQUEST);
+    tonic::transport::Server::builder()
+        .timeout(Duration::from_secs(10))
+        .max_concurrent_streams(1024)
+        .http2_max_pending_accept_reset_streams(Some(64))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(server)
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown)
+        .await
+}
