@@ -85,8 +85,8 @@ impl RateLimitService for EnvoyService {
             }
             Err(Problem::Invalid(why)) => Err(Status::invalid_argument(why)),
             Err(Problem::Store(e)) => {
+                // The guard logs the store's failure; envoy's failure_mode_deny decides.
                 self.metrics.unavailable();
-                tracing::warn!(kind = "limit-store-envoy-unavailable", error = %e, "a ShouldRateLimit call found the store unavailable: answered UNAVAILABLE, envoy's failure_mode_deny decides");
                 Err(Status::unavailable(match e.unavailable_reason() {
                     Some(reason) => format!("the limit store is unavailable ({})", reason.as_str()),
                     None => "the limit store is unavailable".to_owned(),
