@@ -2,7 +2,9 @@
 # Requests per second and p50/p99 latency of `limit-store serve` (memory,
 # SQLite, PostgreSQL) beside a bare axum handler that answers the same JSON
 # (the HTTP ceiling on this machine), with wrk at 1, 32 and 128 connections,
-# in one run. Prints a markdown table; progress goes to stderr.
+# in one run; then Envoy's ShouldRateLimit (`serve --grpc-listen`, memory)
+# beside a bare tonic handler that answers the same message, at 32 streams
+# (examples/grpc_load.rs). Prints markdown tables; progress goes to stderr.
 #
 #   bash bench/serve.sh                 # 10 s a point
 #   SECS=3 bash bench/serve.sh          # a rough pass
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 SECS=${SECS:-10}
 PG=${LIMIT_STORE_BENCH_POSTGRES:-postgres://root@127.0.0.1:5432/test}
 command -v wrk >/dev/null || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
-cargo build --release -q --bin limit-store --example serve_ceiling >&2
+cargo build --release -q --bin limit-store --example serve_ceiling --example grpc_ceiling --example grpc_load >&2
 bin=target/release/limit-store
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -63,6 +65,29 @@ for target in bare memory sqlite postgres; do
     ratio=$(awk -v a="$rps" -v b="${bare[$c]}" 'BEGIN {printf "%.2f", a / b}')
     echo "| $target | $c | ${rps%.*} | $p50 | $p99 | $ratio${non2xx:+ ($non2xx non-2xx)} | ${degraded:-0} |"
   done
+  kill %% 2>/dev/null || true
+  wait 2>/dev/null || true
+done
+
+# Envoy's rate limit service: one rule that every stream's descriptor
+# matches, with room for every call, on memory.
+printf 'domain: bench\ndescriptors:\n  - key: client\n    rate_limit: { unit: hour, requests_per_unit: 4000000000 }\n' > "$work/envoy.yaml"
+printf '[rate_limit]\nsingle_instance = true\nmax_entries = 2000000\nenvoy_config = "%s"\n' "$work/envoy.yaml" > "$work/envoy.toml"
+echo
+echo "| gRPC ShouldRateLimit | streams | requests/s | p50 | p99 | ÷ bare handler | not OK |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for target in bare memory; do
+  port=$((port + 2))
+  case $target in
+    bare) start $port target/release/examples/grpc_ceiling "127.0.0.1:$port" ;;
+    memory) start $port $bin serve --listen "127.0.0.1:$((port + 1))" --grpc-listen "127.0.0.1:$port" --config "$work/envoy.toml" ;;
+  esac
+  echo "bench/serve.sh: gRPC $target, 32 streams" >&2
+  out=$(target/release/examples/grpc_load "127.0.0.1:$port" 32 "$SECS")
+  read -r _ rps _ p50 _ p99 _ not_ok <<<"$out"
+  [ "$target" = bare ] && grpc_bare=$rps
+  ratio=$(awk -v a="$rps" -v b="$grpc_bare" 'BEGIN {printf "%.2f", a / b}')
+  echo "| $target | 32 | $rps | $p50 | $p99 | $ratio | $not_ok |"
   kill %% 2>/dev/null || true
   wait 2>/dev/null || true
 done
