@@ -162,6 +162,14 @@ def unknown(clients, tag, **_):
         check(False, "an empty domain is refused", "OK")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", e)
+    many = [d(("roomy", f"{tag}-{i}")) for i in range(33)]
+    try:
+        c.ask(many)
+        check(False, "33 counted descriptors are refused", "OK")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", e)
+    r = c.ask(many[:32] + [d(("no-rule", tag))] * 500)
+    check(r.overall_code == OK and len(r.statuses) == 532, "32 counted, and unmatched ones beside them", len(r.statuses))
     print("unknown: unknown domain and unmatched descriptors allowed")
 
 

@@ -131,6 +131,7 @@ pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitReq
                             parts[at].cost = parts[at].cost.saturating_add(cost);
                             at
                         }
+                        None if parts.len() == MAX_KEYS => return Err(too_many()),
                         None => {
                             let shadow = rule.shadow;
                             parts.push(Part { key, algorithm: algorithm.clone(), cost, shadow });
@@ -143,12 +144,6 @@ pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitReq
         };
         slots.push(slot);
     }
-    if parts.len() > MAX_KEYS {
-        return Err(Problem::Invalid(format!(
-            "the request's descriptors match {} rules; at most {MAX_KEYS} are counted at once",
-            parts.len()
-        )));
-    }
     let (allowed, outcomes, now) = if parts.is_empty() {
         (!closed, Vec::new(), 0)
     } else {
@@ -156,6 +151,12 @@ pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitReq
         update_with(store, &keys, |current, now| decide(&parts, current, now, closed)).await.map_err(Problem::Store)?
     };
     Ok(answer(slots, &outcomes, allowed, now))
+}
+
+/// A request whose descriptors name more keys than one update takes: refused
+/// at the first one over, so a long list costs no more than that.
+fn too_many() -> Problem {
+    Problem::Invalid(format!("the request's descriptors match more than {MAX_KEYS} counted rules and values"))
 }
 
 /// The writes, whether the request is allowed, and each part's outcome:
