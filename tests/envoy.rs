@@ -385,3 +385,21 @@ async fn the_readme_envoy_yaml_runs_with_a_real_envoy() {
     drop(limit_store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_http_and_grpc_and_exits_0() {
+    let mut envoy = start(&settings(""), &[], None).await;
+    client("unlimited", &[&envoy.grpc], &[]);
+    let pid = envoy.serve.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = envoy.serve.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "serve did not stop within 15 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(std::net::TcpStream::connect(&envoy.grpc).is_err(), "the gRPC listener is closed");
+}
