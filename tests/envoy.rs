@@ -4,8 +4,9 @@
 //! the real binary: on memory, and on one SQLite file and on PostgreSQL with
 //! two processes (80 concurrent requests for one key answered exactly by the
 //! budget), multi-rule atomicity, hits_addend (0 too), shadow, unlimited,
-//! unknown domains, the token, a full store, reload, and YAML refused with
-//! its file, line and key.
+//! unknown domains, the token, a full store, reload, SIGTERM, and YAML
+//! refused with its file, line and key (its line and key for every rule:
+//! `src/serve/envoy/yaml.rs`).
 //!
 //! The client runs in the virtualenv `.ci/run` makes (`target/ci-venv`, or
 //! `LIMIT_STORE_TEST_PYTHON`); without it these tests fail, saying so.
@@ -165,48 +166,6 @@ fn a_bad_rules_file_is_refused_at_start_with_its_file_line_and_key() {
     let loopback = format!("127.0.0.1:{}", free_port());
     let file = yaml.display().to_string();
     refuses_to_start(&toml, &[], &["--grpc-listen", &loopback], &[&file, "line 5", "descriptors[0].rate_limit.unit"]);
-}
-
-#[test]
-fn yaml_errors_name_their_line_and_key() {
-    let cases: [(&str, usize, &str, &str); 8] = [
-        (
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute }\n",
-            4,
-            "descriptors[0].rate_limit.requests_per_unit",
-            "requests_per_unit",
-        ),
-        ("domain: d\ndescriptors:\n  - key: a\n    colour: red\n", 4, "descriptors[0].colour", "unknown key"),
-        ("domain: d\ndescriptors:\n  - value: x\n", 3, "descriptors[0].key", "every descriptor has a `key`"),
-        ("domain: d\ndescriptors:\n  - key: a\n  - key: a\n", 4, "descriptors[1]", "`d.a` is defined twice"),
-        (
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n",
-            6,
-            "descriptors[0].rate_limit.unit",
-            "unlimited",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: hour\n      requests_per_unit: -1\n",
-            6,
-            "descriptors[0].rate_limit.requests_per_unit",
-            "whole number",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        replaces: [x]\n",
-            6,
-            "descriptors[0].descriptors[0].replaces",
-            "not supported",
-        ),
-        ("descriptors: []\n", 1, "domain", "`domain`"),
-    ];
-    for (yaml, line, key, words) in cases {
-        let e = Rules::parse(yaml, "rules.yaml").expect_err(yaml);
-        assert_eq!((e.line, e.key.as_deref()), (Some(line), Some(key)), "{yaml}: {e}");
-        assert!(e.message.contains(words), "{yaml}: {e}");
-        assert!(e.to_string().starts_with(&format!("rules.yaml line {line}, `{key}`")), "{e}");
-    }
-    let e = Rules::parse("domain: [unclosed\n", "rules.yaml").expect_err("not YAML");
-    assert!(e.message.starts_with("not YAML") && e.line.is_some(), "{e}");
 }
 
 /// The answers of `keys` (`key limit remaining` lines), each counting `hits`.

@@ -253,3 +253,50 @@ fn rule(at: &At<'_>, node: &MarkedYaml<'_>, key: &str, path: &str, shadow: bool)
     };
     Ok(Rule::new(path.to_owned(), name, requests_per_unit, unit, unlimited, shadow))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Rules;
+
+    #[test]
+    fn errors_name_their_line_and_key() {
+        let cases: [(&str, usize, &str, &str); 8] = [
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: minute }\n",
+                4,
+                "descriptors[0].rate_limit.requests_per_unit",
+                "requests_per_unit",
+            ),
+            ("domain: d\ndescriptors:\n  - key: a\n    colour: red\n", 4, "descriptors[0].colour", "unknown key"),
+            ("domain: d\ndescriptors:\n  - value: x\n", 3, "descriptors[0].key", "every descriptor has a `key`"),
+            ("domain: d\ndescriptors:\n  - key: a\n  - key: a\n", 4, "descriptors[1]", "`d.a` is defined twice"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n",
+                6,
+                "descriptors[0].rate_limit.unit",
+                "unlimited",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: hour\n      requests_per_unit: -1\n",
+                6,
+                "descriptors[0].rate_limit.requests_per_unit",
+                "whole number",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        replaces: [x]\n",
+                6,
+                "descriptors[0].descriptors[0].replaces",
+                "not supported",
+            ),
+            ("descriptors: []\n", 1, "domain", "`domain`"),
+        ];
+        for (yaml, line, key, words) in cases {
+            let e = Rules::parse(yaml, "rules.yaml").expect_err(yaml);
+            assert_eq!((e.line, e.key.as_deref()), (Some(line), Some(key)), "{yaml}: {e}");
+            assert!(e.message.contains(words), "{yaml}: {e}");
+            assert!(e.to_string().starts_with(&format!("rules.yaml line {line}, `{key}`")), "{e}");
+        }
+        let e = Rules::parse("domain: [unclosed\n", "rules.yaml").expect_err("not YAML");
+        assert!(e.message.starts_with("not YAML") && e.line.is_some(), "{e}");
+    }
+}
