@@ -31,7 +31,7 @@ pub enum Problem {
 
 /// How one descriptor was answered, for the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Answered {
     /// Within its rule's budget (or counted nothing and had room).
     Allowed,
     /// Over its rule's budget.
@@ -45,7 +45,7 @@ pub struct Counted {
     /// What envoy gets.
     pub response: RateLimitResponse,
     /// For the metrics: each descriptor that matched a counted rule.
-    pub verdicts: Vec<(Arc<Rule>, Verdict)>,
+    pub answered: Vec<(Arc<Rule>, Answered)>,
 }
 
 /// One key of the update: a rule and the hits every descriptor counting on
@@ -185,7 +185,7 @@ fn decide(
 
 /// The response: one status per descriptor, in order.
 fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) -> Counted {
-    let mut verdicts = Vec::new();
+    let mut answered = Vec::new();
     let statuses = slots
         .into_iter()
         .map(|slot| match slot {
@@ -194,26 +194,26 @@ fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) ->
                 DescriptorStatus { code: Code::Ok.into(), limit_remaining: u32::MAX, ..Default::default() }
             }
             Slot::Closed(rule) => {
-                let verdict = if rule.shadow { Verdict::Shadow } else { Verdict::OverLimit };
-                let status = status(&rule, verdict, 0, millis(rule.unit.duration()));
-                verdicts.push((rule, verdict));
+                let said = if rule.shadow { Answered::Shadow } else { Answered::OverLimit };
+                let status = status(&rule, said, 0, millis(rule.unit.duration()));
+                answered.push((rule, said));
                 status
             }
             Slot::Counted(rule, at) => {
                 let o = &outcomes[at];
-                let verdict = match (o.allowed, rule.shadow) {
-                    (true, _) => Verdict::Allowed,
-                    (false, true) => Verdict::Shadow,
-                    (false, false) => Verdict::OverLimit,
+                let said = match (o.allowed, rule.shadow) {
+                    (true, _) => Answered::Allowed,
+                    (false, true) => Answered::Shadow,
+                    (false, false) => Answered::OverLimit,
                 };
-                let status = status(&rule, verdict, o.remaining, o.reset_at.saturating_sub(now));
-                verdicts.push((rule, verdict));
+                let status = status(&rule, said, o.remaining, o.reset_at.saturating_sub(now));
+                answered.push((rule, said));
                 status
             }
         })
         .collect();
     let overall = if allowed { Code::Ok } else { Code::OverLimit };
-    Counted { response: RateLimitResponse { overall_code: overall.into(), statuses, ..Default::default() }, verdicts }
+    Counted { response: RateLimitResponse { overall_code: overall.into(), statuses, ..Default::default() }, answered }
 }
 
 fn millis(d: std::time::Duration) -> Millis {
@@ -222,8 +222,8 @@ fn millis(d: std::time::Duration) -> Millis {
 
 /// A matched rule's status. A shadow rule over its budget says OK, as
 /// envoy's own service does, with what is left (0).
-fn status(rule: &Rule, verdict: Verdict, remaining: u64, reset_in: Millis) -> DescriptorStatus {
-    let code = if verdict == Verdict::OverLimit { Code::OverLimit } else { Code::Ok };
+fn status(rule: &Rule, said: Answered, remaining: u64, reset_in: Millis) -> DescriptorStatus {
+    let code = if said == Answered::OverLimit { Code::OverLimit } else { Code::Ok };
     let reset_in = reset_in.max(0);
     DescriptorStatus {
         code: code.into(),

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::counting::Verdict;
+use super::counting::Answered;
 use super::rules::Rule;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,11 +40,11 @@ impl EnvoyMetrics {
     }
 
     /// Counts one descriptor's answer.
-    pub(super) fn answered(&self, rule: &Rule, verdict: Verdict) {
-        let outcome = match verdict {
-            Verdict::Allowed => "allowed",
-            Verdict::OverLimit => "over_limit",
-            Verdict::Shadow => "shadow",
+    pub(super) fn answered(&self, rule: &Rule, said: Answered) {
+        let outcome = match said {
+            Answered::Allowed => "allowed",
+            Answered::OverLimit => "over_limit",
+            Answered::Shadow => "shadow",
         };
         self.answers.get_or_create(&RuleLabels { rule: rule.label().to_owned(), outcome }).inc();
     }

@@ -75,6 +75,7 @@ impl Unit {
 
 /// One `rate_limit` of the YAML, at the end of a descriptor path.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Rule {
     /// `domain.key_value.key`, envoy's name for the rule.
     pub path: String,

@@ -78,8 +78,8 @@ impl RateLimitService for EnvoyService {
         let rules = self.rules.current();
         match count(&*self.store, &rules, request.get_ref()).await {
             Ok(counted) => {
-                for (rule, verdict) in &counted.verdicts {
-                    self.metrics.answered(rule, *verdict);
+                for (rule, said) in &counted.answered {
+                    self.metrics.answered(rule, *said);
                 }
                 Ok(Response::new(counted.response))
             }
