@@ -95,6 +95,7 @@ fn settings(path: Option<&Path>) -> anyhow::Result<Config> {
         None => {
             let mut config = Config::default();
             config.apply_env(|var| std::env::var(var).ok());
+            config.serve.apply_env(|var| std::env::var(var).ok())?;
             Ok(config)
         }
     }

@@ -23,6 +23,11 @@
 //!
 //! [rate_limit.limits.sign-in.ip]
 //! budget = 100
+//!
+//! [serve]                                   # limit-store serve
+//! max_connections = 10000                   # open at once; past it, new ones wait
+//! request_timeout = "10s"                   # for a request's head, then its body
+//! shutdown_grace = "10s"                    # SIGTERM waits this long for requests in flight
 //! ```
 //!
 //! Unknown keys and bad values are errors that name the key and its line.
@@ -32,10 +37,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod parse;
+mod serve;
 
 use crate::limits::{LimitError, Limits, LimitsBuilder, Policy};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
+
+pub use serve::{ServeSettings, ENV_MAX_CONNECTIONS, ENV_REQUEST_TIMEOUT, ENV_SHUTDOWN_GRACE};
 
 /// The file the settings are read from by default.
 pub const FILE: &str = "limit-store.toml";
@@ -106,6 +114,8 @@ pub struct Config {
     /// `serve --grpc-listen`, a YAML file or a directory of them in envoy's
     /// ratelimit service format (relative to the working directory).
     pub envoy_config: Option<PathBuf>,
+    /// `[serve]`: what `limit-store serve` allows its clients.
+    pub serve: ServeSettings,
 }
 
 impl Default for Config {
@@ -125,6 +135,7 @@ impl Default for Config {
             fold_case: None,
             limits: Vec::new(),
             envoy_config: None,
+            serve: ServeSettings::default(),
         }
     }
 }
@@ -146,6 +157,7 @@ impl std::fmt::Debug for Config {
             .field("fold_case", &self.fold_case)
             .field("limits", &self.limits)
             .field("envoy_config", &self.envoy_config)
+            .field("serve", &self.serve)
             .finish()
     }
 }
@@ -192,7 +204,8 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads `path` and applies the environment overrides.
+    /// Reads `path` and applies the environment overrides (those of
+    /// [`ServeSettings::apply_env`] too).
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
@@ -204,6 +217,7 @@ impl Config {
         })?;
         let mut config = Config::parse(&text).map_err(|e| ConfigError { origin, ..e })?;
         config.apply_env(|var| std::env::var(var).ok());
+        config.serve.apply_env(|var| std::env::var(var).ok())?;
         Ok(config)
     }
 
@@ -283,6 +297,18 @@ impl Config {
             StoreKind::Database => self.database().await?,
             StoreKind::Redis => self.redis().await?,
         })
+    }
+
+    /// `store` behind the guard these settings give it (`deadline`,
+    /// `max_in_flight`): a service guards its store once, and builds every
+    /// reload's limits on that guard.
+    pub fn guarded(&self, store: Arc<dyn LimitStore>) -> crate::Guarded {
+        crate::Guarded::with_limits(
+            store,
+            self.deadline.unwrap_or(crate::guard::DEFAULT_DEADLINE),
+            self.max_in_flight
+                .map_or(crate::guard::DEFAULT_MAX_IN_FLIGHT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        )
     }
 
     /// True when `other` opens the same store: only the limits' settings differ.

@@ -14,6 +14,7 @@ const RATE_LIMIT_KEYS: &str =
     "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits, envoy_config";
 const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PART_KEYS: &str = "budget, window";
+const SERVE_KEYS: &str = "max_connections, request_timeout, shutdown_grace";
 
 /// Walks the parsed file, keeping each key's full name and line for errors.
 pub(super) struct Parser<'t> {
@@ -124,7 +125,8 @@ impl<'t> Parser<'t> {
         for item in in_order(root.get_ref()) {
             match item.0.get_ref().as_ref() {
                 "rate_limit" => self.rate_limit(self.table(item, "rate_limit")?, &mut config)?,
-                other => return Err(self.unknown(item, other, "rate_limit")),
+                "serve" => self.serve(self.table(item, "serve")?, &mut config)?,
+                other => return Err(self.unknown(item, other, "rate_limit, serve")),
             }
         }
         Ok(config)
@@ -168,6 +170,22 @@ impl<'t> Parser<'t> {
                     }
                 }
                 _ => return Err(self.unknown(item, &path, RATE_LIMIT_KEYS)),
+            }
+        }
+        Ok(())
+    }
+
+    fn serve(&self, table: &DeTable<'_>, config: &mut Config) -> Result<(), ConfigError> {
+        for item in in_order(table) {
+            let name = item.0.get_ref().as_ref();
+            let path = format!("serve.{name}");
+            match name {
+                "max_connections" => {
+                    config.serve.max_connections = usize::try_from(self.count(item, &path)?).unwrap_or(usize::MAX)
+                }
+                "request_timeout" => config.serve.request_timeout = self.duration(item, &path, "a timeout")?,
+                "shutdown_grace" => config.serve.shutdown_grace = self.duration(item, &path, "a grace")?,
+                _ => return Err(self.unknown(item, &path, SERVE_KEYS)),
             }
         }
         Ok(())
@@ -245,7 +263,7 @@ impl<'t> Parser<'t> {
 
 /// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`: a whole number and a unit,
 /// longer than 0.
-fn parse_duration(text: &str) -> Option<Duration> {
+pub(super) fn parse_duration(text: &str) -> Option<Duration> {
     let (n, ms) = number_and_unit(text)?;
     n.checked_mul(ms).filter(|&ms| ms > 0).map(Duration::from_millis)
 }
