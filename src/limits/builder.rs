@@ -46,6 +46,7 @@ pub struct LimitsBuilder {
     deadline: Duration,
     max_in_flight: usize,
     rules: KeyRules,
+    previous: Option<Limits>,
 }
 
 impl std::fmt::Debug for LimitsBuilder {
@@ -71,6 +72,7 @@ impl LimitsBuilder {
             deadline: DEFAULT_DEADLINE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             rules: KeyRules::default(),
+            previous: None,
         }
     }
 
@@ -96,6 +98,14 @@ impl LimitsBuilder {
     /// is answered unavailable at once. For the earlier-contract store too.
     pub fn max_in_flight(mut self, max_in_flight: usize) -> Self {
         self.max_in_flight = max_in_flight;
+        self
+    }
+
+    /// Carries on the counters of `previous` (what each limit answered: see
+    /// [`Limits::counters`]) in the limits of the same name, as a reload
+    /// that replaces `previous` wants: answers given on either count in both.
+    pub fn counters_from(mut self, previous: &Limits) -> Self {
+        self.previous = Some(previous.clone());
         self
     }
 
@@ -214,7 +224,8 @@ impl LimitsBuilder {
                     Some(legacy) if SERVED.contains(&limit.name.as_str()) => Backend::Legacy(legacy.clone()),
                     _ => Backend::Store(store.clone()),
                 };
-                (limit.name.clone(), Counted::new(limit, backend, self.rules))
+                let answers = self.previous.as_ref().and_then(|p| p.answers(&limit.name)).unwrap_or_default();
+                (limit.name.clone(), Counted::new(limit, backend, self.rules, answers))
             })
             .collect();
         Ok(Limits::new(counted))

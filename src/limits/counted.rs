@@ -4,7 +4,7 @@
 //! the tallies of each answer.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::store::memory::KeyStart;
 use crate::{LimitStore, MemoryStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
+use super::answers::Answers;
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::Rate;
@@ -24,7 +25,6 @@ use super::key::CallKeys;
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
-use super::tally::Tally;
 
 /// `kind` of the warning that a limit answered by its policy because its
 /// store was unavailable.
@@ -56,10 +56,8 @@ pub(super) struct Counted {
     /// The rate of a limit whose one part is a GCRA, worked out once for
     /// the memory store's count of it.
     pub(super) only_gcra: Option<Rate>,
-    pub(super) allowed: Tally,
-    pub(super) limited: Tally,
-    pub(super) degraded: AtomicU64,
-    pub(super) shadow_refused: AtomicU64,
+    /// What it answered, shared with the limits a reload builds.
+    pub(super) answers: Arc<Answers>,
     pub(super) degraded_log: Throttle,
     pub(super) shadow_log: Throttle,
 }
@@ -72,7 +70,7 @@ pub(super) enum Need {
 }
 
 impl Counted {
-    pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules) -> Self {
+    pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules, answers: Arc<Answers>) -> Self {
         let stems: Box<[String]> = limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect();
         Counted {
             rules,
@@ -95,10 +93,7 @@ impl Counted {
             stems,
             limit,
             backend,
-            allowed: Tally::default(),
-            limited: Tally::default(),
-            degraded: AtomicU64::new(0),
-            shadow_refused: AtomicU64::new(0),
+            answers,
             degraded_log: Throttle::new(),
             shadow_log: Throttle::new(),
         }
@@ -230,7 +225,7 @@ impl Counted {
     /// that wrote it (a stall of about 4% of an attempt on the memory store).
     #[inline(always)]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis) -> Decision {
-        self.allowed.add_one();
+        self.answers.allowed.add_one();
         self.decision(verdict, now)
     }
 
@@ -261,13 +256,13 @@ impl Counted {
         let part = &self.limit.parts[verdict.part];
         decision.limited_by = Some(self.names[verdict.part]);
         if self.limit.shadow {
-            self.shadow_refused.fetch_add(1, Ordering::Relaxed);
+            self.answers.shadow_refused.fetch_add(1, Ordering::Relaxed);
             if self.shadow_log.ready() {
                 tracing::info!(
                     kind = KIND_SHADOW_REFUSAL,
                     limit = %self.limit.name,
                     part = %part.name,
-                    would_refuse = self.shadow_refused.load(Ordering::Relaxed),
+                    would_refuse = self.answers.shadow_refused.load(Ordering::Relaxed),
                     "limit in shadow mode let through an attempt it would refuse"
                 );
             }
@@ -275,7 +270,7 @@ impl Counted {
             decision.shadow_refused = true;
             return decision;
         }
-        self.limited.add_one();
+        self.answers.limited.add_one();
         let wait = verdict.retry_after.unwrap_or(1).max(1);
         decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
         decision
@@ -284,7 +279,7 @@ impl Counted {
     fn degraded(&self, error: &StoreError) -> Decision {
         let reason = error.unavailable_reason().unwrap_or(Unavailable::StoreFailed);
         let policy = self.limit.policy;
-        let total = self.degraded.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.answers.degraded.fetch_add(1, Ordering::Relaxed) + 1;
         if self.degraded_log.ready() {
             tracing::warn!(
                 kind = KIND_DEGRADED,

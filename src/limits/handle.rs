@@ -9,6 +9,7 @@ use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
 
 use super::algorithm;
+use super::answers::Answers;
 #[cfg(feature = "axum")]
 use super::at_once::AtOnce;
 use super::attempt::Attempt;
@@ -216,6 +217,12 @@ impl Limits {
         self.limits.get(name).map(|c| &c.limit)
     }
 
+    /// What limit `name` answered so far, to carry on in the limits a
+    /// reload builds.
+    pub(super) fn answers(&self, name: &str) -> Option<Arc<Answers>> {
+        self.limits.get(name).map(|c| c.answers.clone())
+    }
+
     /// The names of the limits, sorted.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.limits.names().map(str::to_owned).collect();
@@ -225,17 +232,12 @@ impl Limits {
 
     /// How often limit `name` gave each answer.
     pub fn counters(&self, name: &str) -> Option<LimitCounters> {
-        self.limits.get(name).map(|c| LimitCounters {
-            allowed: c.allowed.total(),
-            limited: c.limited.total(),
-            degraded: c.degraded.load(Ordering::Relaxed),
-            shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
-        })
+        self.limits.get(name).map(|c| c.answers.counters())
     }
 
     /// Attempts answered by an unavailable policy, over every limit.
     pub fn degraded_total(&self) -> u64 {
-        self.limits.values().map(|c| c.degraded.load(Ordering::Relaxed)).sum()
+        self.limits.values().map(|c| c.answers.degraded.load(Ordering::Relaxed)).sum()
     }
 
     #[inline]

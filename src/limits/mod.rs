@@ -22,6 +22,7 @@
 //! ```
 
 pub mod algorithm;
+mod answers;
 mod at_once;
 mod attempt;
 mod builder;

@@ -1,0 +1,65 @@
+//! What one limit answered, tallied: the figures behind [`LimitCounters`].
+//! Limits a reload builds take them over from the limits they replace, by
+//! name ([`LimitsBuilder::counters_from`](super::LimitsBuilder::counters_from)),
+//! so the figures since start survive a change of budgets.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::decision::LimitCounters;
+use super::tally::Tally;
+
+/// The tallies of one limit's answers.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    pub(super) allowed: Tally,
+    pub(super) limited: Tally,
+    pub(super) degraded: AtomicU64,
+    pub(super) shadow_refused: AtomicU64,
+}
+
+impl Answers {
+    /// The figures now.
+    pub(super) fn counters(&self) -> LimitCounters {
+        LimitCounters {
+            allowed: self.allowed.total(),
+            limited: self.limited.total(),
+            degraded: self.degraded.load(Ordering::Relaxed),
+            shadow_refused: self.shadow_refused.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Limits, MemoryStore};
+
+    /// Limits built `counters_from` earlier ones carry on each limit's
+    /// figures by name, and answers given on either count in both.
+    #[tokio::test]
+    async fn limits_built_again_carry_on_the_counters() {
+        let store = Arc::new(MemoryStore::new());
+        let parts = [("account", "ada@example.com"), ("ip", "192.0.2.7")];
+        let first = Limits::builder().store(store.clone()).single_instance(true).build().unwrap();
+        for _ in 0..6 {
+            first.attempt("sign-in", &parts).await.unwrap();
+        }
+        let second = Limits::builder()
+            .store(store.clone())
+            .single_instance(true)
+            .budget("sign-in", "account", 10)
+            .counters_from(&first)
+            .build()
+            .unwrap();
+        let counted = second.counters("sign-in").unwrap();
+        assert_eq!((counted.allowed, counted.limited), (5, 1));
+        second.attempt("sign-in", &parts).await.unwrap();
+        first.attempt("api", &[("client", "c-1")]).await.unwrap();
+        assert_eq!(second.counters("sign-in").unwrap().allowed, 6);
+        assert_eq!(first.counters("sign-in").unwrap().allowed, 6, "one tally behind both");
+        assert_eq!(second.counters("api").unwrap().allowed, 1);
+        let fresh = Limits::builder().store(store).single_instance(true).build().unwrap();
+        assert_eq!(fresh.counters("sign-in").unwrap().allowed, 0, "without counters_from, from zero");
+    }
+}
