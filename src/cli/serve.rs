@@ -2,16 +2,20 @@
 //! (the presets on the memory store without one).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-
-use anyhow::Context;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context;
 use limit_store::config::{Config, StoreKind};
 use limit_store::serve::envoy::EnvoyRules;
-use limit_store::serve::LimitsHandle;
-use limit_store::{LimitStore, Limits, SecretString};
+use limit_store::serve::{ApiToken, LimitsHandle};
+use limit_store::{Limits, SecretString};
+
+/// `kind` of the line that SIGHUP had no settings file to reload.
+const KIND_NOT_RELOADED: &str = "limit-store-config-not-reloaded";
+/// `kind` of the warning that `max_connections` was lowered to the open-file limit.
+const KIND_CONNECTIONS_CAPPED: &str = "limit-store-connections-capped";
 
 /// Options of `serve`.
 #[derive(Debug, clap::Args)]
@@ -45,12 +49,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         // No settings: the presets on the memory store of this one process.
         config.single_instance = true;
     }
-    let token = match &args.token_file {
-        Some(path) => Some(SecretString::new(
-            std::fs::read_to_string(path).with_context(|| format!("read the token file {}", path.display()))?.trim(),
-        )),
-        None => args.token.clone().filter(|t| !t.expose().is_empty()),
-    };
+    let token = token(&args)?;
     if token.is_none() && !args.listen.ip().is_loopback() {
         anyhow::bail!(
             "serve listens on {} without a token: anyone who reaches it could clear a lockout. Set \
@@ -58,17 +57,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.listen
         );
     }
-    let store = config.open_store().await.context("open the store")?;
-    let limits = config.apply(Limits::builder().store(store.clone())).build()?;
-    let limits = LimitsHandle::new(limits);
+    // Signals are taken before anything listens, so none ends the process
+    // by its default action once a client can reach it.
+    let signals = Signals::new()?;
+    let store = Arc::new(config.guarded(config.open_store().await.context("open the store")?));
+    let limits = LimitsHandle::new(store, config.apply(Limits::builder()))?;
     let envoy = match args.grpc_listen {
-        Some(addr) => Some(envoy::prepare(addr, &config, &store, token.clone()).await?),
+        Some(addr) => Some(envoy::prepare(addr, &config, &limits, token.clone()).await?),
         None => None,
     };
-    if let Some(path) = path {
-        let rules = envoy.as_ref().map(|e| e.reload.clone());
-        tokio::spawn(reload(path, config.clone(), store, limits.clone(), rules));
-    }
+    let mut settings = config.serve;
+    settings.max_connections = connection_cap(settings.max_connections);
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listen on {}", args.listen))?;
     let store = match config.store {
@@ -80,86 +79,168 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         listen = %listener.local_addr()?,
         store,
         max_entries = limits.current().store_stats().map(|s| s.max_entries),
+        max_connections = settings.max_connections,
         token = token.is_some(),
         "limit-store serve is listening"
     );
+    let rules = envoy.as_ref().map(|e| e.reload.clone());
+    tokio::spawn(reload(path, signals.hangup, config, limits.clone(), rules));
     let mut metrics = limit_store::serve::metrics::Metrics::new();
     if let Some(envoy) = &envoy {
         envoy.service.metrics().register(metrics.registry_mut());
     }
     let router = limit_store::serve::router_with_metrics(limits, token, metrics);
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown().await;
-        let _ = stop.send(true);
-    });
-    let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopping.wait_for(|&stop| stop).await;
-    };
-    let http = limit_store::serve::run(listener, router, stopped(stopping.clone()));
     match envoy {
+        None => limit_store::serve::run(listener, router, &settings, signals.terminate).await?,
         Some(envoy) => {
+            // One SIGTERM stops both listeners; each drains its own calls.
+            let (stop, stopping) = tokio::sync::watch::channel(false);
+            let terminate = signals.terminate;
+            tokio::spawn(async move {
+                terminate.await;
+                let _ = stop.send(true);
+            });
+            let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+                let _ = stopping.wait_for(|&stop| stop).await;
+            };
+            let http = limit_store::serve::run(listener, router, &settings, stopped(stopping.clone()));
             let grpc = limit_store::serve::envoy::serve(envoy.listener, envoy.service, stopped(stopping));
             tokio::try_join!(async { http.await.context("serve HTTP") }, async { grpc.await.context("serve gRPC") })?;
         }
-        None => http.await?,
     }
-    tracing::info!("limit-store serve stopped: the requests in flight were answered");
+    tracing::info!("limit-store serve stopped");
     Ok(())
 }
 
-/// Resolves at SIGTERM or Ctrl-C.
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+/// The token from `--token-file`, or else from `LIMIT_STORE_API_TOKEN`,
+/// trimmed (a file's last newline); a blank or short one is an error.
+fn token(args: &ServeArgs) -> anyhow::Result<Option<ApiToken>> {
+    let (text, from) = match (&args.token_file, &args.token) {
+        (Some(path), _) => (
+            SecretString::new(
+                std::fs::read_to_string(path).with_context(|| format!("read the token file {}", path.display()))?,
+            ),
+            format!("the token file {}", path.display()),
+        ),
+        (None, Some(token)) => (token.clone(), "LIMIT_STORE_API_TOKEN".to_owned()),
+        (None, None) => return Ok(None),
     };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+    Ok(Some(ApiToken::new(text.expose().trim()).with_context(|| format!("{from} can't be the API token"))?))
+}
+
+/// The most connections the process can hold open: `wanted`, or fewer when
+/// the open-file limit (raised to its hard limit first) leaves less room
+/// beside the files the store and the runtime need.
+#[cfg(unix)]
+fn connection_cap(wanted: usize) -> usize {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    /// Files kept for all but the connections: the store's pool, the listener, logs.
+    const OTHER_FILES: u64 = 64;
+    let needed = u64::try_from(wanted).unwrap_or(u64::MAX).saturating_add(OTHER_FILES);
+    let limit = getrlimit(Resource::Nofile);
+    let mut soft = limit.current.unwrap_or(u64::MAX);
+    if soft < needed {
+        let raised = limit.maximum.map_or(needed, |hard| hard.min(needed));
+        if setrlimit(Resource::Nofile, Rlimit { current: Some(raised), maximum: limit.maximum }).is_ok() {
+            soft = raised;
         }
-    };
+    }
+    if soft >= needed {
+        return wanted;
+    }
+    let cap = usize::try_from(soft.saturating_sub(OTHER_FILES).max(1)).unwrap_or(usize::MAX);
+    tracing::warn!(
+        kind = KIND_CONNECTIONS_CAPPED,
+        max_connections = wanted,
+        open_file_limit = soft,
+        cap,
+        "the open-file limit leaves room for {cap} connections, not serve.max_connections = {wanted}: \
+         new connections past {cap} wait. Raise the limit (ulimit -n, LimitNOFILE=) or lower max_connections"
+    );
+    cap
+}
+
+#[cfg(not(unix))]
+fn connection_cap(wanted: usize) -> usize {
+    wanted
+}
+
+/// The signals `serve` answers, taken at start.
+struct Signals {
+    /// Resolves at SIGTERM or Ctrl-C.
+    terminate: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// SIGHUP, one item each.
+    hangup: Hangup,
+}
+
+#[cfg(unix)]
+type Hangup = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangup = ();
+
+impl Signals {
+    #[cfg(unix)]
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("take SIGTERM")?;
+        let hangup = signal(SignalKind::hangup()).context("take SIGHUP")?;
+        let terminate = Box::pin(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        Ok(Signals { terminate, hangup })
+    }
+
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    fn new() -> anyhow::Result<Self> {
+        let terminate = Box::pin(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        Ok(Signals { terminate, hangup: () })
     }
 }
 
+/// The next SIGHUP (never, where there is none).
+async fn hangup(signal: &mut Hangup) {
+    #[cfg(unix)]
+    if signal.recv().await.is_some() {
+        return;
+    }
+    let _ = signal;
+    std::future::pending::<()>().await
+}
+
 /// Reloads the limits' settings from `path` on SIGHUP, or when the file
-/// changes (looked at every 2 s), on the same store, so counts are kept. A
-/// file that can't be used is refused, with its error and line, and the
-/// running settings stay.
+/// changes (looked at every 2 s), on the same store behind the same guard,
+/// so counts, calls in flight and counters are kept. A file that can't be
+/// used is refused, with its error and line, and the running settings stay.
+/// Without a file, SIGHUP has nothing to reload: one line says so.
 async fn reload(
-    path: PathBuf,
+    path: Option<PathBuf>,
+    mut signal: Hangup,
     mut running: Config,
-    store: Arc<dyn LimitStore>,
     limits: LimitsHandle,
     envoy: Option<(EnvoyRules, PathBuf)>,
 ) {
-    let modified = |path: &PathBuf| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let Some(path) = path else {
+        loop {
+            hangup(&mut signal).await;
+            tracing::info!(
+                kind = KIND_NOT_RELOADED,
+                "SIGHUP: serve started without a settings file (--config or ./limit-store.toml), so there is \
+                 nothing to reload; it serves on as it is"
+            );
+        }
+    };
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let mut seen: Option<SystemTime> = modified(&path);
-    #[cfg(unix)]
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
-        #[cfg(unix)]
-        let hup = async {
-            match hangup.as_mut() {
-                Some(h) => drop(h.recv().await),
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup = std::future::pending::<()>();
         tokio::select! {
-            () = hup => {}
+            () = hangup(&mut signal) => {}
             () = tokio::time::sleep(Duration::from_secs(2)) => {
-                let now = modified(&path);
-                if now == seen {
+                if modified(&path) == seen {
                     continue;
                 }
             }
@@ -175,19 +256,20 @@ async fn reload(
                 continue;
             }
         };
-        if !config.same_store(&running) {
+        let at_start = (config.deadline, config.max_in_flight, config.serve);
+        if !config.same_store(&running) || at_start != (running.deadline, running.max_in_flight, running.serve) {
             tracing::warn!(
                 kind = "limit-store-config-restart",
-                "the store's settings changed: they apply at the next start; the limits' settings apply now"
+                "the store's, its guard's (deadline, max_in_flight) or [serve] settings changed: they apply at the \
+                 next start; the limits' settings apply now"
             );
         }
-        match config.apply(Limits::builder().store(store.clone())).build() {
-            Ok(built) => {
-                limits.replace(built);
+        match limits.reload(config.apply(Limits::builder())) {
+            Ok(()) => {
                 running = config;
                 tracing::info!(
                     kind = "limit-store-config-reloaded",
-                    "reloaded the limits' settings; the counts are kept"
+                    "reloaded the limits' settings; the counts and counters are kept"
                 );
             }
             Err(e) => {
@@ -201,7 +283,6 @@ async fn reload(
 mod envoy {
     use super::*;
     use limit_store::serve::envoy::EnvoyService;
-    use limit_store::Guarded;
 
     /// The gRPC listener and service, and the rules' reload handle and path.
     pub(super) struct Envoy {
@@ -211,13 +292,13 @@ mod envoy {
     }
 
     /// Loads the rules of `rate_limit.envoy_config`, and listens on `addr`.
-    /// The service counts in `store` behind a guard of the same deadline and
-    /// in-flight cap as the HTTP limits'.
+    /// The service counts in the store of `limits`, behind the same guard,
+    /// so HTTP and gRPC calls share one deadline and one in-flight cap.
     pub(super) async fn prepare(
         addr: SocketAddr,
         config: &Config,
-        store: &Arc<dyn LimitStore>,
-        token: Option<SecretString>,
+        limits: &LimitsHandle,
+        token: Option<ApiToken>,
     ) -> anyhow::Result<Envoy> {
         let Some(path) = config.envoy_config.clone() else {
             anyhow::bail!(
@@ -240,15 +321,9 @@ mod envoy {
             "loaded the Envoy rules"
         );
         tokio::spawn(rules.clone().watch(path.clone()));
-        let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::with_limits(
-            store.clone(),
-            config.deadline.unwrap_or(limit_store::guard::DEFAULT_DEADLINE),
-            config
-                .max_in_flight
-                .map_or(limit_store::guard::DEFAULT_MAX_IN_FLIGHT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-        ));
+        let store: Arc<dyn limit_store::LimitStore> = limits.store().clone();
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listen on {addr} (gRPC)"))?;
         tracing::info!(grpc_listen = %listener.local_addr()?, token = token.is_some(), "limit-store serve answers Envoy's rate limit service");
-        Ok(Envoy { listener, service: EnvoyService::new(rules.clone(), guarded, token), reload: (rules, path) })
+        Ok(Envoy { listener, service: EnvoyService::new(rules.clone(), store, token), reload: (rules, path) })
     }
 }

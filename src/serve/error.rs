@@ -25,6 +25,46 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The answer to a request that got `status` before it reached a route
+    /// (a head that does not parse, a path that is not UTF-8): its `kind`
+    /// and a message by the status alone.
+    pub fn for_status(status: StatusCode) -> Self {
+        let (kind, error) = match status {
+            StatusCode::BAD_REQUEST => (
+                "bad-request",
+                "the request does not parse as HTTP/1.1, or its path is not UTF-8: send a valid request",
+            ),
+            StatusCode::URI_TOO_LONG => ("uri-too-long", "the path is too long: limit names are short"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+                ("headers-too-large", "the request's headers are too many or too large: send fewer")
+            }
+            StatusCode::PAYLOAD_TOO_LARGE => ("body-too-large", "the body is too large: a body is at most 16 KiB"),
+            StatusCode::REQUEST_TIMEOUT => ("request-timeout", "the request did not arrive in time: send it at once"),
+            StatusCode::NOT_FOUND => ("not-found", "no such route"),
+            StatusCode::METHOD_NOT_ALLOWED => ("method-not-allowed", "attempt and reset are POST; the rest GET"),
+            s if s.is_server_error() => ("internal", "the service failed to answer: try again"),
+            _ => ("bad-request", "the request can't be answered: see the API at GET /openapi.json"),
+        };
+        ApiError::new(status, kind, error)
+    }
+
+    /// The whole answer as HTTP/1.1 bytes, closing the connection: for an
+    /// answer written on the socket, past hyper.
+    pub(super) fn to_bytes(&self) -> Vec<u8> {
+        let body =
+            serde_json::to_vec(&super::bodies::ErrorBody { error: self.error.clone(), kind: self.kind.to_owned() })
+                .unwrap_or_default();
+        let mut bytes = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            self.status.as_str(),
+            self.status.canonical_reason().unwrap_or(""),
+            body.len()
+        )
+        .into_bytes();
+        bytes.extend_from_slice(&body);
+        bytes
+    }
 }
 
 impl IntoResponse for ApiError {

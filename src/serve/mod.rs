@@ -7,51 +7,80 @@
 //! - `POST /v1/limits/{name}/reset` with the same body
 //! - `GET /v1/limits`, and `GET /healthz` (whether the store answers; open)
 //!
-//! With a token, every route but `/healthz` needs `Authorization: Bearer`.
+//! With an [`ApiToken`], every route but `/healthz` needs
+//! `Authorization: Bearer`. Every 4xx is the JSON error `{"error", "kind"}`.
+//! [`run`] serves a router with deadlines on slow clients, a cap on
+//! connections, and a bounded drain at shutdown.
 
 mod auth;
 pub mod bodies;
+mod connection;
 pub mod envoy;
 pub mod error;
+mod health;
+mod listener;
 pub mod metrics;
 pub mod openapi;
 mod routes;
+mod socket;
 mod status;
+mod token;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::header;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::net::TcpListener;
 
+pub use health::KIND_HEALTH;
+pub use listener::{run, KIND_ACCEPT_FAILED, KIND_CONNECTIONS_FULL, KIND_DRAIN_CUT};
 pub use routes::MAX_BODY;
+pub use token::{ApiToken, TokenError, MIN_TOKEN_BYTES};
 
-use crate::{Limits, SecretString};
+use crate::limits::LimitsBuilder;
+use crate::{Guarded, LimitError, Limits};
 
-/// The limits the service answers with, which a reload replaces: a request
-/// keeps the ones it started with.
+/// The store the service counts in, behind one guard for as long as the
+/// service runs, and the limits on it, which a reload replaces: a request
+/// keeps the limits it started with.
 #[derive(Clone, Debug)]
-pub struct LimitsHandle(Arc<parking_lot::RwLock<Arc<Limits>>>);
+pub struct LimitsHandle(Arc<Held>);
+
+#[derive(Debug)]
+struct Held {
+    store: Arc<Guarded>,
+    current: parking_lot::RwLock<Arc<Limits>>,
+}
 
 impl LimitsHandle {
-    /// A handle on `limits`.
-    pub fn new(limits: Limits) -> Self {
-        LimitsHandle(Arc::new(parking_lot::RwLock::new(Arc::new(limits))))
+    /// The limits `limits` builds on `store` (the store set on `limits`, if
+    /// any, is replaced by `store`).
+    pub fn new(store: Arc<Guarded>, limits: LimitsBuilder) -> Result<Self, LimitError> {
+        let built = limits.store(store.clone()).build()?;
+        Ok(LimitsHandle(Arc::new(Held { store, current: parking_lot::RwLock::new(Arc::new(built)) })))
     }
 
     /// The limits now.
     pub fn current(&self) -> Arc<Limits> {
-        self.0.read().clone()
+        self.0.current.read().clone()
     }
 
-    /// From now on, `limits` answer (built on the same store, they keep its counts).
-    pub fn replace(&self, limits: Limits) {
-        *self.0.write() = Arc::new(limits);
+    /// From now on, the limits `limits` builds answer: on the same store
+    /// behind the same guard (its counts, its in-flight calls and its cap
+    /// are kept), each limit carrying on the counters of the one of its name.
+    pub fn reload(&self, limits: LimitsBuilder) -> Result<(), LimitError> {
+        let built = limits.store(self.0.store.clone()).counters_from(&self.current()).build()?;
+        *self.0.current.write() = Arc::new(built);
+        Ok(())
+    }
+
+    /// The store, behind its guard.
+    pub fn store(&self) -> &Arc<Guarded> {
+        &self.0.store
     }
 }
 
@@ -59,20 +88,22 @@ impl LimitsHandle {
 #[derive(Clone)]
 pub struct App {
     limits: LimitsHandle,
-    token: Option<SecretString>,
+    token: Option<ApiToken>,
     metrics: Arc<metrics::Metrics>,
+    health: Arc<health::Health>,
     started: Instant,
 }
 
 /// The service's routes over `limits`; with `token`, callers must send it.
-pub fn router(limits: LimitsHandle, token: Option<SecretString>) -> Router {
+pub fn router(limits: LimitsHandle, token: Option<ApiToken>) -> Router {
     router_with_metrics(limits, token, metrics::Metrics::new())
 }
 
 /// [`router`], with `metrics` in `/metrics` (which may hold more: the
 /// Envoy service's, registered with [`Metrics::registry_mut`](metrics::Metrics::registry_mut)).
-pub fn router_with_metrics(limits: LimitsHandle, token: Option<SecretString>, metrics: metrics::Metrics) -> Router {
-    let app = App { limits, token, metrics: Arc::new(metrics), started: Instant::now() };
+pub fn router_with_metrics(limits: LimitsHandle, token: Option<ApiToken>, metrics: metrics::Metrics) -> Router {
+    let health = health::Health::new(limits.store());
+    let app = App { limits, token, metrics: Arc::new(metrics), health, started: Instant::now() };
     Router::new()
         .route("/v1/limits/{name}/attempt", post(routes::attempt))
         .route("/v1/limits/{name}/reset", post(routes::reset))
@@ -85,18 +116,21 @@ pub fn router_with_metrics(limits: LimitsHandle, token: Option<SecretString>, me
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
+        .layer(middleware::map_response(json_errors))
         .layer(middleware::from_fn_with_state(app.clone(), log_request))
         .with_state(app)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then finishes the
-/// requests in flight.
-pub async fn run(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+/// Every error answer in JSON: one that something other than a route wrote
+/// (an extractor's rejection, say) as text becomes the error of its status.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let json =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    error::ApiError::for_status(status).into_response()
 }
 
 /// One structured line per request, at debug level, and its count by route

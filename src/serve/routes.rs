@@ -4,7 +4,9 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -35,15 +37,16 @@ const BODY_SHAPE: &str =
         (status = 429, description = "Limited", body = DecisionBody,
             headers(("Retry-After" = String), ("RateLimit-Policy" = String), ("RateLimit" = String))),
         (status = 503, description = "The store is unavailable and the limit denies", body = DecisionBody),
-        (status = 400, description = "Bad JSON or an empty body", body = ErrorBody),
+        (status = 400, description = "Bad JSON, an empty body, or a name that is not UTF-8", body = ErrorBody),
         (status = 404, description = "No such limit", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
         (status = 413, description = "A body over 16 KiB", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "A wrong, missing or unknown part", body = ErrorBody),
     ))]
 pub async fn attempt(
     State(app): State<App>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -65,14 +68,15 @@ pub async fn attempt(
     params(("name" = String, Path, description = "The limit, as `sign-in`")),
     responses(
         (status = 204, description = "Cleared"),
-        (status = 400, description = "Bad JSON or an empty body", body = ErrorBody),
+        (status = 400, description = "Bad JSON, an empty body, or a name that is not UTF-8", body = ErrorBody),
         (status = 404, description = "No such limit", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
         (status = 422, description = "A wrong or unknown part", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ))]
 pub async fn reset(
     State(app): State<App>,
-    Path(name): Path<String>,
+    LimitName(name): LimitName,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
@@ -110,16 +114,22 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
     Json(LimitsBody { limits })
 }
 
-/// `GET /healthz`: 200 when the store answers, 503 (and why) when not.
+/// `GET /healthz`: 200 when the store answers, 503 when not. At most one
+/// probe of the store runs at once, beneath its guard, and its answer is
+/// reused for a second; the store's own error is logged, not answered.
 #[utoipa::path(get, path = "/healthz", responses(
     (status = 200, description = "The store answers", body = HealthBody),
     (status = 503, description = "The store does not answer", body = ErrorBody),
 ))]
 pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiError> {
-    match app.limits.current().check_store().await {
-        Ok(()) => Ok(Json(HealthBody { status: "ok".into() })),
-        Err(e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", e.to_string())),
+    if app.health.answers().await {
+        return Ok(Json(HealthBody { status: "ok".into() }));
     }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store-unavailable",
+        "the limit store does not answer (its error is in the service's log)",
+    ))
 }
 
 /// `GET /`: the status page.
@@ -145,6 +155,29 @@ pub async fn not_found() -> ApiError {
 /// A known path with the wrong method.
 pub async fn wrong_method() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "attempt and reset are POST; the rest GET")
+}
+
+/// The `{name}` of a limit's route: any UTF-8 once percent-decoded; a 400
+/// in JSON when it is not.
+pub struct LimitName(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for LimitName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state).await.map(|Path(name)| LimitName(name)).map_err(
+            |e: PathRejection| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid-path",
+                    format!(
+                        "the limit's name in the path can't be read ({}): send it as UTF-8, percent-encoded",
+                        e.body_text()
+                    ),
+                )
+            },
+        )
+    }
 }
 
 fn algorithm_name(algorithm: &Algorithm) -> &'static str {

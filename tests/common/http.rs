@@ -41,11 +41,16 @@ pub async fn request(
     stream.write_all(body).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw);
+    Ok(parse(&raw))
+}
+
+/// An HTTP answer from its bytes.
+pub fn parse(raw: &[u8]) -> Reply {
+    let text = String::from_utf8_lossy(raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
     let headers =
         lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
-    Ok(Reply { status, headers, body: body.to_owned() })
+    Reply { status, headers, body: body.to_owned() }
 }

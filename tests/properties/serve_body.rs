@@ -13,7 +13,7 @@ use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use limit_store::clock::ManualClock;
 use limit_store::serve::{router, LimitsHandle, MAX_BODY};
-use limit_store::{LimitStore, Limits, MemoryStore};
+use limit_store::{Guarded, LimitStore, Limits, MemoryStore};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -61,8 +61,9 @@ impl Service {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         let clock = ManualClock::new(1_700_000_000_000);
         let store = Arc::new(MemoryStore::with_clock(1_000_000, Arc::new(clock.clone())));
-        let limits = Limits::builder().store(store.clone()).build().expect("the presets build");
-        let router = runtime.block_on(async { router(LimitsHandle::new(limits), None) });
+        let guarded = Arc::new(Guarded::new(store.clone() as Arc<dyn LimitStore>));
+        let limits = LimitsHandle::new(guarded, Limits::builder()).expect("the presets build");
+        let router = runtime.block_on(async { router(limits, None) });
         Service { runtime, router, store, clock, requests: 0 }
     }
 

@@ -9,7 +9,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tonic::metadata::MetadataMap;
 use tonic::transport::server::TcpIncoming;
@@ -18,7 +17,8 @@ use tonic::{Request, Response, Status};
 use super::counting::{count, Problem};
 use super::metrics::EnvoyMetrics;
 use super::EnvoyRules;
-use crate::{LimitStore, SecretString};
+use crate::serve::ApiToken;
+use crate::LimitStore;
 
 /// The largest request taken, in bytes: far above any descriptor list envoy sends.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -29,7 +29,7 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub struct EnvoyService {
     rules: EnvoyRules,
     store: Arc<dyn LimitStore>,
-    token: Option<SecretString>,
+    token: Option<ApiToken>,
     metrics: EnvoyMetrics,
 }
 
@@ -42,7 +42,7 @@ impl std::fmt::Debug for EnvoyService {
 impl EnvoyService {
     /// The service over `rules`, counting in `store`; with `token`, callers
     /// must send it as `authorization: Bearer <token>` metadata.
-    pub fn new(rules: EnvoyRules, store: Arc<dyn LimitStore>, token: Option<SecretString>) -> Self {
+    pub fn new(rules: EnvoyRules, store: Arc<dyn LimitStore>, token: Option<ApiToken>) -> Self {
         EnvoyService { rules, store, token, metrics: EnvoyMetrics::default() }
     }
 
@@ -59,7 +59,7 @@ impl EnvoyService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if bool::from(given.as_bytes().ct_eq(token.expose().as_bytes())) {
+        if token.matches(given.as_bytes()) {
             return Ok(());
         }
         Err(Status::unauthenticated(
