@@ -1,6 +1,6 @@
 //! Requests no client library would send, as raw bytes over a real socket to
 //! the real `serve`: a path that is not UTF-8 (escaped or raw), heads that do
-//! not parse, a content length that is not a number, a head too large. Every
+//! not parse, a content length that is not a number, a head past 16 KiB. Every
 //! answer is a 4xx with the JSON error body `{"error", "kind"}` (SPEC §9).
 
 mod common;
@@ -44,7 +44,12 @@ async fn every_4xx_is_the_json_error() {
         (
             "a path of 70,000 bytes",
             format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000)).into_bytes(),
-            414,
+            431,
+        ),
+        (
+            "a head of 20,000 bytes (past 16 KiB)",
+            format!("GET /v1/limits HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(20_000)).into_bytes(),
+            431,
         ),
     ];
     for (what, bytes, status) in cases {

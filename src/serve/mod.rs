@@ -36,6 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+pub use connection::MAX_HEAD;
 pub use health::KIND_HEALTH;
 pub use listener::{run, KIND_ACCEPT_FAILED, KIND_CONNECTIONS_FULL, KIND_DRAIN_CUT};
 pub use routes::MAX_BODY;
