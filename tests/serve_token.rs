@@ -66,6 +66,7 @@ async fn a_blank_or_short_token_is_refused_at_start() {
         (From::File(""), "blank"),
         (From::File(" \n\t \n"), "blank"),
         (From::File("fifteen-bytes!!\n"), "15 bytes"),
+        (From::Env(""), "blank"),
         (From::Env("   "), "blank"),
         (From::Env("fifteen-bytes!!"), "15 bytes"),
     ];
