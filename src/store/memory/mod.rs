@@ -72,9 +72,12 @@ struct Inner {
     keys: KeyHasher,
     bound: Bound,
     clock: StoreClock,
-    /// At or before the earliest `expires_at` held: while `now` is below it no
-    /// entry has expired, so a full store need not sweep to know it is full.
-    earliest_expiry: AtomicI64,
+    /// Per shard, at or before the earliest `expires_at` it holds: while `now`
+    /// is below it none of its entries has expired, so a full store sweeps only
+    /// the shards that have something to remove. Written only under the
+    /// shard's lock (lowered by a write, set exact by a sweep of the shard), so
+    /// no write racing a sweep can lose its expiry; read without it.
+    earliest_expiry: Box<[AtomicI64]>,
     /// The next shard a full store's request sweeps.
     next_shard: AtomicUsize,
     /// Asks the background sweeper to run now.
@@ -148,7 +151,7 @@ impl MemoryStore {
             // Warned on live entries only: see `try_update`.
             bound: Bound::quiet(max_entries),
             clock,
-            earliest_expiry: AtomicI64::new(Millis::MAX),
+            earliest_expiry: (0..SHARDS).map(|_| AtomicI64::new(Millis::MAX)).collect(),
             next_shard: AtomicUsize::new(0),
             wake: Arc::new(tokio::sync::Notify::new()),
             sweeper: OnceLock::new(),
@@ -213,36 +216,48 @@ impl MemoryStore {
 }
 
 impl Inner {
-    fn note_expiry(&self, expires_at: Millis) {
-        if expires_at < self.earliest_expiry.load(Ordering::Relaxed) {
-            self.earliest_expiry.fetch_min(expires_at, Ordering::Relaxed);
+    /// Notes a write of `expires_at` in `shard`, whose lock the caller holds.
+    #[inline]
+    fn note_expiry(&self, shard: usize, expires_at: Millis) {
+        let earliest = &self.earliest_expiry[shard];
+        if expires_at < earliest.load(Ordering::Relaxed) {
+            earliest.store(expires_at, Ordering::Relaxed);
         }
     }
 
-    /// Removes every expired entry, shard by shard, and recomputes the earliest
-    /// expiry hint as it goes (puts that race with it lower the hint themselves).
+    /// True when `shard` may hold an entry expired at `now`.
+    fn may_hold_expired(&self, shard: usize, now: Millis) -> bool {
+        self.earliest_expiry[shard].load(Ordering::Relaxed) <= now
+    }
+
+    /// True when any shard may hold an entry expired at `now`.
+    fn may_hold_any_expired(&self, now: Millis) -> bool {
+        (0..SHARDS).any(|shard| self.may_hold_expired(shard, now))
+    }
+
+    /// Removes every expired entry, shard by shard.
     fn sweep(&self, now: Millis) -> u64 {
-        self.earliest_expiry.store(Millis::MAX, Ordering::Relaxed);
         self.sweeps.fetch_add(1, Ordering::Relaxed);
         (0..SHARDS).map(|shard| self.sweep_shard(shard, now)).sum()
     }
 
-    /// Removes the expired entries of one shard.
+    /// Removes the expired entries of one shard, and sets its earliest expiry
+    /// to that of the entries left, under its lock.
     fn sweep_shard(&self, shard: usize, now: Millis) -> u64 {
         let mut table = self.shards[shard].lock();
         let before = table.len();
         let earliest = table.retain_live(now);
+        self.earliest_expiry[shard].store(earliest, Ordering::Relaxed);
         let gone = (before - table.len()) as u64;
         drop(table);
         self.bound.release(gone);
         self.swept.fetch_add(gone, Ordering::Relaxed);
-        self.note_expiry(earliest);
         gone
     }
 
     /// A full store: makes room from the expired entries of the shards of
-    /// `keys` and of a few more (not the whole store: that is the sweeper's
-    /// work, which this asks for); true if there is room now.
+    /// `keys` and of a few more that hold some (not the whole store: that is
+    /// the sweeper's work, which this asks for); true if there is room now.
     #[cold]
     fn make_room(&self, keys: &[Located]) -> bool {
         self.wake.notify_one();
@@ -251,14 +266,14 @@ impl Inner {
         if has_room() {
             return true; // another caller's sweep, or a delete, made room
         }
-        if now < self.earliest_expiry.load(Ordering::Relaxed) {
-            return false; // nothing has expired: sweeping would find nothing
-        }
         let more = (0..SHARDS).map(|_| self.next_shard.fetch_add(1, Ordering::Relaxed) % SHARDS);
         let mut looked = 0;
         for shard in keys.iter().map(|k| k.shard).chain(more) {
             if looked >= MAKE_ROOM_ENTRIES {
                 break;
+            }
+            if !self.may_hold_expired(shard, now) {
+                continue; // nothing there has expired: sweeping would find nothing
             }
             looked += self.shards[shard].lock().len();
             self.sweep_shard(shard, now);

@@ -37,3 +37,57 @@ pub(super) fn spawn(store: Weak<Inner>, wake: Arc<Notify>) -> Option<tokio::task
     });
     Some(task.abort_handle())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::key::SHARDS;
+    use crate::clock::ManualClock;
+    use crate::{Entry, MemoryStore, Millis, Write};
+
+    const T0: Millis = 1_700_000_000_000;
+
+    /// A sweep under way never hides the expiry of the entries it has yet to
+    /// reach: a full store's request that meets it still finds them expired,
+    /// and makes its room from them. The sweep is held at its first shard
+    /// (the test holds that shard's lock), with the store's expired entries
+    /// all in the last shard, so the request runs while the sweep is under way.
+    #[test]
+    fn a_sweep_under_way_leaves_expired_entries_in_sight() {
+        let clock = ManualClock::new(T0);
+        // Made outside a runtime: no background sweeper, only the sweep below.
+        let store = MemoryStore::with_clock(4, Arc::new(clock.clone()));
+        let inner = &store.inner;
+        let in_shard = |prefix: &'static str, wanted: fn(usize) -> bool| {
+            (0..).map(move |i| format!("{prefix}{i}")).filter(move |k| wanted(inner.keys.locate(k).shard))
+        };
+        let put = |key: &str, ttl: Millis| {
+            inner.update(&[key], &mut |_: &[Option<Entry>], now: Millis| {
+                vec![Write::Put(Entry { value: 1.into(), expires_at: now + ttl })]
+            })
+        };
+        for key in in_shard("old", |s| s == SHARDS - 1).take(4) {
+            put(&key, 1_000).unwrap();
+        }
+        clock.advance(Duration::from_secs(2));
+        let new = in_shard("new", |s| s != 0 && s != SHARDS - 1).next().unwrap();
+
+        let first = inner.shards[0].lock();
+        let sweep = std::thread::spawn({
+            let store = store.clone();
+            move || store.inner.sweep(store.inner.clock.now())
+        });
+        while inner.sweeps.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        let counted = put(&new, 60_000);
+        drop(first);
+        let swept = sweep.join().unwrap();
+        counted.expect("room made from the expired entries the sweep had not reached yet");
+        assert_eq!(swept, 0, "the request had removed them before the sweep reached them");
+        assert_eq!(store.len(), 1);
+    }
+}

@@ -2,8 +2,6 @@
 //! run on what they hold, its writes made before the locks go. A one-key
 //! count, the usual one, finds its slot once and needs no lists.
 
-use std::sync::atomic::Ordering;
-
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
@@ -161,7 +159,7 @@ impl Inner {
             let table = locks.table(k.shard);
             match write {
                 Write::Put(entry) => {
-                    self.note_expiry(entry.expires_at);
+                    self.note_expiry(k.shard, entry.expires_at);
                     table.put(k, entry.expires_at, Stored::new(entry.value));
                     if let Some(entry) = lent {
                         spare::keep(entry.value);
@@ -201,7 +199,7 @@ impl Inner {
                 if !self.reserve_new(1, now) {
                     return Ok(None);
                 }
-                self.note_expiry(expires_at);
+                self.note_expiry(k.shard, expires_at);
                 table.insert(&k, expires_at, value);
             }
             return Ok(Some(answer));
@@ -210,7 +208,7 @@ impl Inner {
         let (write, answer) = step(if live { Some(slot.reborrow()) } else { None }, now)?;
         match write {
             SlotWrite::Put { value, expires_at } => {
-                self.note_expiry(expires_at);
+                self.note_expiry(k.shard, expires_at);
                 if let Err(value) = slot.set(expires_at, value) {
                     table.change_kind(&k, expires_at, value);
                 }
@@ -236,7 +234,7 @@ impl Inner {
             // Near the bound. If nothing can have expired, what is held is
             // live: warn. Else the sweeper removes what expired first, and
             // warns if what is left is still this full.
-            if now < self.earliest_expiry.load(Ordering::Relaxed) || self.sweeper.get().is_none() {
+            if self.sweeper.get().is_none() || !self.may_hold_any_expired(now) {
                 self.bound.note_fill();
             } else {
                 self.wake.notify_one();
