@@ -9,6 +9,9 @@ use std::time::Instant;
 pub const KIND_FILLING: &str = "limit-store-filling";
 /// `kind` of the error that a full store refused a new key.
 pub const KIND_FULL: &str = "limit-store-full";
+/// `kind` of the error that a family of keys holding its share of a store's
+/// bound had a new key refused (the family is named in the line).
+pub const KIND_SHARE_FULL: &str = "limit-store-share-full";
 /// `kind` of the warning that a store call was answered unavailable.
 pub const KIND_UNAVAILABLE: &str = "limit-store-unavailable";
 

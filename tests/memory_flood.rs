@@ -1,5 +1,7 @@
 //! A flood of distinct keys can't grow the process past what `max_entries`
-//! allows. In a file of its own so that its process measures only itself.
+//! allows: one family of keys (here, keys without a `:`) stops at its share,
+//! 80% of the bound. In a file of its own so that its process measures only
+//! itself.
 
 use limit_store::{Entry, LimitStore, MemoryStore, Millis, Write};
 
@@ -26,8 +28,8 @@ async fn a_flood_of_long_distinct_keys_stays_within_the_bound() {
             refused += 1;
         }
     }
-    assert_eq!(store.len(), MAX);
-    assert_eq!(refused, FLOOD - 20_000);
+    assert_eq!(store.len(), MAX - MAX / 5, "one family holds at most 80% of the bound");
+    assert_eq!(refused, FLOOD - 16_000);
     if let (Some(before), Some(after)) = (before, resident_bytes()) {
         let grown = after.saturating_sub(before);
         // 20,000 entries with their keys hashed take a few megabytes; with the

@@ -105,28 +105,45 @@ async fn expired_entries_go_lazily_and_by_sweep() {
     assert!(store.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_bound_is_exact_under_concurrency() {
-    let (store, _clock) = store(1_000);
+/// New keys of `families` (one task each, 500 keys a task) counted at once;
+/// the keys each family was granted.
+async fn flood_at_once(store: &MemoryStore, families: &[&str]) -> Vec<u64> {
     let mut tasks = tokio::task::JoinSet::new();
-    for t in 0..8 {
-        let store = store.clone();
+    for (t, family) in families.iter().enumerate() {
+        let (store, family) = (store.clone(), family.to_string());
         tasks.spawn(async move {
             let mut ok = 0u64;
             for i in 0..500 {
-                if count(&store, &[&format!("t{t}:{i}")], 60_000).await.is_ok() {
+                if count(&store, &[&format!("{family}:{t}:{i}")], 60_000).await.is_ok() {
                     ok += 1;
                 }
             }
-            ok
+            (t, ok)
         });
     }
-    let mut granted = 0;
-    while let Some(ok) = tasks.join_next().await {
-        granted += ok.unwrap();
+    let mut granted = vec![0; families.len()];
+    while let Some(done) = tasks.join_next().await {
+        let (t, ok) = done.unwrap();
+        granted[t] = ok;
     }
-    assert_eq!(granted, 1_000, "exactly the bound's worth of new keys");
-    assert_eq!(store.len(), 1_000);
+    granted
+}
+
+/// Eight tasks flooding one family get exactly its 80% of the bound between
+/// them; eight more, each its own family, then share what is left without
+/// taking its last place, and the count stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bound_and_the_shares_are_exact_under_concurrency() {
+    let (store, _clock) = store(1_000);
+    let one: u64 = flood_at_once(&store, &["flood"; 8]).await.iter().sum();
+    assert_eq!(one, 800, "exactly one family's share of new keys");
+    assert_eq!(store.len(), 800);
+    let families: Vec<String> = (0..8).map(|t| format!("f{t}")).collect();
+    let families: Vec<&str> = families.iter().map(String::as_str).collect();
+    let each = flood_at_once(&store, &families).await;
+    assert!(each.iter().all(|&n| n > 0), "every family added keys: {each:?}");
+    assert_eq!(store.len(), 800 + each.iter().sum::<u64>(), "held exactly what was granted");
+    assert!(store.len() < 1_000, "the last place is never taken: {each:?}");
 }
 
 #[tokio::test]
@@ -140,16 +157,34 @@ async fn long_keys_are_distinct_and_count_separately() {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn filling_and_full_are_logged_once_a_minute() {
+async fn filling_and_a_full_share_are_logged_once_a_minute() {
     let logs = common::capture_logs();
     let (store, _clock) = store(10);
     for i in 0..20 {
         let _ = count(&store, &[&format!("k{i}")], 60_000).await;
     }
+    assert_eq!(store.len(), 8, "one family (keys without ':') stops at 80%");
     let filling = logs.lines_of_kind("limit-store-filling");
-    let full = logs.lines_of_kind("limit-store-full");
+    let share = logs.lines_of_kind("limit-store-share-full");
     assert_eq!(filling.len(), 1, "{filling:#?}");
     assert!(filling[0].contains("WARN") && filling[0].contains("live=8"), "logged at 80%: {filling:#?}");
+    assert_eq!(share.len(), 1, "{share:#?}");
+    assert!(share[0].contains("ERROR") && share[0].contains(r#"family="(keys without ':')""#), "{share:#?}");
+    assert!(!share[0].contains("k19"), "a family is named, never a key: {share:#?}");
+    assert!(logs.lines_of_kind("limit-store-full").is_empty(), "the store itself never filled");
+}
+
+/// A bound under 5 has no shares: one family fills it, and the store's own
+/// error is logged, once a minute.
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_store_is_logged_once_a_minute() {
+    let logs = common::capture_logs();
+    let (store, _clock) = store(4);
+    for i in 0..20 {
+        let _ = count(&store, &[&format!("k{i}")], 60_000).await;
+    }
+    assert_eq!(store.len(), 4);
+    let full = logs.lines_of_kind("limit-store-full");
     assert_eq!(full.len(), 1, "{full:#?}");
     assert!(full[0].contains("ERROR"), "{full:#?}");
 }

@@ -1,12 +1,21 @@
-//! The bound on live entries (`max_entries`) and its two log lines.
+//! The bound on live entries (`max_entries`), each family's share of it, and
+//! their log lines.
 //!
 //! A store never removes a live entry to make room: a full store answers a new
-//! key unavailable, and keys it already holds keep counting.
+//! key unavailable, and keys it already holds keep counting. Past 80% of the
+//! bound each family of keys (a limit) adds only within its share
+//! (`share.rs`), so a flood of new keys in one leaves the others counting.
+
+mod family;
+mod share;
+
+pub(crate) use family::{FamilyId, PerFamily, FAMILIES};
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
+use share::Shares;
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 mod shared;
@@ -18,10 +27,16 @@ pub(crate) use shared::SharedBound;
 /// kept close by exact counts for a shared one ([`Bound::begin_refresh`]).
 /// A new entry reserves its place before it is written, so concurrent adds
 /// never pass the bound; a removal gives its place back.
+///
+/// A store that knows each entry's family ([`Bound::family`]) reserves and
+/// gives back per family ([`Bound::try_reserve_in`], [`Bound::release_in`]),
+/// and its families then share the bound. The memory store does; the shared
+/// stores count the whole only ([`Bound::try_reserve`]).
 #[derive(Debug)]
 pub(crate) struct Bound {
     max: u64,
     held: AtomicU64,
+    shares: Shares,
     /// Every place ever reserved: what a refresh adds to its count for the
     /// reservations made while the count ran.
     reserved: AtomicU64,
@@ -37,6 +52,7 @@ impl Bound {
         Bound {
             max,
             held: AtomicU64::new(held),
+            shares: Shares::new(),
             reserved: AtomicU64::new(0),
             warn_on_reserve: true,
             log: BoundLog::new(),
@@ -64,21 +80,78 @@ impl Bound {
         if n == 0 {
             return true;
         }
+        match self.add_held(n) {
+            Some(total) => {
+                self.reserved_now(n, total);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reserves room for `n` new entries of `family`: within the bound, and
+    /// within the family's share of it. Nothing is reserved when either has
+    /// no room: the answer says which.
+    pub(crate) fn try_reserve_in(&self, family: FamilyId, n: u64) -> Result<(), Short> {
+        if n == 0 {
+            return Ok(());
+        }
+        let total = self.add_held(n).ok_or(Short::Bound)?;
+        if !self.shares.try_add(family, n, total, self.max) {
+            self.release(n);
+            return Err(Short::Share(family));
+        }
+        self.reserved_now(n, total);
+        Ok(())
+    }
+
+    /// Adds `n` to what is held when the bound has room; what is held then.
+    fn add_held(&self, n: u64) -> Option<u64> {
         let mut current = self.held.load(Ordering::Relaxed);
         loop {
-            if current.saturating_add(n) > self.max {
-                return false;
+            let after = current.saturating_add(n);
+            if after > self.max {
+                return None;
             }
-            match self.held.compare_exchange_weak(current, current + n, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break,
+            match self.held.compare_exchange_weak(current, after, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(after),
                 Err(seen) => current = seen,
             }
         }
+    }
+
+    /// Notes `n` places reserved, leaving `total` held.
+    fn reserved_now(&self, n: u64, total: u64) {
         self.reserved.fetch_add(n, Ordering::Relaxed);
         if self.warn_on_reserve {
-            self.log.note_fill(current + n, self.max);
+            self.log.note_fill(total, self.max);
         }
-        true
+    }
+
+    /// Gives back the room of `n` entries of `family`.
+    pub(crate) fn release_in(&self, family: FamilyId, n: u64) {
+        self.shares.remove(family, n);
+        self.release(n);
+    }
+
+    /// Gives back the room of the entries counted in `removed`.
+    pub(crate) fn release_each(&self, removed: &PerFamily) {
+        for (family, n) in removed.iter() {
+            self.release_in(family, n);
+        }
+    }
+
+    /// The family of the key `head` followed by `tail` (see `family.rs`).
+    pub(crate) fn family(&self, head: &[u8], tail: &[u8]) -> FamilyId {
+        self.shares.families.of(head, tail)
+    }
+
+    /// True when what `short` refused would find room for one entry now.
+    pub(crate) fn has_room(&self, short: Short) -> bool {
+        match short {
+            Short::Bound => self.held() < self.max,
+            Short::Share(family) => self.shares.has_room(family, 1, self.held(), self.max),
+        }
     }
 
     /// Gives back the room of `n` entries removed, or reserved and not written.
@@ -111,6 +184,28 @@ impl Bound {
     pub(crate) fn note_full(&self, store: &'static str) {
         self.log.note_full(store, self.held(), self.max);
     }
+
+    /// Logs that a new key was refused, for the reason `short` gives.
+    pub(crate) fn note_short(&self, store: &'static str, short: Short) {
+        match short {
+            Short::Bound => self.note_full(store),
+            Short::Share(family) => self.shares.note_full(store, family, self.held(), self.max),
+        }
+    }
+
+    /// The name of `family`, for a message.
+    pub(crate) fn family_name(&self, family: FamilyId) -> &str {
+        self.shares.families.name(family)
+    }
+}
+
+/// Why a new entry found no room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Short {
+    /// The store holds its bound.
+    Bound,
+    /// The family holds its share of the bound.
+    Share(FamilyId),
 }
 
 /// Where an exact count of a [`Bound`] began.

@@ -7,15 +7,26 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use super::sip::{self, Started};
+use crate::bound::{Bound, FamilyId};
 use crate::error::Refusal;
 use crate::StoreError;
 
 /// Shards of a store, each behind its own lock.
 pub(super) const SHARDS: usize = 64;
 
+/// Where a slot's key keeps its family: the top six bits of the 128-bit hash,
+/// which name no key (the table hashes by the low half). The other 122 bits
+/// name it: two keys sharing them would need about 2^61 tries by someone who
+/// knew the store's random key.
+pub(super) const FAMILY_SHIFT: u32 = 122;
+/// The bits of a key's hash that name it.
+pub(super) const IDENTITY: u128 = (1 << FAMILY_SHIFT) - 1;
+const _: () = assert!(crate::bound::FAMILIES <= 1 << (128 - FAMILY_SHIFT));
+
 /// Where one key of a call lives.
 #[derive(Clone, Copy)]
 pub(super) struct Located {
+    /// The key's hash, its family's bits clear ([`IDENTITY`]).
     pub(super) key: u128,
     pub(super) hash: u64,
     pub(super) shard: usize,
@@ -48,6 +59,16 @@ pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, St
 #[derive(Clone)]
 pub(crate) struct KeyStart {
     started: Started,
+    family: StartFamily,
+}
+
+/// The family of the keys after a start.
+#[derive(Clone)]
+enum StartFamily {
+    /// The start holds a `:`: every key after it is of this family.
+    Known(FamilyId),
+    /// It holds none (its text, kept): the rest says.
+    Open(Box<[u8]>),
 }
 
 /// Shows the length, never the hash state (it holds the store's key).
@@ -61,6 +82,16 @@ impl KeyStart {
     /// The start's length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.started.len()
+    }
+
+    /// The family of the key this start followed by `rest` names. Out of
+    /// line: only a new entry asks, and a count keeps less alive without it.
+    #[inline(never)]
+    pub(super) fn family(&self, rest: &[u8], bound: &Bound) -> FamilyId {
+        match &self.family {
+            StartFamily::Known(family) => *family,
+            StartFamily::Open(start) => bound.family(start, rest),
+        }
     }
 }
 
@@ -83,9 +114,14 @@ impl KeyHasher {
         Self::located(sip::hash(self.k0, self.k1, key.as_bytes()))
     }
 
-    /// `start` hashed once, for the keys that begin with it.
-    pub(super) fn key_start(&self, start: &str) -> KeyStart {
-        KeyStart { started: Started::new(self.k0, self.k1, start.as_bytes()) }
+    /// `start` hashed once, for the keys that begin with it, whose family
+    /// is `family` when the start holds a `:`.
+    pub(super) fn key_start(&self, start: &str, family: Option<FamilyId>) -> KeyStart {
+        let family = match family {
+            Some(family) => StartFamily::Known(family),
+            None => StartFamily::Open(start.as_bytes().into()),
+        };
+        KeyStart { started: Started::new(self.k0, self.k1, start.as_bytes()), family }
     }
 
     /// [`locate`](Self::locate) of the key `start` followed by `rest`.
@@ -99,6 +135,6 @@ impl KeyHasher {
         // Middle bits pick the shard: hashbrown uses the low bits for the bucket
         // and the top seven as the tag, and both must still vary within a shard.
         let shard = usize::try_from(hash >> 40).unwrap_or(0) & (SHARDS - 1);
-        Located { key, hash, shard }
+        Located { key: key & IDENTITY, hash, shard }
     }
 }

@@ -18,12 +18,17 @@
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
-//! The bound is kept exactly with one atomic counter touched only when an entry
-//! is added or removed, never when an existing key counts. A full store makes
-//! room on the request path only from a few shards; the sweeper does the rest.
+//! The bound is kept exactly with one atomic counter, and one per family of
+//! keys (the text before a key's first `:`, kept in the top bits of its slot's
+//! hash), touched only when an entry is added or removed, never when an
+//! existing key counts; past 80% of the bound each family adds new keys only
+//! within its share (`crate::bound`). A full store, or a full share, makes
+//! room on the request path only from a few shards (`room.rs`); the sweeper
+//! does the rest.
 
 mod int_text;
 mod key;
+mod room;
 mod sip;
 mod spare;
 mod stored;
@@ -43,7 +48,7 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
-use crate::bound::Bound;
+use crate::bound::{Bound, PerFamily};
 use crate::clock::{Clock, SteadyClock};
 use crate::{Apply, Entry, LimitStore, Millis, StoreError};
 
@@ -77,7 +82,7 @@ struct Inner {
     /// the shards that have something to remove. Written only under the
     /// shard's lock (lowered by a write, set exact by a sweep of the shard), so
     /// no write racing a sweep can lose its expiry; read without it.
-    earliest_expiry: Box<[AtomicI64]>,
+    earliest_expiry: Box<[AtomicI64; SHARDS]>,
     /// The next shard a full store's request sweeps.
     next_shard: AtomicUsize,
     /// Asks the background sweeper to run now.
@@ -113,11 +118,6 @@ impl Drop for Inner {
     }
 }
 
-/// Entries a full store's request looks at, at most, to make room, so that
-/// one request never walks a large store: about two shards of a store at its
-/// default bound, every shard of a small one.
-const MAKE_ROOM_ENTRIES: usize = 4_096;
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -151,7 +151,7 @@ impl MemoryStore {
             // Warned on live entries only: see `try_update`.
             bound: Bound::quiet(max_entries),
             clock,
-            earliest_expiry: (0..SHARDS).map(|_| AtomicI64::new(Millis::MAX)).collect(),
+            earliest_expiry: Box::new(std::array::from_fn(|_| AtomicI64::new(Millis::MAX))),
             next_shard: AtomicUsize::new(0),
             wake: Arc::new(tokio::sync::Notify::new()),
             sweeper: OnceLock::new(),
@@ -182,7 +182,8 @@ impl MemoryStore {
     /// The fixed start of keys that [`count_one_after`](Self::count_one_after)
     /// goes on from, hashed once; valid for this store only.
     pub(crate) fn key_start(&self, start: &str) -> KeyStart {
-        self.inner.keys.key_start(start)
+        let family = start.contains(':').then(|| self.inner.bound.family(start.as_bytes(), b""));
+        self.inner.keys.key_start(start, family)
     }
 
     /// One key, `start` followed by `rest` (the bytes of text: a caller may
@@ -197,7 +198,8 @@ impl MemoryStore {
         rest: &[u8],
         step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
     ) -> Result<T, StoreError> {
-        self.inner.count_one(located_after(start, rest)?, step)
+        let family = |bound: &Bound| start.family(rest, bound);
+        self.inner.count_one(located_after(start, rest)?, family, step)
     }
 
     /// [`count_one_after`](Self::count_one_after) by a `step` on the key's
@@ -211,7 +213,8 @@ impl MemoryStore {
         rest: &[u8],
         step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
-        self.inner.count_number(located_after(start, rest)?, step)
+        let family = |bound: &Bound| start.family(rest, bound);
+        self.inner.count_number(located_after(start, rest)?, family, step)
     }
 }
 
@@ -219,20 +222,10 @@ impl Inner {
     /// Notes a write of `expires_at` in `shard`, whose lock the caller holds.
     #[inline]
     fn note_expiry(&self, shard: usize, expires_at: Millis) {
-        let earliest = &self.earliest_expiry[shard];
+        let earliest = &self.earliest_expiry[shard % SHARDS];
         if expires_at < earliest.load(Ordering::Relaxed) {
             earliest.store(expires_at, Ordering::Relaxed);
         }
-    }
-
-    /// True when `shard` may hold an entry expired at `now`.
-    fn may_hold_expired(&self, shard: usize, now: Millis) -> bool {
-        self.earliest_expiry[shard].load(Ordering::Relaxed) <= now
-    }
-
-    /// True when any shard may hold an entry expired at `now`.
-    fn may_hold_any_expired(&self, now: Millis) -> bool {
-        (0..SHARDS).any(|shard| self.may_hold_expired(shard, now))
     }
 
     /// Removes every expired entry, shard by shard.
@@ -246,42 +239,14 @@ impl Inner {
     fn sweep_shard(&self, shard: usize, now: Millis) -> u64 {
         let mut table = self.shards[shard].lock();
         let before = table.len();
-        let earliest = table.retain_live(now);
-        self.earliest_expiry[shard].store(earliest, Ordering::Relaxed);
+        let mut removed = PerFamily::new();
+        let earliest = table.retain_live(now, &mut removed);
+        self.earliest_expiry[shard % SHARDS].store(earliest, Ordering::Relaxed);
         let gone = (before - table.len()) as u64;
         drop(table);
-        self.bound.release(gone);
+        self.bound.release_each(&removed);
         self.swept.fetch_add(gone, Ordering::Relaxed);
         gone
-    }
-
-    /// A full store: makes room from the expired entries of the shards of
-    /// `keys` and of a few more that hold some (not the whole store: that is
-    /// the sweeper's work, which this asks for); true if there is room now.
-    #[cold]
-    fn make_room(&self, keys: &[Located]) -> bool {
-        self.wake.notify_one();
-        let now = self.clock.now();
-        let has_room = || self.bound.held() < self.bound.max();
-        if has_room() {
-            return true; // another caller's sweep, or a delete, made room
-        }
-        let more = (0..SHARDS).map(|_| self.next_shard.fetch_add(1, Ordering::Relaxed) % SHARDS);
-        let mut looked = 0;
-        for shard in keys.iter().map(|k| k.shard).chain(more) {
-            if looked >= MAKE_ROOM_ENTRIES {
-                break;
-            }
-            if !self.may_hold_expired(shard, now) {
-                continue; // nothing there has expired: sweeping would find nothing
-            }
-            looked += self.shards[shard].lock().len();
-            self.sweep_shard(shard, now);
-            if has_room() {
-                return true;
-            }
-        }
-        false
     }
 }
 

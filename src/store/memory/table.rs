@@ -7,20 +7,24 @@
 //!
 //! A key is in one of the two at most. A lookup tries the integers first; a
 //! write whose value changes kind moves the key to the other table.
+//!
+//! A slot's key is the key's 128-bit keyed hash with its family in the top
+//! bits ([`FAMILY_SHIFT`]): a lookup compares the rest, and a removal gives
+//! the entry's place back to its family.
 
 use hashbrown::HashTable;
 
-use super::key::{low_half, Located};
+use super::key::{low_half, Located, FAMILY_SHIFT, IDENTITY};
 use super::spare;
 use super::stored::Stored;
+use crate::bound::{FamilyId, PerFamily};
 use crate::{Entry, Millis};
 
 /// A key whose value is an integer.
 #[derive(Debug)]
 #[repr(align(32))]
 pub(super) struct IntSlot {
-    /// The key's 128-bit keyed hash; two keys sharing one would need 2^64
-    /// tries by someone who knew the store's random key.
+    /// The key's keyed hash and its family (see the module's docs).
     key: u128,
     expires_at: Millis,
     value: i64,
@@ -55,6 +59,26 @@ pub(super) enum SlotMut<'a> {
     Other(&'a mut Slot),
 }
 
+/// A slot's key: `k`'s, with `family` in its top bits.
+fn slot_key(k: &Located, family: FamilyId) -> u128 {
+    k.key | ((family.index() as u128) << FAMILY_SHIFT)
+}
+
+/// The family a slot's key holds.
+fn family_of(slot_key: u128) -> FamilyId {
+    FamilyId::from_index(usize::try_from(slot_key >> FAMILY_SHIFT).unwrap_or(usize::MAX))
+}
+
+/// True when a slot's key is `k`'s.
+#[inline(always)]
+fn names(slot_key: u128, k: &Located) -> bool {
+    let apart = slot_key ^ k.key;
+    // Truncation wanted: the high half, its family's bits left out.
+    #[allow(clippy::cast_possible_truncation)]
+    let high = (apart >> 64) as u64 & (IDENTITY >> 64) as u64;
+    low_half(apart) | high == 0
+}
+
 impl Table {
     /// Entries held, live or expired.
     pub(super) fn len(&self) -> usize {
@@ -64,87 +88,87 @@ impl Table {
     /// The slot of `k`, if it has one.
     #[inline]
     pub(super) fn find_mut(&mut self, k: &Located) -> Option<SlotMut<'_>> {
-        if let Some(slot) = self.ints.find_mut(k.hash, |s| s.key == k.key) {
+        if let Some(slot) = self.ints.find_mut(k.hash, |s| names(s.key, k)) {
             return Some(SlotMut::Int(slot));
         }
-        self.others.find_mut(k.hash, |s| s.key == k.key).map(SlotMut::Other)
+        self.others.find_mut(k.hash, |s| names(s.key, k)).map(SlotMut::Other)
     }
 
     /// The live entry of `k`, rebuilt.
     pub(super) fn get(&self, k: &Located, now: Millis) -> Option<Entry> {
-        if let Some(slot) = self.ints.find(k.hash, |s| s.key == k.key) {
+        if let Some(slot) = self.ints.find(k.hash, |s| names(s.key, k)) {
             return (slot.expires_at > now).then(|| Entry { value: slot.value.into(), expires_at: slot.expires_at });
         }
-        let slot = self.others.find(k.hash, |s| s.key == k.key)?;
+        let slot = self.others.find(k.hash, |s| names(s.key, k))?;
         (slot.expires_at > now).then(|| Entry { value: slot.value.value(), expires_at: slot.expires_at })
     }
 
-    /// Holds `value` for `k` until `expires_at`, in place when the key is
-    /// held with a value of the same kind; true when `k` was not held.
-    pub(super) fn put(&mut self, k: &Located, expires_at: Millis, value: Stored) -> bool {
-        match self.find_mut(k) {
-            Some(slot) => {
-                if let Err(value) = slot.set(expires_at, value) {
-                    self.change_kind(k, expires_at, value);
-                }
-                false
-            }
-            None => {
-                self.insert(k, expires_at, value);
-                true
+    /// Holds `value` for `k`, which has a slot, until `expires_at`: in place
+    /// when the slot holds a value of the same kind.
+    pub(super) fn set(&mut self, k: &Located, expires_at: Millis, value: Stored) {
+        if let Some(slot) = self.find_mut(k) {
+            if let Err(value) = slot.set(expires_at, value) {
+                self.change_kind(k, expires_at, value);
             }
         }
     }
 
-    /// Holds `value` for `k`, which is held in neither table.
-    pub(super) fn insert(&mut self, k: &Located, expires_at: Millis, value: Stored) {
+    /// Holds `value` for `k`, of `family`, which is held in neither table.
+    pub(super) fn insert(&mut self, k: &Located, family: FamilyId, expires_at: Millis, value: Stored) {
+        self.insert_slot(k.hash, slot_key(k, family), expires_at, value);
+    }
+
+    fn insert_slot(&mut self, hash: u64, key: u128, expires_at: Millis, value: Stored) {
         match value {
             Stored::Int(value) => {
-                self.ints.insert_unique(k.hash, IntSlot { key: k.key, expires_at, value }, |s| low_half(s.key));
+                self.ints.insert_unique(hash, IntSlot { key, expires_at, value }, |s| low_half(s.key));
             }
             value => {
-                self.others.insert_unique(k.hash, Slot { key: k.key, expires_at, value }, |s| low_half(s.key));
+                self.others.insert_unique(hash, Slot { key, expires_at, value }, |s| low_half(s.key));
             }
         }
     }
 
     /// Holds `value` for `k`, whose slot holds a value of the other kind (its
-    /// [`set`](SlotMut::set) refused `value`): the key moves to the other table.
+    /// [`set`](SlotMut::set) refused `value`): the key moves to the other
+    /// table, with its family.
     pub(super) fn change_kind(&mut self, k: &Located, expires_at: Millis, value: Stored) {
         let moved = match value {
-            Stored::Int(_) => self.others.find_entry(k.hash, |s| s.key == k.key).map(|slot| slot.remove()).is_ok(),
-            _ => self.ints.find_entry(k.hash, |s| s.key == k.key).map(|slot| slot.remove()).is_ok(),
+            Stored::Int(_) => self.others.find_entry(k.hash, |s| names(s.key, k)).ok().map(|slot| slot.remove().0.key),
+            _ => self.ints.find_entry(k.hash, |s| names(s.key, k)).ok().map(|slot| slot.remove().0.key),
         };
-        debug_assert!(moved, "a key changes kind from a slot of the other kind");
-        self.insert(k, expires_at, value);
+        debug_assert!(moved.is_some(), "a key changes kind from a slot of the other kind");
+        if let Some(key) = moved {
+            self.insert_slot(k.hash, key, expires_at, value);
+        }
     }
 
-    /// Drops the entry of `k`; true if it had one.
-    pub(super) fn remove(&mut self, k: &Located) -> bool {
-        if let Ok(slot) = self.ints.find_entry(k.hash, |s| s.key == k.key) {
-            slot.remove();
-            return true;
+    /// Drops the entry of `k`; its family if it had one.
+    pub(super) fn remove(&mut self, k: &Located) -> Option<FamilyId> {
+        if let Ok(slot) = self.ints.find_entry(k.hash, |s| names(s.key, k)) {
+            return Some(family_of(slot.remove().0.key));
         }
-        if let Ok(slot) = self.others.find_entry(k.hash, |s| s.key == k.key) {
-            slot.remove();
-            return true;
+        if let Ok(slot) = self.others.find_entry(k.hash, |s| names(s.key, k)) {
+            return Some(family_of(slot.remove().0.key));
         }
-        false
+        None
     }
 
-    /// Drops every entry expired at `now`; the earliest expiry of those
-    /// left ([`Millis::MAX`] for none).
-    pub(super) fn retain_live(&mut self, now: Millis) -> Millis {
+    /// Drops every entry expired at `now`, each counted in `removed` by
+    /// family; the earliest expiry of those left ([`Millis::MAX`] for none).
+    pub(super) fn retain_live(&mut self, now: Millis, removed: &mut PerFamily) -> Millis {
         let mut earliest = Millis::MAX;
-        let mut live = |expires_at: Millis| {
+        let mut live = |key: u128, expires_at: Millis| {
             let live = expires_at > now;
             if live {
                 earliest = earliest.min(expires_at);
+            } else {
+                removed.add_one(family_of(key));
             }
             live
         };
-        self.ints.retain(|s| live(s.expires_at));
-        self.others.retain(|s| live(s.expires_at));
+        self.ints.retain(|s| live(s.key, s.expires_at));
+        self.others.retain(|s| live(s.key, s.expires_at));
         earliest
     }
 }
@@ -161,9 +185,15 @@ impl SlotMut<'_> {
 
     #[inline]
     pub(super) fn is_live(&self, now: Millis) -> bool {
+        self.expires_at() > now
+    }
+
+    /// When the slot's entry expires.
+    #[inline]
+    pub(super) fn expires_at(&self) -> Millis {
         match self {
-            SlotMut::Int(slot) => slot.expires_at > now,
-            SlotMut::Other(slot) => slot.expires_at > now,
+            SlotMut::Int(slot) => slot.expires_at,
+            SlotMut::Other(slot) => slot.expires_at,
         }
     }
 

@@ -9,7 +9,7 @@ use super::spare;
 use super::stored::Stored;
 use super::table::{SlotMut, Table};
 use super::{Inner, Located};
-use crate::error::Unavailable;
+use crate::bound::{Bound, FamilyId, Short};
 use crate::rules::{check_keys, run_apply, run_step};
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
@@ -40,29 +40,35 @@ impl Inner {
                 let writes = run_apply(apply, current, now)?;
                 Ok((writes.into_iter().next().unwrap_or(Write::Keep), ()))
             };
-            return self.update_one(self.keys.locate(key), &mut step);
+            return self.update_one(
+                self.keys.locate(key),
+                |bound: &Bound| bound.family(key.as_bytes(), b""),
+                &mut step,
+            );
         }
         let located: Keys = keys.iter().map(|k| self.keys.locate(k)).collect();
-        if self.try_update(&located, apply)?.is_some() {
+        let mut short = Short::Bound;
+        if self.try_update(&located, keys, apply, &mut short)?.is_some() {
             return Ok(());
         }
-        // Full: make room from expired entries only, then try once more.
-        if self.make_room(&located) && self.try_update(&located, apply)?.is_some() {
+        // No room: make it from expired entries only, then try once more.
+        if self.make_room(&located, short) && self.try_update(&located, keys, apply, &mut short)?.is_some() {
             return Ok(());
         }
-        Err(self.full())
+        Err(self.full(short))
     }
 
     /// The key at `k` counted by this crate's own `step`, which gives its
     /// write and an answer: [`update`](Self::update) of one key with no list,
     /// no `dyn` and no JSON round trip beyond the entry's own. The caller
-    /// checked the key.
+    /// checked the key; `family` gives its family, if it needs a new entry.
     pub(super) fn count_one<T>(
         &self,
         k: Located,
+        family: impl Fn(&Bound) -> FamilyId,
         mut step: impl FnMut(Option<&Entry>, Millis) -> (Write, T),
     ) -> Result<T, StoreError> {
-        self.update_one(k, &mut |current: &[Option<Entry>], now: Millis| {
+        self.update_one(k, family, &mut |current: &[Option<Entry>], now: Millis| {
             run_step(&mut step, current.first().and_then(Option::as_ref), now)
         })
     }
@@ -70,13 +76,15 @@ impl Inner {
     /// The key at `k` counted by this crate's own `step` on its value as one
     /// integer (`None`: no live entry, or one holding anything else). `step`
     /// gives the integer to hold and when it expires, or nothing to write,
-    /// and an answer: no JSON at all. The caller checked the key.
+    /// and an answer: no JSON at all. The caller checked the key, and
+    /// `family` gives its family, as for [`count_one`](Self::count_one).
     pub(super) fn count_number<T>(
         &self,
         k: Located,
+        family: impl Fn(&Bound) -> FamilyId,
         mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
-        self.at_slot(k, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
+        self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
             let (write, answer) = step(slot.and_then(|s| s.as_i64()), now);
             let write = match write {
                 Some((value, expires_at)) if expires_at > now => {
@@ -91,43 +99,46 @@ impl Inner {
     }
 
     /// `step` run on the entries of one key, lent from its slot.
-    fn update_one<T>(&self, k: Located, step: &mut OneStep<'_, T>) -> Result<T, StoreError> {
-        self.at_slot(k, &mut |slot: Option<SlotMut<'_>>, now: Millis| lend_to(step, slot, now))
+    fn update_one<T>(
+        &self,
+        k: Located,
+        family: impl Fn(&Bound) -> FamilyId,
+        step: &mut OneStep<'_, T>,
+    ) -> Result<T, StoreError> {
+        self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| lend_to(step, slot, now))
     }
 
     /// [`try_at_slot`](Self::try_at_slot), and once more after making room
     /// when the store is full: from one call site, so that the attempt is
     /// inlined into the count.
     #[inline]
-    fn at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<T, StoreError>
+    fn at_slot<T, S>(&self, k: Located, family: &impl Fn(&Bound) -> FamilyId, step: &mut S) -> Result<T, StoreError>
     where
         S: FnMut(Option<SlotMut<'_>>, Millis) -> Result<(SlotWrite, T), StoreError>,
     {
+        let mut short = Short::Bound;
         let mut made_room = false;
         loop {
-            if let Some(answer) = self.try_at_slot(k, step)? {
+            if let Some(answer) = self.try_at_slot(k, family, step, &mut short)? {
                 return Ok(answer);
             }
-            if made_room || !self.make_room(&[k]) {
-                return Err(self.full());
+            if made_room || !self.make_room(&[k], short) {
+                return Err(self.full(short));
             }
             made_room = true;
         }
     }
 
-    /// The answer of a store at its bound, noted and logged.
-    #[cold]
-    fn full(&self) -> StoreError {
-        self.bound.note_full("memory");
-        StoreError::unavailable(
-            Unavailable::Full,
-            format!("the memory store holds its bound of {} live entries", self.bound.max()),
-        )
-    }
-
-    /// One atomic attempt. `Ok(None)`: the writes needed new entries and the
-    /// store is full; nothing was written.
-    fn try_update(&self, keys: &[Located], apply: &mut Apply<'_>) -> Result<Option<()>, StoreError> {
+    /// One atomic attempt on `keys`, whose text is `texts`. `Ok(None)`: the
+    /// writes needed new entries and found no room (`short` says why);
+    /// nothing was written.
+    fn try_update(
+        &self,
+        keys: &[Located],
+        texts: &[&str],
+        apply: &mut Apply<'_>,
+        short: &mut Short,
+    ) -> Result<Option<()>, StoreError> {
         let now = self.clock.now();
         let mut locks = self.lock(keys);
         // Lend each live entry to `apply` without cloning it; bit i of `held`
@@ -148,19 +159,32 @@ impl Inner {
                 return Err(e);
             }
         };
-        let new_entries =
-            writes.iter().enumerate().filter(|(i, w)| matches!(w, Write::Put(_)) && held & (1 << i) == 0).count();
-        if !self.reserve_new(new_entries as u64, now) {
+        // The family of each write that needs a new entry.
+        let new: SmallVec<[Option<FamilyId>; 4]> = texts
+            .iter()
+            .zip(&writes)
+            .enumerate()
+            .map(|(i, (text, w))| {
+                let new = matches!(w, Write::Put(_)) && held & (1 << i) == 0;
+                new.then(|| self.bound.family(text.as_bytes(), b""))
+            })
+            .collect();
+        if let Err(no_room) = self.reserve_new(new.iter().flatten().copied(), now) {
             give_back(&mut locks, keys, current);
+            *short = no_room;
             return Ok(None);
         }
-        let mut removed = 0u64;
-        for ((k, write), lent) in keys.iter().zip(writes).zip(current) {
+        let mut removed: SmallVec<[FamilyId; 4]> = SmallVec::new();
+        for (((k, write), lent), new) in keys.iter().zip(writes).zip(current).zip(new) {
             let table = locks.table(k.shard);
             match write {
                 Write::Put(entry) => {
                     self.note_expiry(k.shard, entry.expires_at);
-                    table.put(k, entry.expires_at, Stored::new(entry.value));
+                    let value = Stored::new(entry.value);
+                    match new {
+                        Some(family) => table.insert(k, family, entry.expires_at, value),
+                        None => table.set(k, entry.expires_at, value),
+                    }
                     if let Some(entry) = lent {
                         spare::keep(entry.value);
                     }
@@ -172,22 +196,31 @@ impl Inner {
                         }
                     }
                     // Lazy expiry: an expired entry that `apply` kept goes now.
-                    None => removed += u64::from(table.remove(k)),
+                    None => removed.extend(table.remove(k)),
                 },
-                Write::Delete => removed += u64::from(table.remove(k)),
+                Write::Delete => removed.extend(table.remove(k)),
             }
         }
         drop(locks);
-        self.bound.release(removed);
+        for family in removed {
+            self.bound.release_in(family, 1);
+        }
         Ok(Some(()))
     }
 
     /// [`try_update`](Self::try_update) of one key, the usual count: the slot
     /// is found once, lent to `step` while its entry is live, and written
     /// through the same handle, with no lists. `Ok(None)`: the write needed a
-    /// new entry and the store is full; nothing was written.
+    /// new entry, of `family`'s, and found no room (`short` says why);
+    /// nothing was written.
     #[inline]
-    fn try_at_slot<T, S>(&self, k: Located, step: &mut S) -> Result<Option<T>, StoreError>
+    fn try_at_slot<T, S>(
+        &self,
+        k: Located,
+        family: &impl Fn(&Bound) -> FamilyId,
+        step: &mut S,
+        short: &mut Short,
+    ) -> Result<Option<T>, StoreError>
     where
         S: FnMut(Option<SlotMut<'_>>, Millis) -> Result<(SlotWrite, T), StoreError>,
     {
@@ -196,19 +229,25 @@ impl Inner {
         let Some(mut slot) = table.find_mut(&k) else {
             let (write, answer) = step(None, now)?;
             if let SlotWrite::Put { value, expires_at } = write {
-                if !self.reserve_new(1, now) {
+                let family = family(&self.bound);
+                if let Err(no_room) = self.reserve_new(std::iter::once(family), now) {
+                    *short = no_room;
                     return Ok(None);
                 }
                 self.note_expiry(k.shard, expires_at);
-                table.insert(&k, expires_at, value);
+                table.insert(&k, family, expires_at, value);
             }
             return Ok(Some(answer));
         };
-        let live = slot.is_live(now);
+        let was = slot.expires_at();
+        let live = was > now;
         let (write, answer) = step(if live { Some(slot.reborrow()) } else { None }, now)?;
         match write {
             SlotWrite::Put { value, expires_at } => {
-                self.note_expiry(k.shard, expires_at);
+                if expires_at < was {
+                    // Sooner than the entry it replaces, so maybe than any in the shard.
+                    self.note_expiry(k.shard, expires_at);
+                }
                 if let Err(value) = slot.set(expires_at, value) {
                     table.change_kind(&k, expires_at, value);
                 }
@@ -216,31 +255,14 @@ impl Inner {
             SlotWrite::Keep if live => {}
             // Deleted, or an expired entry that `step` kept (lazy expiry).
             _ => {
-                table.remove(&k);
+                let removed = table.remove(&k);
                 drop(table);
-                self.bound.release(1);
+                if let Some(family) = removed {
+                    self.bound.release_in(family, 1);
+                }
             }
         }
         Ok(Some(answer))
-    }
-
-    /// Reserves room for `n` new entries (false when the bound has none), and
-    /// near the bound warns or wakes the sweeper.
-    fn reserve_new(&self, n: u64, now: Millis) -> bool {
-        if !self.bound.try_reserve(n) {
-            return false;
-        }
-        if n > 0 && u128::from(self.bound.held()) * 5 >= u128::from(self.bound.max()) * 4 {
-            // Near the bound. If nothing can have expired, what is held is
-            // live: warn. Else the sweeper removes what expired first, and
-            // warns if what is left is still this full.
-            if self.sweeper.get().is_none() || !self.may_hold_any_expired(now) {
-                self.bound.note_fill();
-            } else {
-                self.wake.notify_one();
-            }
-        }
-        true
     }
 
     pub(super) fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
