@@ -92,6 +92,7 @@ async fn fill(store: &MemoryStore, family: &str) -> (u64, StoreError) {
 /// not the key, and takes keys again when its entries are removed or expire.
 #[tokio::test]
 async fn an_apps_own_keys_share_the_bound_by_family() {
+    let logs = common::capture_logs();
     let clock = ManualClock::new(T0);
     let store = MemoryStore::with_clock(100, Arc::new(clock.clone()));
     let (tenant_a, full) = fill(&store, "tenant-a").await;
@@ -126,6 +127,11 @@ async fn an_apps_own_keys_share_the_bound_by_family() {
     assert_eq!(store.sweep().await.unwrap(), 93);
     assert_eq!(fill(&store, "tenant-b").await.0, 80);
     assert_eq!(fill(&store, "tenant-a").await.0, 10, "half of the 20 left, as a family holding nothing");
+
+    let share = logs.lines_of_kind("limit-store-share-full");
+    let named = |family: &str| share.iter().filter(|l| l.contains(&format!("family={family:?}"))).count();
+    assert_eq!(share.len(), 3, "once a minute per family, each refused many times: {share:#?}");
+    assert_eq!((named("tenant-a"), named("tenant-b"), named("(keys without ':')")), (1, 1, 1), "{share:#?}");
 }
 
 /// Inventing family names grows nothing: past the families a store names,
