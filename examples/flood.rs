@@ -61,7 +61,9 @@ const PROBES: [(&str, &[(&str, &str)]); 5] = [
 
 fn answer(d: &Decision) -> String {
     match (d.allowed, d.degraded) {
-        (_, Some(reason)) => format!("unavailable ({reason}): {} by policy", if d.allowed { "allowed" } else { "denied" }),
+        (_, Some(reason)) => {
+            format!("unavailable ({reason}): {} by policy", if d.allowed { "allowed" } else { "denied" })
+        }
         (true, None) => "counted, allowed".into(),
         (false, None) => format!("counted, limited by {}", d.limited_by.unwrap_or("?")),
     }
@@ -69,7 +71,8 @@ fn answer(d: &Decision) -> String {
 
 async fn run(scenario: &Scenario) {
     let clock = ManualClock::new(T0);
-    let store = Arc::new(MemoryStore::with_clock(limit_store::store::memory::DEFAULT_MAX_ENTRIES, Arc::new(clock.clone())));
+    let store =
+        Arc::new(MemoryStore::with_clock(limit_store::store::memory::DEFAULT_MAX_ENTRIES, Arc::new(clock.clone())));
     let limits = Limits::builder().store(store.clone()).single_instance(true).build().expect("limits");
     let (mut first_refusal, mut peak, mut refused, mut at_80) = (None, 0, 0u64, None);
     for i in 0..RATE * SECONDS {
@@ -94,7 +97,10 @@ async fn run(scenario: &Scenario) {
     println!("- 80% of the bound held (entries, live or not yet swept): {}", at_80.map_or("never".into(), seconds));
     match first_refusal {
         Some((i, held, what)) => {
-            println!("- share full (first new key refused): {} with {held} held; {refused} refused; the flood gets: {what}", seconds(i))
+            println!(
+                "- share full (first new key refused): {} with {held} held; {refused} refused; the flood gets: {what}",
+                seconds(i)
+            )
         }
         None => println!("- share full: never"),
     }
