@@ -6,7 +6,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::decision::LimitCounters;
+use super::last_hour::LastHour;
+use super::minutes::{minute_of, minute_start, MINUTES};
 use super::tally::Tally;
+use crate::Millis;
 
 /// The tallies of one limit's answers.
 #[derive(Debug, Default)]
@@ -27,16 +30,28 @@ impl Answers {
             shadow_refused: self.shadow_refused.load(Ordering::Relaxed),
         }
     }
+
+    /// The hour that ends with the minute of `now`.
+    pub(super) fn last_hour(&self, now: Millis) -> LastHour {
+        let first = minute_of(now).saturating_sub(MINUTES as u64 - 1);
+        LastHour {
+            first_minute: minute_start(first),
+            allowed: self.allowed.last_hour(now),
+            limited: self.limited.last_hour(now),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
+    use crate::clock::{Clock, SystemClock};
     use crate::{Limits, MemoryStore};
 
     /// Limits built `counters_from` earlier ones carry on each limit's
-    /// figures by name, and answers given on either count in both.
+    /// figures (and its last hour) by name, and answers given on either
+    /// count in both.
     #[tokio::test]
     async fn limits_built_again_carry_on_the_counters() {
         let store = Arc::new(MemoryStore::new());
@@ -59,6 +74,10 @@ mod tests {
         assert_eq!(second.counters("sign-in").unwrap().allowed, 6);
         assert_eq!(first.counters("sign-in").unwrap().allowed, 6, "one tally behind both");
         assert_eq!(second.counters("api").unwrap().allowed, 1);
+        let now = SystemClock.now();
+        let hour = second.last_hour("sign-in", now).unwrap();
+        assert_eq!((hour.allowed_total(), hour.limited_total()), (6, 1), "the last hour carries on too");
+        assert_eq!(first.last_hour("sign-in", now), Some(hour));
         let fresh = Limits::builder().store(store).single_instance(true).build().unwrap();
         assert_eq!(fresh.counters("sign-in").unwrap().allowed, 0, "without counters_from, from zero");
     }

@@ -164,7 +164,7 @@ impl Counted {
     #[inline(always)]
     fn layer_answer(&self, verdict: Verdict, now: Millis, decide_allowed: bool) -> AtOnce {
         if verdict.allowed && !decide_allowed {
-            self.answers.allowed.add_one();
+            self.answers.allowed.add_one(now);
             return AtOnce::Allowed;
         }
         AtOnce::Decided(Ok(self.answer(verdict, now)))

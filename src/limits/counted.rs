@@ -225,7 +225,7 @@ impl Counted {
     /// that wrote it (a stall of about 4% of an attempt on the memory store).
     #[inline(always)]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis) -> Decision {
-        self.answers.allowed.add_one();
+        self.answers.allowed.add_one(now);
         self.decision(verdict, now)
     }
 
@@ -270,7 +270,7 @@ impl Counted {
             decision.shadow_refused = true;
             return decision;
         }
-        self.answers.limited.add_one();
+        self.answers.limited.add_one(now);
         let wait = verdict.retry_after.unwrap_or(1).max(1);
         decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
         decision

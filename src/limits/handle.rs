@@ -18,6 +18,7 @@ use super::counted::{Backend, Counted, Need};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::key::CallKeys;
+use super::last_hour::LastHour;
 use super::limit::Limit;
 use super::outcome::Verdict;
 
@@ -233,6 +234,13 @@ impl Limits {
     /// How often limit `name` gave each answer.
     pub fn counters(&self, name: &str) -> Option<LimitCounters> {
         self.limits.get(name).map(|c| c.answers.counters())
+    }
+
+    /// What limit `name` answered in each minute of the hour that ends with
+    /// the minute of `now` (on the store's clock; the wall clock's
+    /// [`SystemClock`](crate::clock::SystemClock) for most stores).
+    pub fn last_hour(&self, name: &str, now: Millis) -> Option<LastHour> {
+        self.limits.get(name).map(|c| c.answers.last_hour(now))
     }
 
     /// Attempts answered by an unavailable policy, over every limit.

@@ -2,14 +2,20 @@
 //! sharing a cache line, and, for the threads that own one, without a locked
 //! instruction: each of the first [`OWNED`] threads alive at once owns a
 //! stripe (the same one in every tally) and adds to it with a plain load and
-//! store, since no other thread writes it; a thread past them adds with
-//! `fetch_add` to the one shared stripe. A read sums them. One shared atomic
-//! would bounce between the cores on every attempt, and a `fetch_add` on a
-//! thread's own line still costs a locked instruction (a full barrier).
+//! store, since no other thread writes it; a thread past them adds with an
+//! atomic compare-and-swap to the one shared stripe. A read sums them. One
+//! shared atomic would bounce between the cores on every attempt, and a
+//! `fetch_add` on a thread's own line still costs a locked instruction (a
+//! full barrier). Each stripe is an [`Hour`]: the count, a minute at a time,
+//! so the tally also gives its last hour (the status page's chart) at the
+//! cost of the one word it adds to.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crossbeam_utils::CachePadded;
+
+use super::minutes::{minute_of, Hour, MINUTES};
+use crate::Millis;
 
 /// Stripes owned by one thread each: more than the cores of most hosts that
 /// count in memory. A thread that ends gives its stripe back (its count stays).
@@ -20,29 +26,34 @@ const SHARED: usize = OWNED;
 /// A counter added to by many threads, read rarely.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
-    stripes: [CachePadded<AtomicU64>; OWNED + 1],
+    stripes: [CachePadded<Hour>; OWNED + 1],
 }
 
 impl Tally {
-    /// Adds one, on this thread's stripe.
+    /// Adds one at `now` (the store's clock), on this thread's stripe.
     #[inline(always)]
-    pub(crate) fn add_one(&self) {
+    pub(crate) fn add_one(&self, now: Millis) {
+        let minute = minute_of(now);
         match owned_stripe() {
-            Some(i) => {
-                // Only this thread writes stripe `i` while it owns it: no
-                // other write can come between the load and the store.
-                let stripe = &self.stripes[i];
-                stripe.store(stripe.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-            }
-            None => {
-                self.stripes[SHARED].fetch_add(1, Ordering::Relaxed);
-            }
+            // Only this thread writes stripe `i` while it owns it.
+            Some(i) => self.stripes[i].add_owned(minute),
+            None => self.stripes[SHARED].add_shared(minute),
         }
     }
 
     /// The sum over every stripe.
     pub(crate) fn total(&self) -> u64 {
-        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
+        self.stripes.iter().map(|s| s.total()).fold(0, u64::wrapping_add)
+    }
+
+    /// The counts of the hour that ends with the minute of `now`, a minute
+    /// each, oldest first.
+    pub(crate) fn last_hour(&self, now: Millis) -> [u64; MINUTES] {
+        let mut hour = [0; MINUTES];
+        for stripe in &self.stripes {
+            stripe.add_hour_to(minute_of(now), &mut hour);
+        }
+        hour
     }
 }
 
@@ -104,9 +115,9 @@ fn owned_stripe() -> Option<usize> {
 mod tests {
     use super::*;
 
-    /// More threads than stripes, some ending while others count: every
-    /// count is kept, whether added on an owned stripe, the shared one, or a
-    /// stripe an ended thread gave back.
+    /// More threads than stripes, some ending while others count, over 17
+    /// minutes: every count is kept, whether added on an owned stripe, the
+    /// shared one, or a stripe an ended thread gave back.
     #[test]
     fn counts_from_many_threads_add_up() {
         let tally = Tally::default();
@@ -114,14 +125,16 @@ mod tests {
             std::thread::scope(|scope| {
                 for _ in 0..(OWNED + 3) {
                     scope.spawn(|| {
-                        for _ in 0..1_000 {
-                            tally.add_one();
+                        for i in 0..1_000 {
+                            tally.add_one(1_700_000_000_000 + i * 1_000);
                         }
                     });
                 }
             });
         }
         assert_eq!(tally.total(), 3 * 1_000 * (OWNED as u64 + 3));
+        let hour = tally.last_hour(1_700_000_000_000 + 999_000);
+        assert_eq!(hour.iter().sum::<u64>(), tally.total(), "17 minutes of counts, all in the hour");
     }
 
     /// Each of the first threads gets a stripe of its own, the next none,
