@@ -1,6 +1,7 @@
 //! The status page in a real browser: headless Chromium (Debian's) renders
 //! `GET /`, and the DOM holds the limits, their budgets and the counts since
-//! start, the store's fill and the version. A screenshot is kept in
+//! start, each limit's chart of its last hour (an SVG that says its counts),
+//! the store's fill and the version, and no script. A screenshot is kept in
 //! `target/serve-status.png`.
 
 mod common;
@@ -50,6 +51,31 @@ async fn the_status_page_shows_the_limits_and_their_figures() {
     assert!(sign_in.contains("<td class=\"allowed\">5</td><td class=\"limited\">2</td>"), "{sign_in}");
     assert!(dom.contains("<span id=\"live\">2</span>") && dom.contains("<span id=\"bound\">100000</span>"), "{dom}");
     assert!(dom.contains(env!("CARGO_PKG_VERSION")), "{dom}");
+
+    // Beside the figures, each limit's last hour: sign-in's says its 5 and 2
+    // and draws them (in the last minute or two: the attempts may straddle
+    // one), the others say none and draw none.
+    let said = "sign-in: 5 allowed, 2 limited in the last hour";
+    let chart = sign_in
+        .split("<td class=\"chart\" rowspan=\"2\">")
+        .nth(1)
+        .expect("sign-in's chart")
+        .split("</svg>")
+        .next()
+        .unwrap();
+    assert!(chart.starts_with("<svg class=\"last-hour\" role=\"img\""), "{chart}");
+    assert!(
+        chart.contains(&format!("aria-label=\"{said}\"")) && chart.contains(&format!("<title>{said}</title>")),
+        "{chart}"
+    );
+    let bars = |class: &str| chart.matches(&format!("<rect class=\"{class}\"")).count();
+    assert!((1..=2).contains(&bars("allowed")) && (1..=2).contains(&bars("limited")), "{chart}");
+    let api = dom.split("<tr data-limit=\"api\">").nth(1).unwrap().split("</svg>").next().unwrap();
+    assert!(
+        api.contains("aria-label=\"api: 0 allowed, 0 limited in the last hour\"") && !api.contains("<rect"),
+        "{api}"
+    );
+    assert!(!dom.to_ascii_lowercase().contains("<script"), "the page runs no script:\n{dom}");
 
     let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/serve-status.png");
     let _ = std::fs::remove_file(&shot);

@@ -36,8 +36,8 @@ fn tag(minute: u64) -> u64 {
 
 /// The slot of `minute`.
 #[inline(always)]
+#[allow(clippy::cast_possible_truncation)] // below 60: the cast loses nothing
 fn slot(minute: u64) -> usize {
-    // Below 60: the cast loses nothing.
     (minute % MINUTES as u64) as usize
 }
 

@@ -1,12 +1,17 @@
 //! `GET /`: the status page, server-rendered HTML with no script: the limits
-//! with their budgets, windows and policies and what each answered since
-//! start, the store's fill against its bound, the unavailable answers by
-//! reason, and the version and uptime.
+//! with their budgets, windows and policies, what each answered since start
+//! and, beside it, a chart of its last hour a minute at a time, the store's
+//! fill against its bound, the unavailable answers by reason, and the
+//! version and uptime.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::clock::{Clock, SystemClock};
+
 use super::App;
+
+mod chart;
 
 /// The page, as it stands now.
 pub fn render(app: &App) -> String {
@@ -14,15 +19,24 @@ pub fn render(app: &App) -> String {
     let _ = write!(
         html,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>limit-store</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style></head><body>\
+         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}th span.allowed{{color:{a}}}th span.limited{{color:{l}}}</style></head><body>\
          <h1>limit-store <small id=\"version\">{}</small></h1><p id=\"uptime\">up {}</p>",
         env!("CARGO_PKG_VERSION"),
         uptime(app.started.elapsed()),
+        a = chart::ALLOWED,
+        l = chart::LIMITED,
     );
     let limits = app.limits.current();
-    html.push_str("<h2>Limits</h2><table id=\"limits\"><thead><tr><th>limit</th><th>part</th><th>budget</th><th>window</th><th>policy</th><th>allowed</th><th>limited</th><th>degraded</th><th>shadow</th></tr></thead><tbody>");
+    html.push_str("<h2>Limits</h2><table id=\"limits\"><thead><tr><th>limit</th><th>part</th><th>budget</th><th>window</th><th>policy</th><th>allowed</th><th>limited</th><th>degraded</th><th>shadow</th><th>last hour<br><small><span class=\"allowed\">allowed</span> <span class=\"limited\">limited</span></small></th></tr></thead><tbody>");
+    // Minutes by this host's clock: the store's for the memory store, and
+    // within a few seconds of a shared store's.
+    let now = SystemClock.now();
     for name in limits.names() {
-        let (Some(limit), Some(c)) = (limits.limit(&name), limits.counters(&name)) else { continue };
+        let (Some(limit), Some(c), Some(hour)) =
+            (limits.limit(&name), limits.counters(&name), limits.last_hour(&name, now))
+        else {
+            continue;
+        };
         for (i, part) in limit.parts().iter().enumerate() {
             let first = i == 0;
             let _ = write!(
@@ -37,8 +51,14 @@ pub fn render(app: &App) -> String {
             if first {
                 let _ = write!(
                     html,
-                    "<td class=\"allowed\">{}</td><td class=\"limited\">{}</td><td class=\"degraded\">{}</td><td>{}</td></tr>",
-                    c.allowed, c.limited, c.degraded, c.shadow_refused
+                    "<td class=\"allowed\">{}</td><td class=\"limited\">{}</td><td class=\"degraded\">{}</td><td>{}</td>\
+                     <td class=\"chart\" rowspan=\"{}\">{}</td></tr>",
+                    c.allowed,
+                    c.limited,
+                    c.degraded,
+                    c.shadow_refused,
+                    limit.parts().len(),
+                    chart::last_hour(&name, &hour),
                 );
             } else {
                 html.push_str("<td></td><td></td><td></td><td></td></tr>");
@@ -68,7 +88,8 @@ pub fn render(app: &App) -> String {
 }
 
 const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}\
-td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}small{color:#777}";
+td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}small{color:#777}\
+td.chart{vertical-align:top;padding-top:.4em}.scale{font-size:9px;fill:#777}";
 
 fn window(ms: i64) -> String {
     match ms {
