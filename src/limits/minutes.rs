@@ -1,7 +1,8 @@
-//! The last hour of a tally, a minute at a time: a ring of [`MINUTES`]
-//! words, the word of minute `m` (numbered from the Unix epoch on the
-//! store's clock) at slot `m % 60`, holding which minute it counts and its
-//! count. A count in a minute the slot does not hold yet moves the slot's
+//! The last hour of a tally, a minute at a time: a ring of [`RING`] words
+//! (the hour's [`MINUTES`] and a few more, a power of two so that a minute's
+//! slot is a mask, not a division), the word of minute `m` (numbered from
+//! the Unix epoch on the store's clock) at slot `m % 64`, holding which
+//! minute it counts and its count. A count in a minute the slot does not hold yet moves the slot's
 //! count to what the passed minutes counted and starts the minute at one,
 //! so the ring keeps the last hour and the sum of it all stays exact.
 
@@ -9,8 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::Millis;
 
-/// Minutes the ring keeps: an hour.
+/// Minutes a tally gives: an hour.
 pub(super) const MINUTES: usize = 60;
+/// Minutes the ring holds: the hour's and a few more.
+const RING: usize = 64;
+const _: () = assert!(RING >= MINUTES && RING.is_power_of_two());
 const MINUTE_MS: Millis = 60_000;
 /// Bits of a slot's count; the bits above hold its minute (the low 24 bits
 /// of the minute's number: the same minute again after 31 years).
@@ -20,7 +24,8 @@ const COUNT: u64 = (1 << COUNT_BITS) - 1;
 /// The minute `now` falls in, numbered from the Unix epoch (0 before it).
 #[inline(always)]
 pub(super) fn minute_of(now: Millis) -> u64 {
-    u64::try_from(now / MINUTE_MS).unwrap_or(0)
+    // Unsigned: a division by a constant without a signed one's fix-ups.
+    u64::try_from(now).unwrap_or(0) / MINUTE_MS.unsigned_abs()
 }
 
 /// The time minute `minute` starts at.
@@ -36,16 +41,16 @@ fn tag(minute: u64) -> u64 {
 
 /// The slot of `minute`.
 #[inline(always)]
-#[allow(clippy::cast_possible_truncation)] // below 60: the cast loses nothing
+#[allow(clippy::cast_possible_truncation)] // below 64: the cast loses nothing
 fn slot(minute: u64) -> usize {
-    (minute % MINUTES as u64) as usize
+    (minute % RING as u64) as usize
 }
 
 /// One stripe of a tally: its ring of minutes and what the minutes the
 /// ring moved past counted.
 #[derive(Debug)]
 pub(super) struct Hour {
-    slots: [AtomicU64; MINUTES],
+    slots: [AtomicU64; RING],
     passed: AtomicU64,
 }
 
@@ -146,8 +151,9 @@ mod tests {
         assert_eq!(h.total(), 5);
     }
 
-    /// An hour on, a minute's slot counts the new minute from zero; what it
-    /// held is out of the hour but still in the total.
+    /// An hour on, a minute is out of the hour; when its slot comes round
+    /// again, it counts the new minute from zero, and what it held is still
+    /// in the total.
     #[test]
     fn an_hour_on_old_minutes_are_reset() {
         let clock = ManualClock::new(1_700_000_000_000);
@@ -159,6 +165,8 @@ mod tests {
         assert_eq!(hour(&h, &clock)[0], 4, "59 minutes on, the oldest minute of the hour");
         clock.advance(std::time::Duration::from_secs(60));
         assert_eq!(hour(&h, &clock), [0; MINUTES], "an hour on, out of it, though not yet overwritten");
+        // The ring's length on, the same slot: it counts its new minute from zero.
+        clock.advance(std::time::Duration::from_secs((RING - MINUTES) as u64 * 60));
         h.add_owned(minute_of(clock.now()));
         h.add_shared(minute_of(clock.now()));
         let seen = hour(&h, &clock);
