@@ -1,5 +1,6 @@
 //! The program's commands: parse, call the library, map errors to exit codes.
 
+mod check;
 mod contract;
 mod database;
 mod demo;
@@ -51,6 +52,9 @@ enum Command {
     /// mysql:// or redis://, with two handles (two pools or connections) as
     /// two instances hold it.
     Contract(contract::ContractArgs),
+    /// Check a settings file (./limit-store.toml when not given): exit 0
+    /// when it is good, and print the limits it defines.
+    CheckConfig(check::CheckArgs),
 }
 
 /// Runs the parsed command.
@@ -64,6 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Sweep(a) => runtime.block_on(database::sweep(a)),
         Command::Stats(a) => runtime.block_on(database::stats(a)),
         Command::Contract(a) => runtime.block_on(contract::run(a)),
+        Command::CheckConfig(a) => runtime.block_on(async { check::run(a) }),
     }
 }
 

@@ -24,6 +24,15 @@
 //! [rate_limit.limits.sign-in.ip]
 //! budget = 100
 //!
+//! [rate_limit.limits.uploads]               # a limit of the site's own: see `limits.rs`
+//! parts = ["user", "ip"]
+//! budget = 20                               # the first part's
+//! window = "1h"
+//!
+//! [rate_limit.limits.uploads.ip]
+//! budget = 100
+//! normalize = "ip"
+//!
 //! [serve]                                   # limit-store serve
 //! max_connections = 10000                   # open at once; past it, new ones wait
 //! request_timeout = "10s"                   # for a request's head, then its body
@@ -36,10 +45,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod limits;
 mod parse;
 mod serve;
 
-use crate::limits::{LimitError, Limits, LimitsBuilder, Policy};
+use crate::limits::{Limit, LimitError, Limits, LimitsBuilder, Policy};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
@@ -108,7 +118,8 @@ pub struct Config {
     /// `rate_limit.fold_case`: accounts and destinations are folded by
     /// [`Normalize::Folded`](crate::limits::Normalize::Folded)'s Unicode rule (`true` when `None`).
     pub fold_case: Option<bool>,
-    /// `[rate_limit.limits.NAME]`: changes to the presets, in file order.
+    /// `[rate_limit.limits.NAME]`: changes to the presets, and limits of the
+    /// site's own, in file order.
     pub limits: Vec<LimitSettings>,
     /// `rate_limit.envoy_config` (or `LIMIT_STORE_ENVOY_CONFIG`): the rules of
     /// `serve --grpc-listen`, a YAML file or a directory of them in envoy's
@@ -162,12 +173,15 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// Changes to one preset.
+/// Changes to one preset, or a limit of the site's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LimitSettings {
-    /// The preset's name.
+    /// The limit's name.
     pub name: String,
+    /// A limit of the site's own (a name that is no preset): the limit its
+    /// table defines, added to the builder before the changes.
+    pub defines: Option<Limit>,
     /// What it answers when the store is unavailable.
     pub policy: Option<Policy>,
     /// Shadow mode.
@@ -176,7 +190,7 @@ pub struct LimitSettings {
     pub parts: Vec<PartSettings>,
 }
 
-/// Changes to one part of a preset.
+/// Changes to one part of a limit.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PartSettings {
@@ -185,6 +199,20 @@ pub struct PartSettings {
     /// Its budget.
     pub budget: Option<u64>,
     /// Its window.
+    pub window: Option<Duration>,
+    /// `[rate_limit.limits.NAME.PART.overrides]`: values with budgets of their own.
+    pub overrides: Vec<OverrideSettings>,
+}
+
+/// One value's own budget, from `"value" = { budget = n, window = "1m" }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OverrideSettings {
+    /// The value, as its part normalises it.
+    pub value: String,
+    /// Its budget.
+    pub budget: u64,
+    /// Its window (the part's when `None`).
     pub window: Option<Duration>,
 }
 
@@ -261,6 +289,9 @@ impl Config {
             builder = builder.fold_case(fold);
         }
         for limit in &self.limits {
+            if let Some(defined) = &limit.defines {
+                builder = builder.limit(defined.clone());
+            }
             if let Some(policy) = limit.policy {
                 builder = builder.policy(&limit.name, policy);
             }
@@ -273,6 +304,9 @@ impl Config {
                 }
                 if let Some(window) = part.window {
                     builder = builder.window(&limit.name, &part.name, window);
+                }
+                for o in &part.overrides {
+                    builder = builder.value_override(&limit.name, &part.name, &o.value, o.budget, o.window);
                 }
             }
         }

@@ -6,14 +6,11 @@ use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::{Config, ConfigError, LimitSettings, PartSettings, StoreKind, FILE};
-use crate::limits::{presets, Policy};
+use super::{Config, ConfigError, StoreKind, FILE};
 use crate::secret::{SecretString, SecretUrl};
 
 const RATE_LIMIT_KEYS: &str =
     "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits, envoy_config";
-const LIMIT_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
-const PART_KEYS: &str = "budget, window";
 const SERVE_KEYS: &str = "max_connections, request_timeout, shutdown_grace";
 
 /// Walks the parsed file, keeping each key's full name and line for errors.
@@ -21,11 +18,11 @@ pub(super) struct Parser<'t> {
     text: &'t str,
 }
 
-type Item<'a, 'i> = (&'a Spanned<std::borrow::Cow<'i, str>>, &'a Spanned<DeValue<'i>>);
+pub(super) type Item<'a, 'i> = (&'a Spanned<std::borrow::Cow<'i, str>>, &'a Spanned<DeValue<'i>>);
 
 /// A table's items in file order (the parsed map is sorted by key), so
 /// settings apply, and errors are found, in the order they were written.
-fn in_order<'a, 'i>(table: &'a DeTable<'i>) -> Vec<Item<'a, 'i>> {
+pub(super) fn in_order<'a, 'i>(table: &'a DeTable<'i>) -> Vec<Item<'a, 'i>> {
     let mut items: Vec<Item<'a, 'i>> = table.iter().collect();
     items.sort_by_key(|(key, _)| key.span().start);
     items
@@ -36,26 +33,26 @@ impl<'t> Parser<'t> {
         Parser { text }
     }
 
-    fn line(&self, at: usize) -> usize {
+    pub(super) fn line(&self, at: usize) -> usize {
         self.text[..at.min(self.text.len())].bytes().filter(|&b| b == b'\n').count() + 1
     }
 
-    fn error(&self, at: usize, key: &str, message: String) -> ConfigError {
+    pub(super) fn error(&self, at: usize, key: &str, message: String) -> ConfigError {
         ConfigError { origin: FILE.to_owned(), line: Some(self.line(at)), key: Some(key.to_owned()), message }
     }
 
-    fn unknown(&self, (key, _): Item<'_, '_>, path: &str, expected: &str) -> ConfigError {
+    pub(super) fn unknown(&self, (key, _): Item<'_, '_>, path: &str, expected: &str) -> ConfigError {
         self.error(key.span().start, path, format!("unknown key; expected one of: {expected}"))
     }
 
-    fn table<'a, 'i>(&self, (key, value): Item<'a, 'i>, path: &str) -> Result<&'a DeTable<'i>, ConfigError> {
+    pub(super) fn table<'a, 'i>(&self, (key, value): Item<'a, 'i>, path: &str) -> Result<&'a DeTable<'i>, ConfigError> {
         match value.get_ref() {
             DeValue::Table(table) => Ok(table),
             other => Err(self.error(key.span().start, path, format!("expected a table, found a {}", other.type_str()))),
         }
     }
 
-    fn string<'a>(&self, (key, value): Item<'a, '_>, path: &str) -> Result<&'a str, ConfigError> {
+    pub(super) fn string<'a>(&self, (key, value): Item<'a, '_>, path: &str) -> Result<&'a str, ConfigError> {
         match value.get_ref() {
             DeValue::String(s) => Ok(s),
             other => {
@@ -64,7 +61,7 @@ impl<'t> Parser<'t> {
         }
     }
 
-    fn boolean(&self, (key, value): Item<'_, '_>, path: &str) -> Result<bool, ConfigError> {
+    pub(super) fn boolean(&self, (key, value): Item<'_, '_>, path: &str) -> Result<bool, ConfigError> {
         match value.get_ref() {
             DeValue::Boolean(b) => Ok(*b),
             other => {
@@ -73,7 +70,7 @@ impl<'t> Parser<'t> {
         }
     }
 
-    fn count(&self, (key, value): Item<'_, '_>, path: &str) -> Result<u64, ConfigError> {
+    pub(super) fn count(&self, (key, value): Item<'_, '_>, path: &str) -> Result<u64, ConfigError> {
         let n = match value.get_ref() {
             DeValue::Integer(i) => u64::from_str_radix(i.as_str(), i.radix()).ok(),
             _ => None,
@@ -94,7 +91,7 @@ impl<'t> Parser<'t> {
     }
 
     /// A duration such as `"15m"`; `what` names it in the error.
-    fn duration(&self, item: Item<'_, '_>, path: &str, what: &str) -> Result<Duration, ConfigError> {
+    pub(super) fn duration(&self, item: Item<'_, '_>, path: &str, what: &str) -> Result<Duration, ConfigError> {
         let text = self.string(item, path)?;
         parse_duration(text).ok_or_else(|| {
             let hint = match number_and_unit(text) {
@@ -110,7 +107,7 @@ impl<'t> Parser<'t> {
         })
     }
 
-    fn window(&self, item: Item<'_, '_>, path: &str) -> Result<Duration, ConfigError> {
+    pub(super) fn window(&self, item: Item<'_, '_>, path: &str) -> Result<Duration, ConfigError> {
         self.duration(item, path, "a window")
     }
 
@@ -189,75 +186,6 @@ impl<'t> Parser<'t> {
             }
         }
         Ok(())
-    }
-
-    fn limit(&self, item: Item<'_, '_>) -> Result<LimitSettings, ConfigError> {
-        let name = item.0.get_ref().as_ref();
-        let path = format!("rate_limit.limits.{name}");
-        let Some(preset) = presets::named(name) else {
-            let known: Vec<String> = presets::all().into_iter().map(|l| l.name).collect();
-            return Err(self.error(
-                item.0.span().start,
-                &path,
-                format!(
-                    "no preset named `{name}`: the file changes presets ({}); limits of the app's own are set in code",
-                    known.join(", ")
-                ),
-            ));
-        };
-        let first = preset.parts[0].name.clone();
-        let mut settings = LimitSettings { name: name.to_owned(), ..LimitSettings::default() };
-        let mut limit_level = PartSettings { name: first, ..PartSettings::default() };
-        let mut parts = Vec::new();
-        for field in in_order(self.table(item, &path)?) {
-            let key = field.0.get_ref().as_ref();
-            let path = format!("{path}.{key}");
-            match key {
-                "budget" => limit_level.budget = Some(self.count(field, &path)?),
-                "window" => limit_level.window = Some(self.window(field, &path)?),
-                "shadow" => settings.shadow = Some(self.boolean(field, &path)?),
-                "policy" => {
-                    settings.policy = Some(match self.string(field, &path)? {
-                        "allow" => Policy::Allow,
-                        "deny" => Policy::Deny,
-                        other => {
-                            return Err(self.error(
-                                field.0.span().start,
-                                &path,
-                                format!("`{other}` is not a policy: use \"allow\" or \"deny\""),
-                            ))
-                        }
-                    })
-                }
-                part if preset.part_named(part).is_some() => {
-                    parts.push(self.part(field, part, &path)?);
-                }
-                _ => {
-                    let expected = format!("{LIMIT_KEYS} ({})", preset.part_names().join(", "));
-                    return Err(self.unknown(field, &path, &expected));
-                }
-            }
-        }
-        // The limit-level budget and window go first, so a part's own table wins.
-        if limit_level.budget.is_some() || limit_level.window.is_some() {
-            settings.parts.push(limit_level);
-        }
-        settings.parts.extend(parts);
-        Ok(settings)
-    }
-
-    fn part(&self, item: Item<'_, '_>, name: &str, path: &str) -> Result<PartSettings, ConfigError> {
-        let mut part = PartSettings { name: name.to_owned(), ..PartSettings::default() };
-        for field in in_order(self.table(item, path)?) {
-            let key = field.0.get_ref().as_ref();
-            let path = format!("{path}.{key}");
-            match key {
-                "budget" => part.budget = Some(self.count(field, &path)?),
-                "window" => part.window = Some(self.window(field, &path)?),
-                _ => return Err(self.unknown(field, &path, PART_KEYS)),
-            }
-        }
-        Ok(part)
     }
 }
 

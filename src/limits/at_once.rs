@@ -99,13 +99,19 @@ impl Counted {
             }
         };
         let mut last = None;
+        let overridden = self.algorithms_for(&keys);
+        let algorithms = overridden.as_deref().unwrap_or(&self.algorithms);
         let mut apply = |current: &[Option<crate::Entry>], now: Millis| {
-            let (writes, verdict) = algorithm::decide(self.algorithms.iter(), current, now);
+            let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
             last = Some((verdict, now));
             writes
         };
         let done = store.update_now(refs, &mut apply)?;
-        Some(self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run))))
+        let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)));
+        Some(match &overridden {
+            Some(algorithms) => decided.map(|d| self.with_budget_of(d, algorithms)),
+            None => decided,
+        })
     }
 
     /// [`attempt_now`](Self::attempt_now) of a limit of one part, given its

@@ -14,6 +14,7 @@ use super::handle::Limits;
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
 use super::limit::{Limit, Policy};
 use super::normalize::KeyRules;
+use super::overrides::Overrides;
 use super::presets;
 
 /// `kind` of the startup warning that counts are not shared between instances.
@@ -33,6 +34,8 @@ enum Change {
     Shadow(bool),
     Budget(String, u64),
     Window(String, Millis),
+    /// A value of a part with its own budget and window (see [`Part::with_override`](super::limit::Part::with_override)).
+    Override { part: String, value: String, budget: u64, window: Option<Millis> },
 }
 
 /// Builds [`Limits`]: `Limits::builder().store(store).build()`.
@@ -158,6 +161,15 @@ impl LimitsBuilder {
         self.change(limit, Change::Window(part.to_owned(), millis(window)))
     }
 
+    /// Gives `value` of `part` of limit `limit` (as the part normalises it)
+    /// its own `budget` per `window` (the part's window when `None`): a
+    /// customer's plan, an allow-listed network.
+    pub fn value_override(self, limit: &str, part: &str, value: &str, budget: u64, window: Option<Duration>) -> Self {
+        let change =
+            Change::Override { part: part.to_owned(), value: value.to_owned(), budget, window: window.map(millis) };
+        self.change(limit, change)
+    }
+
     /// IPv6 addresses of `ip` parts count per network of this many bits: 64
     /// by default (what one client is handed), 128 per address. IPv4 counts
     /// per address, and an IPv4-mapped IPv6 address as its IPv4 address.
@@ -196,6 +208,12 @@ impl LimitsBuilder {
                 Change::Shadow(shadow) => limit.shadow = shadow,
                 Change::Budget(part, budget) => part_of(limit, &part)?.set_budget(budget),
                 Change::Window(part, window) => part_of(limit, &part)?.set_window(window),
+                Change::Override { part, value, budget, window } => {
+                    part_of(limit, &part)?;
+                    if let Some(p) = limit.part_named_mut(&part) {
+                        p.set_override(&value, budget, window);
+                    }
+                }
             }
         }
         for limit in &limits {
@@ -225,9 +243,10 @@ impl LimitsBuilder {
                     _ => Backend::Store(store.clone()),
                 };
                 let answers = self.previous.as_ref().and_then(|p| p.answers(&limit.name)).unwrap_or_default();
-                (limit.name.clone(), Counted::new(limit, backend, self.rules, answers))
+                let overrides = Overrides::of(&limit, self.rules)?;
+                Ok((limit.name.clone(), Counted::new(limit, backend, self.rules, answers).with_overrides(overrides)))
             })
-            .collect();
+            .collect::<Result<_, LimitError>>()?;
         Ok(Limits::new(counted))
     }
 }

@@ -58,6 +58,9 @@ pub(super) struct Counted {
     pub(super) only_gcra: Option<Rate>,
     /// What it answered, shared with the limits a reload builds.
     pub(super) answers: Arc<Answers>,
+    /// Values with budgets of their own; a limit with any counts through
+    /// the store's general path (no `memory`, no `only_gcra`).
+    pub(super) overrides: Option<super::overrides::Overrides>,
     pub(super) degraded_log: Throttle,
     pub(super) shadow_log: Throttle,
 }
@@ -94,6 +97,7 @@ impl Counted {
             limit,
             backend,
             answers,
+            overrides: None,
             degraded_log: Throttle::new(),
             shadow_log: Throttle::new(),
         }

@@ -92,9 +92,10 @@ impl Limits {
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
         let refs = keys.refs();
+        let overridden = counted.algorithms_for(&keys);
         let answered = match &counted.backend {
             Backend::Store(store) if store.answers_at_once() => {
-                let algorithms = &counted.algorithms;
+                let algorithms = overridden.as_deref().unwrap_or(&counted.algorithms);
                 update_with(&**store, &refs, |current, now| {
                     let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
                     (writes, (verdict, now))
@@ -102,7 +103,7 @@ impl Limits {
                 .await
             }
             Backend::Store(store) => {
-                let algorithms = counted.algorithms.clone();
+                let algorithms = overridden.clone().unwrap_or_else(|| counted.algorithms.clone());
                 let answer = Arc::new(parking_lot::Mutex::new(None));
                 let last = answer.clone();
                 let apply = move |current: &[Option<crate::Entry>], now: Millis| {
@@ -117,7 +118,11 @@ impl Limits {
             }
             Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
         };
-        counted.settle(answered)
+        let decided = counted.settle(answered);
+        match &overridden {
+            Some(algorithms) => decided.map(|d| counted.with_budget_of(d, algorithms)),
+            None => decided,
+        }
     }
 
     /// Where limit `name` is, for the `*_at_once` calls: found once, not on

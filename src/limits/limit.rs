@@ -33,12 +33,14 @@ pub struct Part {
     pub(crate) algorithm: Algorithm,
     pub(crate) resets: bool,
     pub(crate) normalize: Normalize,
+    /// Values with a budget of their own (see [`Part::with_override`]).
+    pub(crate) overrides: Vec<super::overrides::ValueOverride>,
 }
 
 impl Part {
     /// A part named `name` (letters, digits, `-`, `_`), counted by `algorithm`.
     pub fn new(name: &str, algorithm: Algorithm) -> Self {
-        Part { name: name.to_owned(), algorithm, resets: true, normalize: Normalize::Exact }
+        Part { name: name.to_owned(), algorithm, resets: true, normalize: Normalize::Exact, overrides: Vec::new() }
     }
 
     /// Makes values one before they are counted: [`Normalize::Folded`] for an

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod algorithm;
+mod setting_names;
 mod answers;
 mod at_once;
 mod attempt;
@@ -42,11 +43,13 @@ mod minutes;
 mod name;
 pub mod normalize;
 pub mod outcome;
+mod overrides;
 pub mod presets;
 mod tally;
 pub mod window;
 
 pub use algorithm::Algorithm;
+pub use setting_names::ALGORITHM_NAMES;
 #[cfg(feature = "axum")]
 pub(crate) use at_once::AtOnce;
 pub use attempt::Attempt;

@@ -73,6 +73,8 @@ pub struct LimitBody {
     pub policy: String,
     /// Shadow mode: counts, refuses nothing.
     pub shadow: bool,
+    /// True for a preset, false for a limit of the site's (or app's) own.
+    pub preset: bool,
 }
 
 /// One part of a limit.
@@ -88,6 +90,13 @@ pub struct PartBody {
     pub window_ms: i64,
     /// Whether a reset clears it.
     pub cleared_by_reset: bool,
+    /// How long a lockout locks (ms); absent for the other algorithms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_ms: Option<i64>,
+    /// How values are made one before they are counted: `exact`, `folded` or `ip`.
+    pub normalize: &'static str,
+    /// How many values have a budget of their own (`[...PART.overrides]`).
+    pub overrides: usize,
 }
 
 /// The answer of `GET /healthz` when the store answers.

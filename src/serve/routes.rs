@@ -17,7 +17,6 @@ use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody};
 use super::bodies::{ErrorBody, KeysBody};
 use super::error::ApiError;
 use super::App;
-use crate::limits::Algorithm;
 use crate::ratelimit_fields::{fields, refusal_status};
 use crate::Decision;
 
@@ -86,7 +85,9 @@ pub async fn reset(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /v1/limits`: every limit with its parts, budgets, windows and policy.
+/// `GET /v1/limits`: every limit (presets and the site's own) with its
+/// parts, algorithms, budgets, windows, policy and how many values have
+/// budgets of their own.
 #[utoipa::path(get, path = "/v1/limits", responses((status = 200, description = "The limits", body = LimitsBody)))]
 pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
     let current = app.limits.current();
@@ -101,14 +102,18 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                 .iter()
                 .map(|p| PartBody {
                     name: p.name().to_owned(),
-                    algorithm: algorithm_name(p.algorithm()).to_owned(),
+                    algorithm: p.algorithm().name().to_owned(),
                     budget: p.algorithm().budget(),
                     window_ms: p.algorithm().window(),
                     cleared_by_reset: p.resets(),
+                    lock_ms: p.algorithm().lock(),
+                    normalize: p.normalize().as_str(),
+                    overrides: p.override_count(),
                 })
                 .collect(),
             policy: limit.unavailable_policy().as_str().to_owned(),
             shadow: limit.is_shadow(),
+            preset: crate::limits::presets::named(limit.name()).is_some(),
         })
         .collect();
     Json(LimitsBody { limits })
@@ -177,15 +182,6 @@ impl<S: Send + Sync> FromRequestParts<S> for LimitName {
                 )
             },
         )
-    }
-}
-
-fn algorithm_name(algorithm: &Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::FixedWindow { .. } => "fixed-window",
-        Algorithm::SlidingWindow { .. } => "sliding-window",
-        Algorithm::Lockout { .. } => "lockout",
-        Algorithm::Gcra { .. } => "gcra",
     }
 }
 

@@ -1,0 +1,202 @@
+//! Budgets of single values: a customer's plan, an allow-listed office
+//! network. A part may give some of its values (as normalised) their own
+//! budget and window; every other value counts by the part's own.
+//!
+//! A limit with overrides counts through the store's general path (its
+//! values are looked up once per attempt); a limit without any keeps the
+//! memory store's typed path and pays for nothing here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::algorithm::{millis, Algorithm};
+use super::counted::Counted;
+use super::decision::Decision;
+use super::error::LimitError;
+use super::key::CallKeys;
+use super::limit::{Limit, Part};
+use super::normalize::KeyRules;
+use crate::{Millis, MAX_KEY_BYTES};
+
+/// One value's own budget, and window (the part's when `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ValueOverride {
+    pub(crate) value: String,
+    pub(crate) budget: u64,
+    pub(crate) window: Option<Millis>,
+}
+
+impl Part {
+    /// Gives `value` (as the part normalises it) its own `budget` per
+    /// `window` (the part's window when `None`), counted by the part's
+    /// algorithm: a customer's plan, an allow-listed network. Given twice,
+    /// the last one counts.
+    pub fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
+        self.set_override(value, budget, window.map(millis));
+        self
+    }
+
+    pub(crate) fn set_override(&mut self, value: &str, budget: u64, window: Option<Millis>) {
+        self.overrides.retain(|o| o.value != value);
+        self.overrides.push(ValueOverride { value: value.to_owned(), budget, window });
+    }
+
+    /// How many values have a budget of their own.
+    pub fn override_count(&self) -> usize {
+        self.overrides.len()
+    }
+
+    /// The algorithm of each value with a budget of its own, by value as given.
+    pub fn overrides(&self) -> impl Iterator<Item = (&str, Algorithm)> {
+        self.overrides.iter().map(|o| (o.value.as_str(), self.overridden(o)))
+    }
+
+    fn overridden(&self, o: &ValueOverride) -> Algorithm {
+        let mut algorithm = self.algorithm.clone();
+        algorithm.set_budget(o.budget);
+        if let Some(window) = o.window {
+            algorithm.set_window(window);
+        }
+        algorithm
+    }
+}
+
+/// The overridden values of a limit's parts, normalised, with the algorithm
+/// each counts by.
+#[derive(Debug)]
+pub(super) struct Overrides {
+    /// Per part, in the limit's order: value → its algorithm.
+    by_part: Box<[HashMap<String, Algorithm>]>,
+}
+
+impl Overrides {
+    /// The overrides of `limit`, its values normalised by `rules`; `None`
+    /// when it has none. A value that its part refuses (not an IP address
+    /// for an `ip` part), or whose algorithm can't count, is an error.
+    pub(super) fn of(limit: &Limit, rules: KeyRules) -> Result<Option<Self>, LimitError> {
+        if limit.parts.iter().all(|p| p.overrides.is_empty()) {
+            return Ok(None);
+        }
+        let invalid = |detail: String| LimitError::Invalid { limit: limit.name.clone(), detail };
+        let mut by_part = Vec::with_capacity(limit.parts.len());
+        for part in &limit.parts {
+            let mut values = HashMap::new();
+            for o in &part.overrides {
+                let value = rules.apply(part.normalize, &o.value).map_err(|_| {
+                    invalid(format!(
+                        "part `{}`: the override `{}` is not an IP address (the part counts addresses): write it as 192.0.2.7 or 2001:db8::/64",
+                        part.name, o.value
+                    ))
+                })?;
+                if limit.name.len() + part.name.len() + 2 + value.len() > MAX_KEY_BYTES {
+                    return Err(invalid(format!(
+                        "part `{}`: the override value is over {MAX_KEY_BYTES} bytes with its limit and part names: shorten it",
+                        part.name
+                    )));
+                }
+                let algorithm = part.overridden(o);
+                if let Some(problem) = algorithm.problem() {
+                    return Err(invalid(format!("part `{}`, override `{}`: {problem}", part.name, o.value)));
+                }
+                values.insert(value.into_owned(), algorithm);
+            }
+            by_part.push(values);
+        }
+        Ok(Some(Overrides { by_part: by_part.into_boxed_slice() }))
+    }
+}
+
+impl Counted {
+    /// This limit counting `overrides`' values by their own budgets: off
+    /// the memory store's typed path, which knows only the part's.
+    pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {
+        if overrides.is_some() {
+            self.memory = None;
+            self.only_gcra = None;
+        }
+        self.overrides = overrides;
+        self
+    }
+
+    /// The algorithms `keys` count by: `None` when no value of theirs has an
+    /// override (the limit's own algorithms count them).
+    #[inline]
+    pub(super) fn algorithms_for(&self, keys: &CallKeys) -> Option<Arc<[Algorithm]>> {
+        let overrides = self.overrides.as_ref()?;
+        let mut chosen: Option<Vec<Algorithm>> = None;
+        for (i, key) in keys.iter() {
+            // A key is `{stem}:{value}`; a long value is hashed (`{stem}#…`)
+            // and has no override (their values are checked to fit).
+            let Some(value) = key.strip_prefix(self.stems[i].as_str()).and_then(|rest| rest.strip_prefix(':'))
+            else {
+                continue;
+            };
+            if let Some(algorithm) = overrides.by_part[i].get(value) {
+                chosen.get_or_insert_with(|| self.algorithms.to_vec())[i] = algorithm.clone();
+            }
+        }
+        chosen.map(Arc::from)
+    }
+
+    /// `decision` with the budget and window of the part that answered as
+    /// `algorithms` count it (an overridden value's own).
+    pub(super) fn with_budget_of(&self, mut decision: Decision, algorithms: &[Algorithm]) -> Decision {
+        if let Some(i) = self.limit.parts.iter().position(|p| p.name == decision.part) {
+            decision.budget = algorithms[i].budget();
+            decision.window = algorithms[i].window();
+        }
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{Limits, Normalize};
+    use crate::MemoryStore;
+
+    #[tokio::test]
+    async fn an_overridden_value_counts_by_its_own_budget_and_others_by_the_part() {
+        let limit = Limit::new("plans").part(
+            Part::new("customer", Algorithm::fixed_window(2, Duration::from_secs(60)))
+                .normalized(Normalize::Folded)
+                .with_override("big-co", 4, None),
+        );
+        let limits = Limits::builder()
+            .store(Arc::new(MemoryStore::new()))
+            .single_instance(true)
+            .without_presets()
+            .limit(limit)
+            .build()
+            .unwrap();
+        let allowed = |customer: &'static str| {
+            let limits = limits.clone();
+            async move {
+                let mut n = 0;
+                for _ in 0..10 {
+                    let d = limits.attempt("plans", &[("customer", customer)]).await.unwrap();
+                    if d.allowed {
+                        assert_eq!(d.budget, if customer == "small" { 2 } else { 4 });
+                        n += 1;
+                    }
+                }
+                n
+            }
+        };
+        assert_eq!(allowed("small").await, 2);
+        // Folded as the part folds it: `BIG-CO` is `big-co`.
+        assert_eq!(allowed("BIG-CO").await, 4);
+    }
+
+    #[test]
+    fn an_override_that_is_not_an_address_on_an_ip_part_is_refused() {
+        let limit = Limit::new("uploads").part(
+            Part::new("ip", Algorithm::fixed_window(2, Duration::from_secs(60)))
+                .normalized(Normalize::Ip)
+                .with_override("office", 100, None),
+        );
+        let err = Limits::builder().without_presets().single_instance(true).limit(limit).build().unwrap_err();
+        assert!(err.to_string().contains("not an IP address"), "{err}");
+    }
+}

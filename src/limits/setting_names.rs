@@ -1,0 +1,67 @@
+//! The names of the algorithms and of the normalisations, as the settings
+//! file takes them and `GET /v1/limits` shows them.
+
+use std::time::Duration;
+
+use super::algorithm::Algorithm;
+use super::normalize::Normalize;
+
+impl Normalize {
+    /// `exact`, `folded` or `ip`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Normalize::Exact => "exact",
+            Normalize::Folded => "folded",
+            Normalize::Ip => "ip",
+        }
+    }
+}
+
+/// Every algorithm's name, in the order the docs give them.
+pub const ALGORITHM_NAMES: [&str; 4] = ["fixed-window", "sliding-window", "gcra", "lockout"];
+
+impl Algorithm {
+    /// `fixed-window`, `sliding-window`, `gcra` or `lockout`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow { .. } => "fixed-window",
+            Algorithm::SlidingWindow { .. } => "sliding-window",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::Lockout { .. } => "lockout",
+        }
+    }
+
+    /// The algorithm named `name` (one of [`ALGORITHM_NAMES`]) with `budget`
+    /// per `window`, and `lock` for a lockout; `None` for another name.
+    pub fn named(name: &str, budget: u64, window: Duration, lock: Duration) -> Option<Self> {
+        Some(match name {
+            "fixed-window" => Algorithm::fixed_window(budget, window),
+            "sliding-window" => Algorithm::sliding_window(budget, window),
+            "gcra" => Algorithm::gcra(budget, window),
+            "lockout" => Algorithm::lockout(budget, window, lock),
+            _ => return None,
+        })
+    }
+
+    /// How long a lockout locks, in milliseconds; `None` for the others.
+    pub fn lock(&self) -> Option<crate::Millis> {
+        match *self {
+            Algorithm::Lockout { lock, .. } => Some(lock),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_makes_the_algorithm_of_that_name() {
+        let minute = Duration::from_secs(60);
+        for name in ALGORITHM_NAMES {
+            assert_eq!(Algorithm::named(name, 3, minute, minute).map(|a| a.name()), Some(name));
+        }
+        assert_eq!(Algorithm::named("token-bucket", 3, minute, minute), None);
+    }
+}
