@@ -105,7 +105,8 @@ async fn a_reload_applies_raised_and_lowered_budgets_to_the_counts_held() {
     assert_eq!(attempt(&serve, "w4", "203.0.113.2", "phone").await, limited_by("device"), "lowered sliding");
 
     // A bad table is refused, with its line, and the running limits stay.
-    std::fs::write(&config, settings(100, 100, 1).replace("algorithm = \"lockout\"", "algorithm = \"lockdown\"")).unwrap();
+    std::fs::write(&config, settings(100, 100, 1).replace("algorithm = \"lockout\"", "algorithm = \"lockdown\""))
+        .unwrap();
     serve.signal("HUP");
     let started = Instant::now();
     loop {
@@ -119,5 +120,59 @@ async fn a_reload_applies_raised_and_lowered_budgets_to_the_counts_held() {
     }
     assert_eq!(budgets(&serve).await, [100, 100, 1], "the running limits stay");
     drop(serve);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A limit of two parts whose windows the file sets: `user` a fixed window
+/// of 2, `device` a sliding window of 2.
+fn windows(user: &str, device: &str) -> String {
+    format!(
+        "[rate_limit]\nsingle_instance = true\n\n\
+         [rate_limit.limits.uploads]\nparts = [\"user\", \"device\"]\nbudget = 2\nwindow = \"{user}\"\n\n\
+         [rate_limit.limits.uploads.device]\nalgorithm = \"sliding-window\"\nbudget = 2\nwindow = \"{device}\"\n"
+    )
+}
+
+async fn windows_ms(serve: &Serve) -> Vec<u64> {
+    let r = serve.request("GET", "/v1/limits", &[], b"").await.unwrap();
+    let limits = r.json()["limits"].as_array().unwrap().clone();
+    let uploads = limits.iter().find(|l| l["name"] == "uploads").unwrap().clone();
+    uploads["parts"].as_array().unwrap().iter().map(|p| p["window_ms"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_counts_when_a_window_changes() {
+    let dir = scratch("site-reload-windows");
+    let config = dir.join("limit-store.toml");
+    std::fs::write(&config, windows("1h", "1h")).unwrap();
+    let serve = Serve::start(Some(&config), &[], &[]).await;
+    let serve = &serve;
+    let post = |user: &str, device: &str| {
+        let body = format!(r#"{{"keys": {{"user": "{user}", "device": "{device}"}}}}"#);
+        async move { serve.post(UPLOADS, &body).await }
+    };
+    // `ann` spends her fixed window's 2; the device `tab` its sliding 2.
+    for i in 0..2 {
+        assert_eq!(post("ann", &format!("d{i}")).await.status, 200);
+        assert_eq!(post(&format!("u{i}"), "tab").await.status, 200);
+    }
+    // Both windows lengthened to a day, then shortened to a second: no count
+    // is lost by either change.
+    for (text, expected) in [(windows("1d", "1d"), [86_400_000, 86_400_000]), (windows("1s", "1s"), [1_000, 1_000])] {
+        std::fs::write(&config, text).unwrap();
+        serve.signal("HUP");
+        let started = Instant::now();
+        while windows_ms(serve).await != expected {
+            assert!(started.elapsed() < Duration::from_secs(10), "the windows did not become {expected:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(post("ann", "d9").await.status, 429, "the fixed window's count is kept");
+        assert_eq!(post("u9", "tab").await.status, 429, "the sliding window's attempts are kept");
+    }
+    // The sliding window counts the attempts it holds over its new window of
+    // a second at once: a second on, they have left it.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let r = post("u9", "tab").await;
+    assert_eq!(r.status, 200, "{}", r.body);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -28,7 +28,8 @@ use crate::limits::{presets, Algorithm, Limit, Normalize, Part, Policy, ALGORITH
 
 const PRESET_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
 const PRESET_PART_KEYS: &str = "budget, window, overrides";
-const SITE_KEYS: &str = "parts, algorithm, budget, window, lock, policy, shadow, or a table named after one of its parts";
+const SITE_KEYS: &str =
+    "parts, algorithm, budget, window, lock, policy, shadow, or a table named after one of its parts";
 const SITE_PART_KEYS: &str = "algorithm, budget, window, lock, normalize, overrides";
 
 /// What a table sets for a part, or for a limit's first part.
@@ -64,7 +65,13 @@ impl Parser<'_> {
         }
     }
 
-    fn preset(&self, name: &str, path: &str, table: &DeTable<'_>, preset: &Limit) -> Result<LimitSettings, ConfigError> {
+    fn preset(
+        &self,
+        name: &str,
+        path: &str,
+        table: &DeTable<'_>,
+        preset: &Limit,
+    ) -> Result<LimitSettings, ConfigError> {
         let mut settings = LimitSettings { name: name.to_owned(), ..LimitSettings::default() };
         let mut limit_level = PartSettings { name: preset.parts[0].name.clone(), ..PartSettings::default() };
         let mut parts = Vec::new();
@@ -97,6 +104,9 @@ impl Parser<'_> {
                             "overrides" => {
                                 let normalize = preset.part_named(part).map_or(Normalize::Exact, Part::normalize);
                                 part_settings.overrides = self.overrides(f, &path, normalize)?;
+                                if let Some(p) = preset.part_named(part) {
+                                    self.check_overrides(p, &part_settings.overrides, f.0.span().start, &path)?;
+                                }
                             }
                             _ => return Err(self.unknown(f, &path, PRESET_PART_KEYS)),
                         }
@@ -142,6 +152,7 @@ impl Parser<'_> {
         let names = self.part_names(names_item, &format!("{path}.parts"))?;
         let mut settings = LimitSettings { name: name.to_owned(), ..LimitSettings::default() };
         let mut level = Counting::default();
+        let mut override_at = Vec::new();
         let mut own: Vec<(Counting, Normalize, usize)> =
             names.iter().map(|_| (Counting::default(), Normalize::Exact, at)).collect();
         for field in in_order(table) {
@@ -173,6 +184,7 @@ impl Parser<'_> {
                     if let Some(f) = overrides {
                         let path = format!("{path}.overrides");
                         let values = self.overrides(f, &path, own[i].1)?;
+                        override_at.push((part.to_owned(), f.0.span().start, path));
                         settings.parts.push(PartSettings {
                             name: part.to_owned(),
                             overrides: values,
@@ -189,6 +201,11 @@ impl Parser<'_> {
         }
         if let Some(problem) = limit.problem() {
             return Err(self.error(at, path, format!("{problem}: change the table to fit")));
+        }
+        for (settings, (name, at, path)) in settings.parts.iter().zip(&override_at) {
+            if let Some(part) = limit.part_named(name) {
+                self.check_overrides(part, &settings.overrides, *at, path)?;
+            }
         }
         settings.defines = Some(limit);
         Ok(settings)
@@ -288,7 +305,9 @@ impl Parser<'_> {
             return Err(self.error(
                 at,
                 &format!("{table}.window"),
-                format!("part `{part}` has no window: set window = \"1m\" in [rate_limit.limits.{limit}] or in [{table}]"),
+                format!(
+                    "part `{part}` has no window: set window = \"1m\" in [rate_limit.limits.{limit}] or in [{table}]"
+                ),
             ));
         };
         let lock = own.lock.or(level.lock);
@@ -299,12 +318,38 @@ impl Parser<'_> {
                 format!("`lock` is for the lockout algorithm, and part `{part}` counts by {name}: remove it or set algorithm = \"lockout\""),
             ));
         }
-        let algorithm = Algorithm::named(&name, budget, window, lock.map_or(window, |(d, _)| d))
-            .ok_or_else(|| self.error(name_at, &format!("{table}.algorithm"), format!("`{name}` is not an algorithm")))?;
+        let algorithm = Algorithm::named(&name, budget, window, lock.map_or(window, |(d, _)| d)).ok_or_else(|| {
+            self.error(name_at, &format!("{table}.algorithm"), format!("`{name}` is not an algorithm"))
+        })?;
         if let Some(problem) = algorithm.problem() {
             return Err(self.error(at, &table, format!("part `{part}`: {problem}")));
         }
         Ok(algorithm)
+    }
+
+    /// Each override's algorithm (the part's, with the value's budget and
+    /// window) can count.
+    fn check_overrides(
+        &self,
+        part: &Part,
+        overrides: &[OverrideSettings],
+        at: usize,
+        path: &str,
+    ) -> Result<(), ConfigError> {
+        let mut with = part.clone();
+        for o in overrides {
+            with = with.with_override(&o.value, o.budget, o.window);
+        }
+        for (value, algorithm) in with.overrides() {
+            if let Some(problem) = algorithm.problem() {
+                return Err(self.error(
+                    at,
+                    &format!("{path}.\"{value}\""),
+                    format!("the override of `{value}`: {problem}"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `overrides = { "value" = { budget = n, window = "1m" } }`.
@@ -372,6 +417,30 @@ mod tests {
         assert_eq!(config.limits[0].parts[0].overrides[0].budget, 30);
     }
 
+    #[tokio::test]
+    async fn an_app_in_rust_counts_the_files_limits_as_serve_does() {
+        let config = Config::parse(
+            "[rate_limit]\nsingle_instance = true\n[rate_limit.limits.search]\nparts = [\"user\"]\nbudget = 1\nwindow = \"1m\"\n\
+             [rate_limit.limits.search.user.overrides]\nvip = { budget = 2 }\n[rate_limit.limits.sign-in.ip.overrides]\n\"::ffff:192.0.2.9\" = { budget = 99 }\n",
+        )
+        .unwrap();
+        let limits = config.build_limits().await.unwrap();
+        let allowed = |user: &'static str| {
+            let limits = limits.clone();
+            async move {
+                let mut n = 0;
+                for _ in 0..4 {
+                    n += u32::from(limits.attempt("search", &[("user", user)]).await.unwrap().allowed);
+                }
+                n
+            }
+        };
+        assert_eq!((allowed("ann").await, allowed("vip").await), (1, 2));
+        let ip = limits.limit("sign-in").unwrap().part_named("ip").unwrap();
+        let (value, algorithm) = ip.overrides().next().unwrap();
+        assert_eq!((value, algorithm.budget()), ("::ffff:192.0.2.9", 99));
+    }
+
     #[test]
     fn bad_tables_are_refused_with_their_line_and_key() {
         let e = refused("[rate_limit.limits.uploads]\nbudget = 3\n");
@@ -386,9 +455,15 @@ mod tests {
             "[rate_limit.limits.x]\nparts = [\"ip\"]\nbudget = 3\nwindow = \"1m\"\n[rate_limit.limits.x.ip]\nnormalize = \"ip\"\n[rate_limit.limits.x.ip.overrides]\noffice = { budget = 9 }\n",
         );
         assert!(e.contains("line 8") && e.contains("not an IP address"), "{e}");
+        let e = refused(
+            "[rate_limit.limits.x]\nparts = [\"u\"]\nalgorithm = \"sliding-window\"\nbudget = 3\nwindow = \"1m\"\n[rate_limit.limits.x.u.overrides]\nbig = { budget = 999 }\n",
+        );
+        assert!(e.contains("line 6") && e.contains("at most 256"), "{e}");
         let e = refused("[rate_limit.limits.sign-in]\nparts = [\"a\"]\n");
         assert!(e.contains("is a preset"), "{e}");
-        let e = refused("[rate_limit.limits.x]\nparts = [\"u\"]\nbudget = 300\nwindow = \"1m\"\nalgorithm = \"sliding-window\"\n");
+        let e = refused(
+            "[rate_limit.limits.x]\nparts = [\"u\"]\nbudget = 300\nwindow = \"1m\"\nalgorithm = \"sliding-window\"\n",
+        );
         assert!(e.contains("at most 256"), "{e}");
     }
 }

@@ -35,7 +35,12 @@ enum Change {
     Budget(String, u64),
     Window(String, Millis),
     /// A value of a part with its own budget and window (see [`Part::with_override`](super::limit::Part::with_override)).
-    Override { part: String, value: String, budget: u64, window: Option<Millis> },
+    Override {
+        part: String,
+        value: String,
+        budget: u64,
+        window: Option<Millis>,
+    },
 }
 
 /// Builds [`Limits`]: `Limits::builder().store(store).build()`.

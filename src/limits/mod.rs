@@ -22,7 +22,6 @@
 //! ```
 
 pub mod algorithm;
-mod setting_names;
 mod answers;
 mod at_once;
 mod attempt;
@@ -45,11 +44,11 @@ pub mod normalize;
 pub mod outcome;
 mod overrides;
 pub mod presets;
+mod setting_names;
 mod tally;
 pub mod window;
 
 pub use algorithm::Algorithm;
-pub use setting_names::ALGORITHM_NAMES;
 #[cfg(feature = "axum")]
 pub(crate) use at_once::AtOnce;
 pub use attempt::Attempt;
@@ -64,3 +63,4 @@ pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use normalize::Normalize;
+pub use setting_names::ALGORITHM_NAMES;

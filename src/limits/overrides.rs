@@ -31,7 +31,8 @@ impl Part {
     /// Gives `value` (as the part normalises it) its own `budget` per
     /// `window` (the part's window when `None`), counted by the part's
     /// algorithm: a customer's plan, an allow-listed network. Given twice,
-    /// the last one counts.
+    /// the last one counts. A limit kept on an earlier-contract store
+    /// ([`LimitsBuilder::legacy_store`](super::LimitsBuilder::legacy_store)) counts by the part's budget.
     pub fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
         self.set_override(value, budget, window.map(millis));
         self
@@ -128,8 +129,7 @@ impl Counted {
         for (i, key) in keys.iter() {
             // A key is `{stem}:{value}`; a long value is hashed (`{stem}#…`)
             // and has no override (their values are checked to fit).
-            let Some(value) = key.strip_prefix(self.stems[i].as_str()).and_then(|rest| rest.strip_prefix(':'))
-            else {
+            let Some(value) = key.strip_prefix(self.stems[i].as_str()).and_then(|rest| rest.strip_prefix(':')) else {
                 continue;
             };
             if let Some(algorithm) = overrides.by_part[i].get(value) {
