@@ -24,12 +24,17 @@ fn settings(user: u64, ip: u64, device: u64) -> String {
     )
 }
 
-/// The budgets of `uploads`' parts as `GET /v1/limits` lists them.
-async fn budgets(serve: &Serve) -> Vec<u64> {
+/// `field` of each of `uploads`' parts as `GET /v1/limits` lists them.
+async fn of_parts(serve: &Serve, field: &str) -> Vec<u64> {
     let r = serve.request("GET", "/v1/limits", &[], b"").await.unwrap();
     let limits = r.json()["limits"].as_array().unwrap().clone();
     let uploads = limits.iter().find(|l| l["name"] == "uploads").unwrap().clone();
-    uploads["parts"].as_array().unwrap().iter().map(|p| p["budget"].as_u64().unwrap()).collect()
+    uploads["parts"].as_array().unwrap().iter().map(|p| p[field].as_u64().unwrap()).collect()
+}
+
+/// The budgets of `uploads`' parts.
+async fn budgets(serve: &Serve) -> Vec<u64> {
+    of_parts(serve, "budget").await
 }
 
 /// Writes `text` to `config`, sends SIGHUP, and waits for `expected` budgets.
@@ -133,13 +138,6 @@ fn windows(user: &str, device: &str) -> String {
     )
 }
 
-async fn windows_ms(serve: &Serve) -> Vec<u64> {
-    let r = serve.request("GET", "/v1/limits", &[], b"").await.unwrap();
-    let limits = r.json()["limits"].as_array().unwrap().clone();
-    let uploads = limits.iter().find(|l| l["name"] == "uploads").unwrap().clone();
-    uploads["parts"].as_array().unwrap().iter().map(|p| p["window_ms"].as_u64().unwrap()).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_the_counts_when_a_window_changes() {
     let dir = scratch("site-reload-windows");
@@ -162,7 +160,7 @@ async fn a_reload_keeps_the_counts_when_a_window_changes() {
         std::fs::write(&config, text).unwrap();
         serve.signal("HUP");
         let started = Instant::now();
-        while windows_ms(serve).await != expected {
+        while of_parts(serve, "window_ms").await != expected {
             assert!(started.elapsed() < Duration::from_secs(10), "the windows did not become {expected:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
