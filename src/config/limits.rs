@@ -23,7 +23,7 @@ use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 
 use super::parse::{in_order, Item, Parser};
-use super::{ConfigError, LimitSettings, OverrideSettings, PartSettings};
+use super::{ConfigError, LimitSettings, PartSettings};
 use crate::limits::{presets, Algorithm, Limit, Normalize, Part, Policy, ALGORITHM_NAMES};
 
 const PRESET_KEYS: &str = "budget, window, policy, shadow, or a table named after one of its parts";
@@ -325,72 +325,6 @@ impl Parser<'_> {
             return Err(self.error(at, &table, format!("part `{part}`: {problem}")));
         }
         Ok(algorithm)
-    }
-
-    /// Each override's algorithm (the part's, with the value's budget and
-    /// window) can count.
-    fn check_overrides(
-        &self,
-        part: &Part,
-        overrides: &[OverrideSettings],
-        at: usize,
-        path: &str,
-    ) -> Result<(), ConfigError> {
-        let mut with = part.clone();
-        for o in overrides {
-            with = with.with_override(&o.value, o.budget, o.window);
-        }
-        for (value, algorithm) in with.overrides() {
-            if let Some(problem) = algorithm.problem() {
-                return Err(self.error(
-                    at,
-                    &format!("{path}.\"{value}\""),
-                    format!("the override of `{value}`: {problem}"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// `overrides = { "value" = { budget = n, window = "1m" } }`.
-    fn overrides(
-        &self,
-        item: Item<'_, '_>,
-        path: &str,
-        normalize: Normalize,
-    ) -> Result<Vec<OverrideSettings>, ConfigError> {
-        let mut overrides = Vec::new();
-        for value_item in in_order(self.table(item, path)?) {
-            let value = value_item.0.get_ref().as_ref();
-            let path = format!("{path}.\"{value}\"");
-            let at = value_item.0.span().start;
-            if normalize == Normalize::Ip && value.trim().parse::<std::net::IpAddr>().is_err() {
-                return Err(self.error(
-                    at,
-                    &path,
-                    format!("`{value}` is not an IP address, and this part counts addresses: write one as 192.0.2.7, or 2001:db8:: for its IPv6 network"),
-                ));
-            }
-            let (mut budget, mut window) = (None, None);
-            for f in in_order(self.table(value_item, &path)?) {
-                let key = f.0.get_ref().as_ref();
-                let path = format!("{path}.{key}");
-                match key {
-                    "budget" => budget = Some(self.count(f, &path)?),
-                    "window" => window = Some(self.window(f, &path)?),
-                    _ => return Err(self.unknown(f, &path, "budget, window")),
-                }
-            }
-            let Some(budget) = budget else {
-                return Err(self.error(
-                    at,
-                    &path,
-                    format!("the override of `{value}` has no budget: write \"{value}\" = {{ budget = 1000, window = \"1m\" }} (window is optional)"),
-                ));
-            };
-            overrides.push(OverrideSettings { value: value.to_owned(), budget, window });
-        }
-        Ok(overrides)
     }
 }
 

@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod limits;
+mod overrides;
 mod parse;
 mod serve;
 
@@ -53,6 +54,7 @@ use crate::limits::{Limit, LimitError, Limits, LimitsBuilder, Policy};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
+pub use overrides::OverrideSettings;
 pub use serve::{ServeSettings, ENV_MAX_CONNECTIONS, ENV_REQUEST_TIMEOUT, ENV_SHUTDOWN_GRACE};
 
 /// The file the settings are read from by default.
@@ -202,18 +204,6 @@ pub struct PartSettings {
     pub window: Option<Duration>,
     /// `[rate_limit.limits.NAME.PART.overrides]`: values with budgets of their own.
     pub overrides: Vec<OverrideSettings>,
-}
-
-/// One value's own budget, from `"value" = { budget = n, window = "1m" }`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OverrideSettings {
-    /// The value, as its part normalises it.
-    pub value: String,
-    /// Its budget.
-    pub budget: u64,
-    /// Its window (the part's when `None`).
-    pub window: Option<Duration>,
 }
 
 /// A settings file that can't be used: where, which key, and why.
