@@ -31,6 +31,7 @@ mod builder;
 mod chores;
 mod count;
 pub(crate) mod entry;
+mod replica;
 mod script;
 mod server;
 
@@ -50,6 +51,7 @@ use crate::server_clock::ServerClock;
 use crate::StoreError;
 
 pub use self::builder::RedisStoreBuilder;
+pub use self::replica::KIND_REPLICA;
 use self::server::ServerInfo;
 pub use self::server::KIND_EVICTS;
 
@@ -205,10 +207,13 @@ impl Trips {
     }
 }
 
-/// A failed call to the server, answered unavailable; an `OOM` refusal and a
-/// timeout say so.
+/// A failed call to the server, answered unavailable; an `OOM` refusal, a
+/// replica's `READONLY` and a timeout say so.
 fn failed(e: redis::RedisError) -> StoreError {
-    let (reason, detail) = if e.code() == Some("OOM") {
+    let (reason, detail) = if e.code() == Some("READONLY") {
+        replica::noticed();
+        (Unavailable::StoreFailed, replica::DETAIL)
+    } else if e.code() == Some("OOM") {
         (Unavailable::StoreFailed, OOM)
     } else if e.is_timeout() {
         (Unavailable::Timeout, "Redis gave no answer in time")
@@ -223,6 +228,13 @@ const OOM: &str = "Redis refused the write for memory (OOM): raise maxmemory, or
 /// An update's command that Redis refused in the write script (its error
 /// text): nothing of the update was written. An `OOM` refusal says so.
 fn refused(error: String) -> StoreError {
-    let detail = if error.starts_with("OOM") { OOM } else { "Redis refused the update's write" };
+    let detail = if error.starts_with("READONLY") {
+        replica::noticed();
+        replica::DETAIL
+    } else if error.starts_with("OOM") {
+        OOM
+    } else {
+        "Redis refused the update's write"
+    };
     StoreError::Unavailable { reason: Unavailable::StoreFailed, detail: detail.to_owned(), source: Some(error.into()) }
 }
