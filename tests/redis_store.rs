@@ -46,7 +46,10 @@ async fn keys_are_hmacs_under_a_prefix_with_the_generation() {
     let keys = keys_under(&url, &prefix).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     let name = &keys[0];
-    let hash = name.strip_prefix(&format!("{prefix}:{:x}:", store.generation())).expect("the generation in the name");
+    let tagged = name.strip_prefix(&format!("{prefix}:{:x}:", store.generation())).expect("the generation in the name");
+    // The family's tag (hashed too), then the key's hash.
+    let (tag, hash) = tagged.split_once(':').expect("a family tag");
+    assert!(tag.len() == 4 && tag.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
     assert!(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
     let stored: String = client(&url).await.get(name).await.unwrap();
     // Not the key's text: "example" has letters that hex (the prefix's

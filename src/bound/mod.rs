@@ -175,6 +175,13 @@ impl Bound {
         self.held.store(counted.saturating_add(since), Ordering::Relaxed);
     }
 
+    /// Sets what `family` holds from an exact count (a shared store that
+    /// knows its entries' families, at a refresh).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn refresh_family(&self, family: FamilyId, counted: u64) {
+        self.shares.set(family, counted);
+    }
+
     /// Warns once a minute if what is held is at or above 80% of the bound.
     pub(crate) fn note_fill(&self) {
         self.log.note_fill(self.held(), self.max);

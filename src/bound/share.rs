@@ -89,6 +89,12 @@ impl Shares {
         }
     }
 
+    /// Sets what `family` holds, from an exact count (a shared store's).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn set(&self, family: FamilyId, held: u64) {
+        self.held[family.index()].store(held, Ordering::Relaxed);
+    }
+
     /// True when `family` could add `n` entries with the store holding
     /// `total` of `max` now.
     pub(crate) fn has_room(&self, family: FamilyId, n: u64, total: u64, max: u64) -> bool {

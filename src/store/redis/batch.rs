@@ -25,6 +25,7 @@ use redis::{Script, Value};
 use tokio::sync::oneshot;
 
 use super::entry::Raw;
+use super::family::{push_tag, Tag};
 use super::script::{millis, raw, unexpected, WRITE};
 use super::{failed, refused};
 use crate::seen::KeyHash;
@@ -53,6 +54,8 @@ pub(super) enum Op {
 #[derive(Debug)]
 pub(super) struct WriteCall {
     pub(super) hashes: Vec<KeyHash>,
+    /// The family tag of each key (see `family.rs`).
+    pub(super) tags: Vec<Tag>,
     pub(super) expected: Vec<Raw>,
     pub(super) ops: Vec<Op>,
     pub(super) at: Millis,
@@ -196,15 +199,20 @@ impl Batcher {
         let mut cmd =
             redis::Cmd::with_capacity(3 + keys + batch.iter().map(|p| 6 + 3 * p.call.hashes.len()).sum::<usize>(), 0);
         cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
-        let mut name = String::with_capacity(self.claims.len().max(self.names.len()) + 64);
+        let mut name = String::with_capacity(self.claims.len().max(self.names.len()) + 69);
         for Pending { call, .. } in batch {
-            for prefix in [&self.names, &self.claims] {
-                for hash in &call.hashes {
-                    name.clear();
-                    name.push_str(prefix);
-                    crate::keys::push_hex(&mut name, hash);
-                    cmd.arg(name.as_str());
-                }
+            for (hash, &tag) in call.hashes.iter().zip(&call.tags) {
+                name.clear();
+                name.push_str(&self.names);
+                push_tag(&mut name, tag);
+                crate::keys::push_hex(&mut name, hash);
+                cmd.arg(name.as_str());
+            }
+            for hash in &call.hashes {
+                name.clear();
+                name.push_str(&self.claims);
+                crate::keys::push_hex(&mut name, hash);
+                cmd.arg(name.as_str());
             }
         }
         for Pending { call, .. } in batch {

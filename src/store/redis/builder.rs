@@ -163,6 +163,7 @@ impl RedisStoreBuilder {
             // database's index count.
             bound: SharedBound::new("redis", self.max_entries, 0)
                 .refreshing_every(Duration::from_secs(60), Duration::from_secs(5)),
+            families: super::family::FamilyTags::new(),
             clock: ServerClock::new(),
             seen: Seen::new(self.remember),
             guess: self.remember > 0,

@@ -8,10 +8,13 @@
 //! expired entries still in their grace and says how many; with no grace it
 //! finds none and answers 0.
 
+use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
+use super::family::{tag_in, Tag};
 use super::{failed, RedisStore, Shared};
+use crate::bound::Refresh;
 use crate::StoreError;
 
 /// How often the count runs after the one at start.
@@ -24,11 +27,12 @@ const SCAN_STEP: usize = 1_000;
 impl Shared {
     /// Walks this generation's keys with `SCAN … MATCH`; with `remove`, the
     /// expired ones Redis still holds (within their grace) go. Answers the
-    /// live keys and the removed ones.
-    async fn walk(&self, remove: bool) -> Result<(u64, u64), StoreError> {
+    /// live keys (in all, and per family tag) and the removed ones.
+    async fn walk(&self, remove: bool) -> Result<(Census, u64), StoreError> {
         let mut conn = self.conn.clone();
         let pattern = format!("{}*", glob_escape(&self.names));
         let (mut cursor, mut live, mut removed) = (0u64, 0u64, 0u64);
+        let mut by_tag: HashMap<Tag, u64> = HashMap::new();
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                 .arg(cursor)
@@ -44,10 +48,15 @@ impl Shared {
             } else {
                 0
             };
+            for key in &keys {
+                if let Some(tag) = tag_in(key, &self.names) {
+                    *by_tag.entry(tag).or_default() += 1;
+                }
+            }
             live += (keys.len() as u64).saturating_sub(gone);
             removed += gone;
             if next == 0 {
-                return Ok((live, removed));
+                return Ok((Census { live, by_tag }, removed));
             }
             cursor = next;
         }
@@ -56,15 +65,35 @@ impl Shared {
     /// This generation's keys Redis holds (expired ones within their grace
     /// included), counted with `SCAN`.
     pub(super) async fn count_live(&self) -> Result<u64, StoreError> {
-        Ok(self.walk(false).await?.0)
+        Ok(self.walk(false).await?.0.live)
+    }
+
+    /// Starts a count for the bound: keep the answer for [`Self::counted`].
+    fn begin_count(&self) -> CountStart {
+        CountStart { at: self.bound.begin_refresh(), written: self.families.written() }
+    }
+
+    /// Sets the bound's count, in all and per family, from `census`.
+    fn counted(&self, start: &CountStart, census: &Census) {
+        self.bound.refresh(start.at, census.live);
+        self.families.attribute(self.bound.counts(), &census.by_tag, &start.written);
+    }
+
+    /// Counts this generation's keys for the bound, in all and per family.
+    async fn count_for_bound(&self) -> Result<(), StoreError> {
+        let start = self.begin_count();
+        let (census, _) = self.walk(false).await?;
+        self.counted(&start, &census);
+        Ok(())
     }
 
     /// One sweep: the expired entries Redis still holds go (Redis drops the
     /// rest itself), and the bound's count is made exact.
     pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
-        let at = self.bound.begin_refresh();
-        let (live, removed) = self.walk(true).await?;
-        self.bound.refresh(at, live);
+        let start = self.begin_count();
+        let (census, removed) = self.walk(true).await?;
+        self.counted(&start, &census);
+        let live = census.live;
         self.bound.note_sweep(removed);
         tracing::debug!(
             live,
@@ -84,11 +113,27 @@ impl RedisStore {
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            let at = shared.bound.begin_refresh();
-            let live = shared.count_live().await.ok();
-            shared.bound.refreshed(at, live);
+            let start = shared.begin_count();
+            let census = shared.walk(false).await.ok().map(|(census, _)| census);
+            if let Some(census) = &census {
+                shared.families.attribute(shared.bound.counts(), &census.by_tag, &start.written);
+            }
+            shared.bound.refreshed(start.at, census.map(|c| c.live));
         });
     }
+}
+
+/// This generation's keys as one walk counted them.
+pub(super) struct Census {
+    live: u64,
+    /// Keys per family tag.
+    by_tag: HashMap<Tag, u64>,
+}
+
+/// Where a count for the bound began: the bound's, and each family's writes.
+struct CountStart {
+    at: Refresh,
+    written: Vec<u64>,
 }
 
 /// Counts the entries for the bound at once, then sweeps every `every`,
@@ -96,9 +141,8 @@ impl RedisStore {
 pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         if let Some(shared) = store.upgrade() {
-            let at = shared.bound.begin_refresh();
-            match shared.count_live().await {
-                Ok(live) => shared.bound.refresh(at, live),
+            match shared.count_for_bound().await {
+                Ok(()) => {}
                 Err(e) => tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
             }
         }

@@ -6,8 +6,9 @@ use async_trait::async_trait;
 
 use super::batch::WriteCall;
 use super::builder::CALL_LIMIT;
+use super::family::{FamilyAdmission, Tag};
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
-use crate::bound::Admission;
+use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply};
 use crate::seen::KeyHash;
@@ -81,23 +82,31 @@ fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<En
     held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::keys::hex(hash))).collect()
 }
 
-/// The operations for `writes` on keys that hold `held`, and how many entries
-/// they add and remove.
-fn ops(writes: Vec<Write>, held: &[Raw], grace: Millis) -> (Vec<Op>, u64, u64) {
-    let (mut added, mut removed) = (0, 0);
+/// The operations for `writes` on keys of `families` that hold `held`, and
+/// the families of the entries they add and of those they remove.
+fn ops(
+    writes: Vec<Write>,
+    held: &[Raw],
+    families: &[FamilyId],
+    grace: Millis,
+) -> (Vec<Op>, Vec<FamilyId>, Vec<FamilyId>) {
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
     let ops = writes
         .into_iter()
         .zip(held)
-        .map(|(write, raw)| match write {
+        .zip(families)
+        .map(|((write, raw), &family)| match write {
             Write::Keep => Op::Keep,
             Write::Delete if raw.is_some() => {
-                removed += 1;
+                removed.push(family);
                 Op::Delete
             }
             // Deleting what is not there changes nothing; the key is still checked.
             Write::Delete => Op::Keep,
             Write::Put(entry) => {
-                added += u64::from(!raw.is_some());
+                if !raw.is_some() {
+                    added.push(family);
+                }
                 Op::Put { raw: Raw::encode(&entry), pxat: entry.expires_at.saturating_add(grace) }
             }
         })
@@ -111,40 +120,39 @@ impl RedisStore {
         let started = Instant::now();
         let shared = &*self.shared;
         let mut hashes: Vec<KeyHash> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
+        let (families, mut tags): (Vec<FamilyId>, Vec<Tag>) =
+            keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k)).unzip();
         let token = shared.token();
         let _locks = shared.lock(&hashes).await;
-        let mut basis = shared.first_basis(&hashes, || self.names(&hashes)).await?;
+        let mut basis = shared.first_basis(&hashes, || self.names(&tags, &hashes)).await?;
         let mut trips = u64::from(basis.fresh);
-        let mut admission = Admission::new(shared.bound.counts());
+        let mut admission = FamilyAdmission::new(shared.bound.counts(), &shared.families);
         let mut missed = 0;
         while missed < MAX_TRIES {
             let entries = match decode(&basis.held, &hashes, basis.now) {
                 Ok(entries) => entries,
                 // A remembered entry is only a guess: ask the server.
                 Err(_) if !basis.fresh => {
-                    basis = shared.read_basis(&self.names(&hashes)).await?;
+                    basis = shared.read_basis(&self.names(&tags, &hashes)).await?;
                     trips += 1;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             let writes = run_apply(apply, &entries, basis.now)?;
-            let (ops, added, removed) = ops(writes, &basis.held, shared.grace);
+            let (ops, added, removed) = ops(writes, &basis.held, &families, shared.grace);
             if basis.fresh && ops.iter().all(|op| matches!(op, Op::Keep)) {
                 // Read in one step and nothing to write: done, as a read.
                 shared.trips.note(trips);
                 return Ok(());
             }
-            if !admission.hold(added, removed) {
+            if let Err(short) = admission.hold(added, removed) {
                 self.refresh_bound_if_due();
-                shared.bound.note_full();
-                return Err(StoreError::unavailable(
-                    Unavailable::Full,
-                    format!("the store holds its bound of {} entries and this update needs a new one", admission.max()),
-                ));
+                return Err(self.full(short));
             }
             let call = WriteCall {
                 hashes,
+                tags,
                 expected: basis.held,
                 ops,
                 at: basis.now,
@@ -155,6 +163,7 @@ impl RedisStore {
             };
             let (call, answer) = shared.batcher.write(call).await?;
             hashes = call.hashes;
+            tags = call.tags;
             trips += 1;
             let (now, held) = match answer? {
                 Written::Done { now } => {
@@ -198,9 +207,27 @@ impl RedisStore {
         ))
     }
 
-    /// The keys of the entries of `hashes`.
-    fn names(&self, hashes: &[KeyHash]) -> Vec<String> {
-        hashes.iter().map(|h| self.name(h)).collect()
+    /// The keys of the entries of `hashes`, tagged `tags`.
+    fn names(&self, tags: &[Tag], hashes: &[KeyHash]) -> Vec<String> {
+        tags.iter().zip(hashes).map(|(&tag, h)| self.name(tag, h)).collect()
+    }
+
+    /// The answer of a store at its bound, or of a family at its share,
+    /// noted and logged. Names the family, never a key.
+    #[cold]
+    fn full(&self, short: Short) -> StoreError {
+        let bound = self.shared.bound.counts();
+        bound.note_short("redis", short);
+        let max = bound.max();
+        let detail = match short {
+            Short::Bound => format!("the store holds its bound of {max} entries and this update needs a new one"),
+            Short::Share(family) => format!(
+                "the keys of the family `{}` hold their share of the Redis store's bound of {max} entries (past 80% \
+                 of it, a family adds new keys only while it holds no more than the room left)",
+                bound.family_name(family)
+            ),
+        };
+        StoreError::unavailable(Unavailable::Full, detail)
     }
 }
 
@@ -222,7 +249,9 @@ impl LimitStore for RedisStore {
         check_keys(keys)?;
         let shared = &*self.shared;
         let hashes: Vec<KeyHash> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
-        let basis = shared.read_basis(&self.names(&hashes)).await?;
+        let tags: Vec<Tag> =
+            keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k).1).collect();
+        let basis = shared.read_basis(&self.names(&tags, &hashes)).await?;
         for (hash, raw) in hashes.iter().zip(&basis.held) {
             shared.remember(hash, raw);
         }

@@ -20,17 +20,20 @@
 //!   itself; reads and counts judge expiry by the stored expiry on Redis's
 //!   clock, so an entry in its grace is already gone to them.
 //! - **Keys** are HMAC-SHA-256 under the site secret, under a prefix with the
-//!   secret's generation: `limit-store:<generation>:<hmac>`.
+//!   secret's generation and the key's family tag (`family.rs`):
+//!   `limit-store:<generation>:<tag>:<hmac>`.
 //! - **The bound** is an estimate kept by counting this generation's keys
 //!   (`SCAN`) in the background: at start, at every sweep (5 minutes), and
 //!   when a count finds it due (every minute, every 5 s at 80% full), plus
-//!   this instance's own adds.
+//!   this instance's own adds; per family as well as in all, so that past
+//!   80% full each family adds only within its share (`family.rs`).
 
 mod batch;
 mod builder;
 mod chores;
 mod count;
 pub(crate) mod entry;
+mod family;
 mod replica;
 mod script;
 mod server;
@@ -42,6 +45,7 @@ use redis::aio::ConnectionManager;
 
 use self::batch::{Batcher, Op, Written};
 use self::entry::Raw;
+use self::family::{FamilyTags, Tag};
 use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
@@ -90,6 +94,8 @@ struct Shared {
     token_base: u64,
     tokens: AtomicU64,
     bound: SharedBound,
+    /// The families' tags, and what each wrote (see `family.rs`).
+    families: FamilyTags,
     clock: ServerClock,
     seen: Seen<Raw>,
     /// False: every update reads before it writes (`remember(0)`).
@@ -165,11 +171,12 @@ impl RedisStore {
         RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) }
     }
 
-    /// The key of the entry of `hash`.
-    fn name(&self, hash: &KeyHash) -> String {
+    /// The key of the entry of `hash`, of the family tagged `tag`.
+    fn name(&self, tag: Tag, hash: &KeyHash) -> String {
         let names = &self.shared.names;
-        let mut name = String::with_capacity(names.len() + 64);
+        let mut name = String::with_capacity(names.len() + 69);
         name.push_str(names);
+        family::push_tag(&mut name, tag);
         crate::keys::push_hex(&mut name, hash);
         name
     }
