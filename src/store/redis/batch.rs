@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
 use super::entry::Raw;
 use super::family::{push_tag, Tag};
+use super::link::Link;
 use super::script::{millis, raw, unexpected, WRITE};
 use super::{failed, refused};
 use crate::seen::KeyHash;
@@ -88,8 +88,11 @@ struct Pending {
 
 /// The compare-and-sets waiting for the next batch, and how to send one.
 pub(super) struct Batcher {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     script: Script,
+    /// Replicas that must acknowledge a batch before its counts are
+    /// answered (`WAIT`); 0: none.
+    min_acked: u32,
     /// What entries' keys start with, and claims' keys.
     names: String,
     claims: String,
@@ -105,9 +108,10 @@ impl std::fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    pub(super) fn new(conn: ConnectionManager, names: String, claims: String) -> Arc<Self> {
+    pub(super) fn new(link: Arc<Link>, names: String, claims: String, min_acked: u32) -> Arc<Self> {
         Arc::new(Batcher {
-            conn,
+            link,
+            min_acked,
             script: Script::new(WRITE),
             names,
             claims,
@@ -167,30 +171,57 @@ impl Batcher {
             self.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         let cmd = self.command(&batch);
-        let mut conn = self.conn.clone();
-        let mut reply = cmd.query_async::<Value>(&mut conn).await;
+        let mut conn = self.link.conn();
+        let mut reply = self.call(&mut conn, &cmd).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match self.script.load_async(&mut conn).await {
-                Ok(_) => cmd.query_async::<Value>(&mut conn).await,
+                Ok(_) => self.call(&mut conn, &cmd).await,
                 Err(e) => Err(e),
             };
         }
-        let mut answers = match reply {
-            Ok(Value::Array(items)) => items.into_iter(),
-            Ok(other) => {
+        let (mut answers, acked) = match reply {
+            Ok((Value::Array(items), acked)) => (items.into_iter(), acked),
+            Ok((other, _)) => {
                 let e = unexpected(format!("the write script answered {other:?}"));
                 return answer_all(batch, &e);
             }
-            Err(e) => return answer_all(batch, &e),
+            Err(e) => {
+                self.link.trouble(false, Some(&e));
+                return answer_all(batch, &e);
+            }
         };
         let now = match millis(answers.next()) {
             Ok(now) => now,
             Err(e) => return answer_all(batch, &e),
         };
+        let mut readonly = false;
         for Pending { call, reply } in batch {
-            let answer = answer(&mut answers, now, call.hashes.len());
+            let answer = match answer(&mut answers, now, call.hashes.len(), &mut readonly) {
+                Ok(Written::Done { .. }) if acked < u64::from(self.min_acked) => Err(unacked(acked, self.min_acked)),
+                answer => answer,
+            };
             let _ = reply.send((call, answer));
         }
+        if readonly {
+            self.link.trouble(true, None);
+        }
+    }
+
+    /// Sends `cmd`, followed by `WAIT` for the replicas when the store asks
+    /// for them; the script's answer, and how many replicas acknowledged
+    /// (`u64::MAX` when none were asked for).
+    async fn call(
+        &self,
+        conn: &mut redis::aio::ConnectionManager,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<(Value, u64)> {
+        if self.min_acked == 0 {
+            return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).cmd("WAIT").arg(self.min_acked).arg(WAIT_MS);
+        let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
+        Ok((value, acked))
     }
 
     /// `EVALSHA` of the write script with every update of `batch`.
@@ -243,6 +274,21 @@ impl Batcher {
     }
 }
 
+/// How long a count waits for its replicas (`WAIT`), under the client's
+/// bound on a call.
+const WAIT_MS: u64 = 1_000;
+
+/// The answer of a count written on the primary that too few replicas
+/// acknowledged in time.
+fn unacked(acked: u64, wanted: u32) -> StoreError {
+    StoreError::unavailable(
+        crate::error::Unavailable::StoreFailed,
+        format!(
+            "the count was written on the Redis primary but only {acked} of the {wanted} replicas that              min_replicas_acked asks for acknowledged it in time: a failover now could lose it, so it is not              acknowledged (check the replicas, or lower min_replicas_acked)"
+        ),
+    )
+}
+
 /// Every update of `batch` answered with the failure of their call.
 fn answer_all(batch: Vec<Pending>, e: &redis::RedisError) {
     for Pending { call, reply } in batch {
@@ -251,7 +297,12 @@ fn answer_all(batch: Vec<Pending>, e: &redis::RedisError) {
 }
 
 /// The next update's answer in the script's answer, for an update of `n` keys.
-fn answer(answers: &mut impl Iterator<Item = Value>, now: Millis, n: usize) -> Result<Written, StoreError> {
+fn answer(
+    answers: &mut impl Iterator<Item = Value>,
+    now: Millis,
+    n: usize,
+    readonly: &mut bool,
+) -> Result<Written, StoreError> {
     let status = answers.next();
     let held = |answers: &mut dyn Iterator<Item = Value>| {
         (0..n).map(|_| raw(answers.next().unwrap_or(Value::Nil))).collect::<redis::RedisResult<_>>().map_err(failed)
@@ -260,11 +311,15 @@ fn answer(answers: &mut impl Iterator<Item = Value>, now: Millis, n: usize) -> R
         Some(Value::Int(1)) => Ok(Written::Done { now }),
         Some(Value::Int(0)) => Ok(Written::Changed { now, held: held(answers)? }),
         Some(Value::Int(2)) => Ok(Written::Claimed { now, held: held(answers)? }),
-        Some(Value::Int(3)) => Err(refused(match answers.next() {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-            Some(Value::SimpleString(s)) => s,
-            other => format!("{other:?}"),
-        })),
+        Some(Value::Int(3)) => {
+            let error = match answers.next() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+                Some(Value::SimpleString(s)) => s,
+                other => format!("{other:?}"),
+            };
+            *readonly |= error.starts_with("READONLY");
+            Err(refused(error))
+        }
         other => Err(failed(unexpected(format!("the write script answered {other:?} for an update")))),
     }
 }

@@ -4,10 +4,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use super::batch::Batcher;
 use super::chores::{self, SWEEP_EVERY};
+use super::link::Link;
 use super::script::Scripts;
 use super::server::ServerInfo;
 use super::{RedisStore, Shared, DEFAULT_GRACE, DEFAULT_MAX_ENTRIES, DEFAULT_PREFIX, DEFAULT_REMEMBER};
@@ -21,8 +20,6 @@ use crate::{SecretString, StoreError};
 /// The longest one call to Redis may take: the server has no statement
 /// timeout, so the client bounds it, under the guard's 2 s deadline.
 pub const CALL_LIMIT: Duration = Duration::from_millis(1_500);
-/// The longest connecting (or reconnecting) may take.
-const CONNECT_LIMIT: Duration = Duration::from_secs(1);
 /// Lock stripes for an instance's own counts (see `Shared::stripes`).
 pub(super) const STRIPES: usize = 1_024;
 
@@ -36,6 +33,7 @@ pub struct RedisStoreBuilder {
     remember: usize,
     sweep_every: Option<Duration>,
     grace: Duration,
+    min_replicas_acked: u32,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -48,6 +46,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("remember", &self.remember)
             .field("sweep_every", &self.sweep_every)
             .field("grace", &self.grace)
+            .field("min_replicas_acked", &self.min_replicas_acked)
             .finish()
     }
 }
@@ -62,6 +61,7 @@ impl RedisStoreBuilder {
             remember: DEFAULT_REMEMBER,
             sweep_every: Some(SWEEP_EVERY),
             grace: DEFAULT_GRACE,
+            min_replicas_acked: 0,
         }
     }
 
@@ -110,6 +110,18 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// How many replicas must acknowledge a count (Redis `WAIT`, up to 1 s)
+    /// before it is answered (default 0: none). Redis replicates after it
+    /// answers, so a failover can lose counts the old primary acknowledged;
+    /// with 1 or more, a count no replica has is answered unavailable
+    /// instead (it may still be on the primary), and an acknowledged count
+    /// survives the failover of its primary. Costs a replica's round trip
+    /// per batch of counts.
+    pub fn min_replicas_acked(mut self, n: u32) -> Self {
+        self.min_replicas_acked = n;
+        self
+    }
+
     /// Connects, and checks the server (Redis 6.2 or later, or Valkey; not a
     /// Cluster) and its eviction policy. This generation's entries are
     /// counted for the bound right after, in the background.
@@ -127,24 +139,13 @@ impl RedisStoreBuilder {
         if self.prefix.is_empty() || self.prefix.len() > 64 {
             return Err(StoreError::setup("the Redis key prefix must be 1 to 64 bytes"));
         }
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| StoreError::Setup {
-            detail: format!("{url} is not a Redis URL: use redis://[:password@]host[:port][/db] or rediss:// for TLS"),
-            source: Some(Box::new(e)),
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(CALL_LIMIT))
-            .set_connection_timeout(Some(CONNECT_LIMIT))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500));
-        let unreachable = |e: Option<redis::RedisError>| StoreError::Setup {
+        let link = Link::connect(&self.url, &url).await?;
+        let unreachable = |e: redis::RedisError| StoreError::Setup {
             detail: format!("can't reach Redis at {url}: check that it runs and that the URL is right"),
-            source: e.map(|e| Box::new(e) as _),
+            source: Some(Box::new(e)),
         };
-        let mut conn = tokio::time::timeout(5 * CONNECT_LIMIT, ConnectionManager::new_with_config(client, config))
-            .await
-            .map_err(|_| unreachable(None))?
-            .map_err(|e| unreachable(Some(e)))?;
-        let info: String = redis::cmd("INFO").query_async(&mut conn).await.map_err(|e| unreachable(Some(e)))?;
+        let mut conn = link.conn();
+        let info: String = redis::cmd("INFO").query_async(&mut conn).await.map_err(unreachable)?;
         let info = ServerInfo::parse(&info);
         info.check(&url)?;
         info.warn_if_evicting(&url);
@@ -152,8 +153,8 @@ impl RedisStoreBuilder {
         let claims = format!("{}:claim:{:x}:", self.prefix, secret.generation());
         let shared = Arc::new(Shared {
             // Claims lie outside the generation's keys, so that `SCAN` skips them.
-            batcher: Batcher::new(conn.clone(), names.clone(), claims),
-            conn,
+            batcher: Batcher::new(link.clone(), names.clone(), claims, self.min_replicas_acked),
+            link,
             scripts: Scripts::new(),
             names,
             token_base: random_u64(),

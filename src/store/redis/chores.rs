@@ -29,7 +29,7 @@ impl Shared {
     /// expired ones Redis still holds (within their grace) go. Answers the
     /// live keys (in all, and per family tag) and the removed ones.
     async fn walk(&self, remove: bool) -> Result<(Census, u64), StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link.conn();
         let pattern = format!("{}*", glob_escape(&self.names));
         let (mut cursor, mut live, mut removed) = (0u64, 0u64, 0u64);
         let mut by_tag: HashMap<Tag, u64> = HashMap::new();

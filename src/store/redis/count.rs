@@ -31,7 +31,10 @@ struct Basis {
 impl Shared {
     /// The keys' entries and the clock, read from the server.
     async fn read_basis(&self, names: &[String]) -> Result<Basis, StoreError> {
-        let (now, held) = self.scripts.read(&mut self.conn.clone(), names).await.map_err(failed)?;
+        let (now, held) = self.scripts.read(&mut self.link.conn(), names).await.map_err(|e| {
+            self.link.trouble(false, Some(&e));
+            failed(e)
+        })?;
         self.clock.reading(now);
         Ok(Basis { held, now, fresh: true })
     }

@@ -34,14 +34,14 @@ mod chores;
 mod count;
 pub(crate) mod entry;
 mod family;
+mod link;
 mod replica;
 mod script;
+mod sentinel;
 mod server;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-
-use redis::aio::ConnectionManager;
 
 use self::batch::{Batcher, Op, Written};
 use self::entry::Raw;
@@ -83,7 +83,7 @@ pub struct RedisStore {
 
 #[derive(Debug)]
 struct Shared {
-    conn: ConnectionManager,
+    link: Arc<link::Link>,
     scripts: Scripts,
     /// Sends the compare-and-sets, those ready at once together.
     batcher: Arc<Batcher>,
@@ -122,7 +122,9 @@ impl Drop for Shared {
 
 impl RedisStore {
     /// Starts building a store on `url`: `redis://` or `rediss://` (TLS),
-    /// with a password and a database number as Redis URLs carry them.
+    /// with a password and a database number as Redis URLs carry them; or
+    /// `redis+sentinel://host:port,host:port,.../MASTER_NAME` (`rediss+sentinel://`),
+    /// which asks Sentinel for the primary and follows its failovers.
     pub fn builder(url: &str) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url)
     }

@@ -1,0 +1,196 @@
+//! The store's connection to the server it writes to: one multiplexed
+//! connection that reconnects by itself, to the URL's server, or to the
+//! primary that Sentinel names (`sentinel.rs`).
+//!
+//! With Sentinel the connection is replaced when the primary changes:
+//! - a `+switch-master` message from any Sentinel (each is watched on a
+//!   connection of its own) names the new primary at once;
+//! - a `READONLY` answer (the server became a replica) or a failed call
+//!   makes the store ask the Sentinels again (at most every 250 ms).
+//!
+//! Calls in flight on the old connection finish there or fail (answered
+//! unavailable); nothing is retried on the new one, so no count is applied
+//! twice. The next counts go to the new primary: counting resumes with no
+//! restart.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use parking_lot::{Mutex, RwLock};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::builder::CALL_LIMIT;
+use super::sentinel::{switched_to, SentinelUrl};
+use crate::StoreError;
+
+/// The longest connecting (or reconnecting) may take.
+const CONNECT_LIMIT: Duration = Duration::from_secs(1);
+/// Ask the Sentinels again at most this often.
+const ASK_EVERY: Duration = Duration::from_millis(250);
+
+/// The connection, and how to find the primary again.
+pub(super) struct Link {
+    conn: RwLock<ConnectionManager>,
+    /// The URL the connection is on (the primary's, with Sentinel).
+    url: Mutex<String>,
+    sentinel: Option<SentinelUrl>,
+    /// One asking at a time, and when the last began.
+    asking: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("sentinel", &self.sentinel).finish_non_exhaustive()
+    }
+}
+
+/// A connection manager on `url`, bounded as the store's calls are.
+async fn manager(url: &str) -> Result<ConnectionManager, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(CALL_LIMIT))
+        .set_connection_timeout(Some(CONNECT_LIMIT))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500));
+    match tokio::time::timeout(5 * CONNECT_LIMIT, ConnectionManager::new_with_config(client, config)).await {
+        Ok(conn) => conn,
+        Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+    }
+}
+
+impl Link {
+    /// Connects to `url` (`redacted` is how errors name it): a Redis URL, or
+    /// a Sentinel URL whose primary is asked for first.
+    pub(super) async fn connect(url: &str, redacted: &str) -> Result<Arc<Link>, StoreError> {
+        let sentinel = SentinelUrl::parse(url).transpose()?;
+        let target = match &sentinel {
+            Some(sentinel) => sentinel.ask().await.map_err(|why| {
+                StoreError::setup(format!(
+                    "no Sentinel of {redacted} named a reachable primary `{}`: {why}; check the Sentinels' \
+                     addresses and the primary's name",
+                    sentinel.name
+                ))
+            })?,
+            None => {
+                redis::Client::open(url).map_err(|e| StoreError::Setup {
+                    detail: format!(
+                        "{redacted} is not a Redis URL: use redis://[:password@]host[:port][/db], rediss:// for \
+                         TLS, or redis+sentinel://host:port,.../MASTER_NAME"
+                    ),
+                    source: Some(Box::new(e)),
+                })?;
+                url.to_owned()
+            }
+        };
+        let conn = manager(&target).await.map_err(|e| StoreError::Setup {
+            detail: format!("can't reach Redis at {redacted}: check that it runs and that the URL is right"),
+            source: Some(Box::new(e)),
+        })?;
+        let link = Arc::new(Link {
+            conn: RwLock::new(conn),
+            url: Mutex::new(target),
+            sentinel,
+            asking: tokio::sync::Mutex::new(None),
+        });
+        if let Some(sentinel) = &link.sentinel {
+            for url in sentinel.sentinels() {
+                tokio::spawn(watch(Arc::downgrade(&link), url));
+            }
+        }
+        Ok(link)
+    }
+
+    /// The connection to use now (a cheap clone).
+    pub(super) fn conn(&self) -> ConnectionManager {
+        self.conn.read().clone()
+    }
+
+    /// Notes a failed call: with Sentinel, a `READONLY` answer or a broken
+    /// connection makes the store ask for the primary again, in the
+    /// background.
+    pub(super) fn trouble(self: &Arc<Self>, readonly: bool, e: Option<&redis::RedisError>) {
+        if self.sentinel.is_none() {
+            return;
+        }
+        let lost = e.is_some_and(|e| e.is_io_error() || e.is_timeout() || e.is_connection_dropped());
+        if readonly || lost || e.is_some_and(|e| e.code() == Some("READONLY")) {
+            tokio::spawn(self.clone().ask_again(None));
+        }
+    }
+
+    /// Asks the Sentinels for the primary (or takes `known`, from a
+    /// `+switch-master` message) and moves the connection there if it moved.
+    async fn ask_again(self: Arc<Self>, known: Option<String>) {
+        let Some(sentinel) = &self.sentinel else { return };
+        let mut last = self.asking.lock().await;
+        if known.is_none() && last.is_some_and(|at| at.elapsed() < ASK_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let target = match known {
+            Some(url) => url,
+            None => match sentinel.ask().await {
+                Ok(url) => url,
+                Err(why) => {
+                    tracing::warn!(kind = "limit-store-redis-sentinel", %why, "no Sentinel named a primary; asking again at the next failed call");
+                    return;
+                }
+            },
+        };
+        if *self.url.lock() == target {
+            return;
+        }
+        match manager(&target).await {
+            Ok(conn) => {
+                *self.conn.write() = conn;
+                tracing::warn!(
+                    kind = "limit-store-redis-failover",
+                    primary = %crate::secret::redact(&target),
+                    "the Redis primary moved (Sentinel): counting goes on at the new primary"
+                );
+                *self.url.lock() = target;
+            }
+            Err(e) => {
+                tracing::warn!(kind = "limit-store-redis-sentinel", error = %e, "can't reach the primary Sentinel named; asking again at the next failed call");
+            }
+        }
+    }
+}
+
+/// Follows `+switch-master` on the Sentinel at `url` while the link lives,
+/// resubscribing after a lost connection.
+async fn watch(link: Weak<Link>, url: String) {
+    loop {
+        let Some(name) = link.upgrade().and_then(|l| l.sentinel.as_ref().map(|s| s.name.clone())) else { return };
+        let subscribed = async {
+            let client = redis::Client::open(url.as_str()).ok()?;
+            let mut pubsub = tokio::time::timeout(CONNECT_LIMIT, client.get_async_pubsub()).await.ok()?.ok()?;
+            pubsub.subscribe("+switch-master").await.ok()?;
+            Some(pubsub)
+        }
+        .await;
+        if let Some(pubsub) = subscribed {
+            let mut messages = pubsub.into_on_message();
+            loop {
+                // Wake now and then to see whether the store is gone.
+                let message = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break,
+                    Err(_) if link.strong_count() == 0 => return,
+                    Err(_) => continue,
+                };
+                let Ok(text) = message.get_payload::<String>() else { continue };
+                let Some(link) = link.upgrade() else { return };
+                if let (Some((host, port)), Some(sentinel)) = (switched_to(&text, &name), &link.sentinel) {
+                    let url = sentinel.primary(&host, port);
+                    tokio::spawn(link.ask_again(Some(url)));
+                }
+            }
+        }
+        if link.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
