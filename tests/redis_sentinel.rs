@@ -107,3 +107,24 @@ async fn a_bad_sentinel_url_or_name_is_refused_with_what_to_fix() {
     let err = RedisStore::builder("redis+sentinel://127.0.0.1:1").secret(SECRET).connect().await.unwrap_err();
     assert!(err.to_string().contains("MASTER_NAME"), "{err}");
 }
+
+/// The contract suite, as `limit-store contract` runs it, with two handles on
+/// a Sentinel URL.
+#[tokio::test(flavor = "current_thread")]
+async fn the_contract_holds_through_sentinel() {
+    let Some(topology) = Topology::start() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_limit-store")).args(["contract", &topology.url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("FAIL"), "{text}");
+}
+
+#[test]
+fn min_replicas_acked_is_a_setting() {
+    let config = "[rate_limit]\nstore = \"redis\"\nredis_url = \"redis+sentinel://127.0.0.1:26379/limit-store\"\n";
+    let parsed = limit_store::config::Config::parse(&format!("{config}redis_min_replicas_acked = 1\n")).unwrap();
+    assert_eq!(parsed.redis_min_replicas_acked, 1);
+    assert_eq!(limit_store::config::Config::parse(config).unwrap().redis_min_replicas_acked, 0, "the default");
+    let err = limit_store::config::Config::parse(&format!("{config}redis_min_replicas_acked = -1\n")).unwrap_err();
+    assert!(err.to_string().contains("replicas"), "{err}");
+}

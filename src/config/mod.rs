@@ -91,8 +91,12 @@ pub struct Config {
     /// `rate_limit.database_url` (or `LIMIT_STORE_DATABASE_URL`).
     pub database_url: SecretUrl,
     /// `rate_limit.redis_url` (or `LIMIT_STORE_REDIS_URL`): the Redis store's
-    /// server, `redis://` or `rediss://`.
+    /// server, `redis://` or `rediss://`, or its Sentinels,
+    /// `redis+sentinel://host:port,.../MASTER_NAME`.
     pub redis_url: Option<SecretUrl>,
+    /// `rate_limit.redis_min_replicas_acked`: how many replicas must hold a
+    /// count before it is answered (Redis `WAIT`; default 0).
+    pub redis_min_replicas_acked: u32,
     /// `rate_limit.table`: the database store's table (`limit_store` when `None`).
     pub table: Option<String>,
     /// `rate_limit.single_instance`: the site runs as one instance, so the
@@ -137,6 +141,7 @@ impl Default for Config {
             store: StoreKind::Memory,
             database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
             redis_url: None,
+            redis_min_replicas_acked: 0,
             table: None,
             single_instance: false,
             max_entries: None,
@@ -341,6 +346,7 @@ impl Config {
             self.store,
             &self.database_url,
             &self.redis_url,
+            self.redis_min_replicas_acked,
             &self.table,
             &self.secret,
             self.max_entries,
@@ -349,6 +355,7 @@ impl Config {
             other.store,
             &other.database_url,
             &other.redis_url,
+            other.redis_min_replicas_acked,
             &other.table,
             &other.secret,
             other.max_entries,
@@ -388,7 +395,7 @@ impl Config {
             ))
             .into());
         };
-        let mut builder = crate::RedisStore::builder(url.expose());
+        let mut builder = crate::RedisStore::builder(url.expose()).min_replicas_acked(self.redis_min_replicas_acked);
         if let Some(secret) = &self.secret {
             builder = builder.secret(secret.expose());
         }

@@ -10,7 +10,7 @@ use super::{Config, ConfigError, StoreKind, FILE};
 use crate::secret::{SecretString, SecretUrl};
 
 const RATE_LIMIT_KEYS: &str =
-    "store, database_url, redis_url, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits, envoy_config";
+    "store, database_url, redis_url, redis_min_replicas_acked, table, single_instance, max_entries, durable_commits, secret, deadline, max_in_flight, ipv6_prefix, fold_case, limits, envoy_config";
 const SERVE_KEYS: &str = "max_connections, request_timeout, shutdown_grace";
 
 /// Walks the parsed file, keeping each key's full name and line for errors.
@@ -77,6 +77,15 @@ impl<'t> Parser<'t> {
         };
         n.filter(|&n| n >= 1)
             .ok_or_else(|| self.error(key.span().start, path, "expected a whole number of at least 1".into()))
+    }
+
+    /// A number of replicas, 0 or more.
+    fn replicas(&self, (key, value): Item<'_, '_>, path: &str) -> Result<u32, ConfigError> {
+        let n = match value.get_ref() {
+            DeValue::Integer(i) => u32::from_str_radix(i.as_str(), i.radix()).ok(),
+            _ => None,
+        };
+        n.ok_or_else(|| self.error(key.span().start, path, "expected a number of replicas, 0 or more".into()))
     }
 
     /// A network prefix length of IPv6, 0 to 128.
@@ -150,6 +159,7 @@ impl<'t> Parser<'t> {
                 }
                 "database_url" => config.database_url = SecretUrl::new(self.string(item, &path)?),
                 "redis_url" => config.redis_url = Some(SecretUrl::new(self.string(item, &path)?)),
+                "redis_min_replicas_acked" => config.redis_min_replicas_acked = self.replicas(item, &path)?,
                 "table" => config.table = Some(self.string(item, &path)?.to_owned()),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
