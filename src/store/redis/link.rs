@@ -123,7 +123,13 @@ impl Link {
     /// `+switch-master` message) and moves the connection there if it moved.
     async fn ask_again(self: Arc<Self>, known: Option<String>) {
         let Some(sentinel) = &self.sentinel else { return };
-        let mut last = self.asking.lock().await;
+        // A failed call asks only if no one is asking: a burst of failures
+        // asks once. A `+switch-master` message waits its turn.
+        let mut last = match (&known, self.asking.try_lock()) {
+            (_, Ok(last)) => last,
+            (None, Err(_)) => return,
+            (Some(_), Err(_)) => self.asking.lock().await,
+        };
         if known.is_none() && last.is_some_and(|at| at.elapsed() < ASK_EVERY) {
             return;
         }
