@@ -19,8 +19,10 @@ fn port(own: &OwnRedis) -> String {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_server_made_a_replica_answers_unavailable_and_says_why_once_a_minute() {
-    let Some(primary) = OwnRedis::start(&[]) else { return };
-    let Some(old) = OwnRedis::start(&[]) else { return };
+    // Replication writes a snapshot file: in the temporary directory, not the checkout.
+    let tmp = std::env::temp_dir().display().to_string();
+    let Some(primary) = OwnRedis::start(&["--dir", &tmp]) else { return };
+    let Some(old) = OwnRedis::start(&["--dir", &tmp]) else { return };
     let store = RedisStore::builder(&old.url()).secret(SECRET).connect().await.unwrap();
     assert_eq!(add_one(&store, "held").await.unwrap(), 1);
     let logs = common::capture_logs();
