@@ -116,7 +116,7 @@ pub mod transaction;
 
 pub use error::StoreError;
 pub use guard::Guarded;
-pub use limits::{Decision, Limit, LimitError, Limits, Policy};
+pub use limits::{Decision, Limit, LimitError, Limits, PartLeft, Policy};
 pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -108,6 +108,7 @@ mod tests {
             limited_by: None,
             degraded: None,
             shadow_refused: false,
+            others: None,
         }
     }
 

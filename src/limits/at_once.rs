@@ -3,6 +3,7 @@
 //! await. The usual call (one part, one value) on the memory store itself
 //! goes further: its key is never written out, only hashed on from the
 //! part's prehashed start, and a GCRA's state is counted as one integer.
+//! Every path counts the attempt's cost (the layer's always 1).
 
 #[cfg(feature = "axum")]
 use std::net::IpAddr;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use crate::store::memory::KeyStart;
 use crate::{LimitStore, MemoryStore, Millis, MAX_KEY_BYTES};
 
-use super::algorithm::{self, Verdict};
+use super::algorithm::Verdict;
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
@@ -44,17 +45,17 @@ impl Counted {
     /// Inlined, so that the decision is written where the caller wants it.
     /// The caller tried [`gcra_in_memory`](Self::gcra_in_memory) first.
     #[inline(always)]
-    pub(super) fn attempt_now(&self, parts: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+    pub(super) fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
         // The memory store beneath answers at once: no need to ask the
         // backend. A one-part GCRA's count there was tried already: what it
         // left (a value its part refuses, another part, a failed count) the
         // guarded call answers, so that a full store is not tried twice.
         if self.only_gcra.is_none() {
-            if let Some(answered) = self.attempt_in_memory(parts) {
+            if let Some(answered) = self.attempt_in_memory(parts, cost) {
                 return Some(answered);
             }
         }
-        self.attempt_guarded_now(self.answering_at_once()?, parts)
+        self.attempt_guarded_now(self.answering_at_once()?, parts, cost)
     }
 
     /// The usual attempt (one part, one value) on a limit whose one part is
@@ -64,7 +65,7 @@ impl Counted {
     /// whose value its part refuses, and one that failed, which wrote
     /// nothing: the guarded call answers, refuses or logs it.
     #[inline(never)]
-    pub(super) fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)]) -> Option<(Millis, Millis)> {
+    pub(super) fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)], cost: u64) -> Option<(Millis, Millis)> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;
@@ -72,7 +73,7 @@ impl Counted {
         let normalized = self.rules.apply(part.normalize, value).ok()?;
         let (memory, starts) = self.memory.as_ref()?;
         let [start] = &**starts else { return None };
-        count_gcra(memory, start, normalized.as_bytes(), rate)
+        count_gcra(memory, start, normalized.as_bytes(), rate, cost)
     }
 
     /// [`attempt_now`](Self::attempt_now) past the memory store's own path:
@@ -81,6 +82,7 @@ impl Counted {
         &self,
         store: &Arc<dyn LimitStore>,
         parts: &[(&str, &str)],
+        cost: u64,
     ) -> Option<Result<Decision, LimitError>> {
         let mut keys = CallKeys::new();
         if let Err(e) = self.keys(parts, Need::All, &mut keys) {
@@ -102,12 +104,12 @@ impl Counted {
         let overridden = self.algorithms_for(&keys);
         let algorithms = overridden.as_deref().unwrap_or(&self.algorithms);
         let mut apply = |current: &[Option<crate::Entry>], now: Millis| {
-            let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
-            last = Some((verdict, now));
+            let (writes, verdict, held) = super::parts::decide_held(algorithms, current, now, cost);
+            last = Some((verdict, held, now));
             writes
         };
         let done = store.update_now(refs, &mut apply)?;
-        let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)));
+        let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
         Some(match &overridden {
             Some(algorithms) => decided.map(|d| self.with_budget_of(d, algorithms)),
             None => decided,
@@ -123,6 +125,7 @@ impl Counted {
         match self.count_value_in_memory(
             only,
             value,
+            1,
             #[inline(always)]
             |verdict, now| self.layer_answer(verdict, now, decide_allowed),
         ) {
@@ -130,7 +133,7 @@ impl Counted {
             Some(Err(e)) => return Some(AtOnce::Decided(Err(e))),
             None => {}
         }
-        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, value)]).map(AtOnce::Decided)
+        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, value)], 1).map(AtOnce::Decided)
     }
 
     /// [`attempt_only_now`](Self::attempt_only_now) given the client address
@@ -154,6 +157,7 @@ impl Counted {
             };
             let counted = self.count_in_memory(
                 value,
+                1,
                 #[inline(always)]
                 |verdict, now| self.layer_answer(verdict, now, decide_allowed),
             );
@@ -162,7 +166,7 @@ impl Counted {
             }
         }
         let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, &text)]).map(AtOnce::Decided)
+        self.attempt_guarded_now(self.answering_at_once()?, &[(&only.name, &text)], 1).map(AtOnce::Decided)
     }
 
     /// The layer's answer to an attempt the memory store counted: see [`AtOnce`].
@@ -173,7 +177,7 @@ impl Counted {
             self.answers.allowed.add_one(now);
             return AtOnce::Allowed;
         }
-        AtOnce::Decided(Ok(self.answer(verdict, now)))
+        AtOnce::Decided(self.answer(verdict, now, 1))
     }
 
     /// The store, when it [answers at once](LimitStore::update_now).
@@ -187,17 +191,19 @@ impl Counted {
     /// The usual attempt on the memory store (one part, one value), counted
     /// with no key text: see [`count_in_memory`](Self::count_in_memory).
     /// `None` for any other call, and for one that failed.
-    fn attempt_in_memory(&self, given: &[(&str, &str)]) -> Option<Result<Decision, LimitError>> {
+    fn attempt_in_memory(&self, given: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;
         }
-        self.count_value_in_memory(
+        let answered = self.count_value_in_memory(
             part,
             value,
+            cost,
             #[inline(always)]
-            |verdict, now| self.answer(verdict, now),
-        )
+            |verdict, now| self.answer(verdict, now, cost),
+        );
+        answered.map(|decided| decided.and_then(std::convert::identity))
     }
 
     /// `value` of `part`, normalized (or refused), counted on the memory
@@ -206,12 +212,14 @@ impl Counted {
         &self,
         part: &Part,
         value: &str,
+        cost: u64,
         then: impl FnOnce(Verdict, Millis) -> T,
     ) -> Option<Result<T, LimitError>> {
         self.memory.as_ref()?;
         match self.rules.apply(part.normalize, value) {
             Ok(normalized) => self.count_in_memory(
                 normalized.as_bytes(),
+                cost,
                 #[inline(always)]
                 |verdict, now| Ok(then(verdict, now)),
             ),
@@ -219,7 +227,7 @@ impl Counted {
         }
     }
 
-    /// `value` (normalized text, as bytes) counted on a one-part limit's
+    /// `value` (normalized text, as bytes), `cost` of it, counted on a one-part limit's
     /// memory store with no key text: the store hashes it after the part's
     /// prehashed `{limit}:{part}:`. `None` when this limit has no such path,
     /// and for a count that failed, which wrote nothing: the guarded call
@@ -227,7 +235,7 @@ impl Counted {
     /// each caller's is a closure marked `#[inline(always)]`, so that the
     /// verdict goes on to the decision in registers, not through a copy.
     #[inline(always)]
-    fn count_in_memory<T>(&self, value: &[u8], then: impl FnOnce(Verdict, Millis) -> T) -> Option<T> {
+    fn count_in_memory<T>(&self, value: &[u8], cost: u64, then: impl FnOnce(Verdict, Millis) -> T) -> Option<T> {
         let (memory, starts) = self.memory.as_ref()?;
         let ([algorithm], [start]) = (&*self.algorithms, &**starts) else { return None };
         if start.len() + value.len() > MAX_KEY_BYTES {
@@ -241,11 +249,11 @@ impl Counted {
         // stores that had just written it (with every key in cache, 0.73 of
         // governor's throughput before, 0.87 after).
         if let Some(rate) = self.only_gcra {
-            let (tat, at) = count_gcra(memory, start, value, rate)?;
-            return Some(then(rate.step(Some(tat), at).1, at));
+            let (tat, at) = count_gcra(memory, start, value, rate, cost)?;
+            return Some(then(gcra_step(rate, Some(tat), at, cost).1, at));
         }
         let counted = memory.count_one_after(start, value, |entry, now| {
-            let (write, verdict) = super::outcome::split_one(algorithm.check(entry, now));
+            let (write, verdict) = super::outcome::split_one(algorithm.check_cost(entry, now, cost));
             (write, (verdict, now))
         });
         let (verdict, now) = counted.ok()?;
@@ -253,13 +261,13 @@ impl Counted {
     }
 }
 
-/// One attempt on a GCRA at `rate`, whose key is `start` followed by
+/// One attempt of `cost` on a GCRA at `rate`, whose key is `start` followed by
 /// `value`, counted on `memory` as one integer: the TAT the step counted
 /// from and its time (the step's verdict is worked out again from them),
 /// or `None` when the key is too long for its text (it names a hash of the
 /// value instead: see `CallKeys`) or the count failed, writing nothing.
 #[inline(always)]
-fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate) -> Option<(Millis, Millis)> {
+fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate, cost: u64) -> Option<(Millis, Millis)> {
     if start.len() + value.len() > MAX_KEY_BYTES {
         return None;
     }
@@ -268,8 +276,19 @@ fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate) 
         .count_number_after(start, value, |stored, now| {
             tat = super::gcra::counted_from(stored, now);
             at = now;
-            (rate.step(stored, now).0.map(|next| (next, next)), ())
+            (gcra_step(rate, stored, now, cost).0.map(|next| (next, next)), ())
         })
         .ok()?;
     Some((tat, at))
+}
+
+/// A GCRA's step for an attempt of `cost`: the usual cost of 1 by
+/// [`Rate::step`], which carries no cost; any other by `step_cost`.
+#[inline(always)]
+pub(super) fn gcra_step(rate: Rate, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
+    if cost == 1 {
+        rate.step(tat, now)
+    } else {
+        rate.step_cost(tat, now, cost)
+    }
 }

@@ -1,4 +1,5 @@
-//! [`Attempt`]: the future of [`Limits::attempt`]. It counts when first
+//! [`Attempt`]: the future of [`Limits::attempt`] and
+//! [`Limits::attempt_cost`]. It counts when first
 //! polled: on a store that answers at once (the memory store) that poll
 //! answers; on any other it counts through the store's own future, boxed.
 //!
@@ -18,7 +19,8 @@ use super::decision::Decision;
 use super::error::LimitError;
 use super::handle::Limits;
 
-/// The future of [`Limits::attempt`]: counts when first polled.
+/// The future of [`Limits::attempt`] and [`Limits::attempt_cost`]:
+/// counts when first polled.
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Attempt<'a> {
     state: State<'a>,
@@ -29,7 +31,7 @@ type Later<'a> = Pin<Box<dyn Future<Output = Result<Decision, LimitError>> + Sen
 
 enum State<'a> {
     /// Not polled yet.
-    Start { limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)] },
+    Start { limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64 },
     /// Counting through the store's future.
     Later(Later<'a>),
     /// Answered.
@@ -48,9 +50,9 @@ impl std::fmt::Debug for Attempt<'_> {
 }
 
 impl<'a> Attempt<'a> {
-    /// An attempt on limit `name` of `limits`, for `parts`, not counted yet.
-    pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Self {
-        Attempt { state: State::Start { limits, name, parts } }
+    /// An attempt of `cost` on limit `name` of `limits`, for `parts`, not counted yet.
+    pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
+        Attempt { state: State::Start { limits, name, parts, cost } }
     }
 }
 
@@ -59,21 +61,21 @@ impl Future for Attempt<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let State::Start { limits, name, parts } = this.state {
+        if let State::Start { limits, name, parts, cost } = this.state {
             this.state = State::Done;
-            if let Some((counted, verdict, at)) = limits.gcra_at_once(name, parts) {
+            if let Some((counted, verdict, at)) = limits.gcra_at_once(name, parts, cost) {
                 // Each answer returned from a branch of its own: one shared
                 // with the refusal's call met it in a temporary, copied out.
                 if verdict.allowed {
                     return Poll::Ready(Ok(counted.answer_allowed(&verdict, at)));
                 }
-                return Poll::Ready(Ok(counted.refused(&verdict, at)));
+                return Poll::Ready(counted.refused(&verdict, None, at, cost));
             }
-            let answered = limits.attempt_at_once(name, parts);
+            let answered = limits.attempt_at_once(name, parts, cost);
             if answered.is_ready() {
                 return answered;
             }
-            this.state = State::Later(Box::pin(limits.attempt_later(name, parts)));
+            this.state = State::Later(Box::pin(limits.attempt_later(name, parts, cost)));
         }
         match &mut this.state {
             State::Later(later) => {

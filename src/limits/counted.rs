@@ -18,13 +18,14 @@ use crate::{LimitStore, MemoryStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::answers::Answers;
-use super::decision::Decision;
+use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
 use super::gcra::Rate;
 use super::key::CallKeys;
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
+use super::parts::{self, Held};
 
 /// `kind` of the warning that a limit answered by its policy because its
 /// store was unavailable.
@@ -103,15 +104,48 @@ impl Counted {
         }
     }
 
-    /// The decision of an attempt the store answered (or failed). Inlined,
-    /// so that the usual decision is written where the caller wants it, not
-    /// moved up through each call; a failure is settled out of line.
+    /// The decision of an attempt of `cost` the store answered (or
+    /// failed), with what each part holds. Inlined, so that the usual
+    /// decision is written where the caller wants it, not moved up through
+    /// each call; a failure is settled out of line.
     #[inline(always)]
-    pub(super) fn settle(&self, answered: Result<(Verdict, Millis), StoreError>) -> Result<Decision, LimitError> {
+    pub(super) fn settle(
+        &self,
+        answered: Result<(Verdict, Held, Millis), StoreError>,
+        cost: u64,
+    ) -> Result<Decision, LimitError> {
         match answered {
-            Ok((verdict, now)) => Ok(self.answer(verdict, now)),
+            Ok((verdict, None, now)) => self.answer(verdict, now, cost),
+            Ok((verdict, held, now)) => self.answer_held(verdict, held, now, cost),
             Err(e) => self.failed(e),
         }
+    }
+
+    /// [`answer`](Self::answer) of a limit of several parts, with what each holds.
+    #[inline(never)]
+    fn answer_held(&self, verdict: Verdict, held: Held, now: Millis, cost: u64) -> Result<Decision, LimitError> {
+        if !verdict.allowed {
+            return self.refused(&verdict, held, now, cost);
+        }
+        let mut decision = self.answer_allowed(&verdict, now);
+        decision.others = self.parts_left(held);
+        Ok(decision)
+    }
+
+    /// Each part's name and budget beside what it holds.
+    fn parts_left(&self, held: Held) -> Option<Box<[PartLeft]>> {
+        let held = held?;
+        let parts = self.limit.parts.iter().zip(&*self.names).zip(held.iter());
+        Some(
+            parts
+                .map(|((part, &name), &(remaining, reset_at))| PartLeft {
+                    part: name,
+                    budget: part.algorithm.budget(),
+                    remaining,
+                    reset_at,
+                })
+                .collect(),
+        )
     }
 
     /// The decision of an attempt the store failed: its policy's, when the
@@ -189,12 +223,13 @@ impl Counted {
     }
 
     /// The earlier contract: increment every part, allowed while each count
-    /// is within its budget.
+    /// is within its budget. It counts one at a time: the caller refuses
+    /// any other cost.
     pub(super) async fn legacy_attempt(
         &self,
         legacy: &GuardedLegacy,
         keys: &CallKeys,
-    ) -> Result<(Verdict, Millis), StoreError> {
+    ) -> Result<(Verdict, Held, Millis), StoreError> {
         let mut outcomes = Vec::with_capacity(keys.len());
         let mut now = SystemClock.now();
         for (i, key) in keys.iter() {
@@ -209,17 +244,19 @@ impl Counted {
                 Outcome::refused(0, reset_at, reset_at, now)
             });
         }
-        Ok((algorithm::join(outcomes, now).1, now))
+        let held = parts::held_of(&outcomes);
+        Ok((algorithm::join(outcomes, now).1, held, now))
     }
 
-    /// The decision of the store's `verdict`; an allowed one inline, a
-    /// refusal (tallied, maybe logged) out of line.
+    /// The decision of the store's `verdict` on a limit of one part (or
+    /// without what each part holds) for an attempt of `cost`; an allowed
+    /// one inline, a refusal (tallied, maybe logged) out of line.
     #[inline(always)]
-    pub(super) fn answer(&self, verdict: Verdict, now: Millis) -> Decision {
+    pub(super) fn answer(&self, verdict: Verdict, now: Millis, cost: u64) -> Result<Decision, LimitError> {
         if !verdict.allowed {
-            return self.refused(&verdict, now);
+            return self.refused(&verdict, None, now, cost);
         }
-        self.answer_allowed(&verdict, now)
+        Ok(self.answer_allowed(&verdict, now))
     }
 
     /// The decision of a `verdict` that allows, tallied. Tallied before the
@@ -249,15 +286,33 @@ impl Counted {
             limited_by: None,
             degraded: None,
             shadow_refused: false,
+            others: None,
         }
     }
 
-    /// The decision of a `verdict` that refuses, by the part it names: as a
-    /// refusal, or let through by a limit in shadow mode.
+    /// The decision of a `verdict` that refuses an attempt of `cost`, by
+    /// the part it names: as a refusal, or let through by a limit in shadow
+    /// mode; an error when the cost is over that part's budget, since no
+    /// wait would let it through.
     #[inline(never)]
-    pub(super) fn refused(&self, verdict: &Verdict, now: Millis) -> Decision {
-        let mut decision = self.decision(verdict, now);
+    pub(super) fn refused(
+        &self,
+        verdict: &Verdict,
+        held: Held,
+        now: Millis,
+        cost: u64,
+    ) -> Result<Decision, LimitError> {
         let part = &self.limit.parts[verdict.part];
+        if verdict.never_fits() {
+            return Err(LimitError::CostOverBudget {
+                limit: self.limit.name.clone(),
+                part: part.name.clone(),
+                cost,
+                budget: part.algorithm.budget(),
+            });
+        }
+        let mut decision = self.decision(verdict, now);
+        decision.others = self.parts_left(held);
         decision.limited_by = Some(self.names[verdict.part]);
         if self.limit.shadow {
             self.answers.shadow_refused.fetch_add(1, Ordering::Relaxed);
@@ -272,12 +327,12 @@ impl Counted {
             }
             decision.allowed = true;
             decision.shadow_refused = true;
-            return decision;
+            return Ok(decision);
         }
         self.answers.limited.add_one(now);
         let wait = verdict.retry_after.unwrap_or(1).max(1);
         decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
-        decision
+        Ok(decision)
     }
 
     fn degraded(&self, error: &StoreError) -> Decision {
@@ -296,18 +351,26 @@ impl Counted {
             );
         }
         let refuse = policy == Policy::Deny;
+        let now = SystemClock.now();
+        let nothing_known = self.limit.parts.iter().zip(&*self.names).map(|(part, &name)| PartLeft {
+            part: name,
+            budget: part.algorithm.budget(),
+            remaining: 0,
+            reset_at: now,
+        });
         Decision {
             allowed: !refuse || self.limit.shadow,
             remaining: 0,
-            reset_at: SystemClock.now(),
+            reset_at: now,
             retry_after: None,
             budget: self.limit.parts[0].algorithm.budget(),
             part: self.names[0],
             window: self.limit.parts[0].algorithm.window(),
-            now: SystemClock.now(),
+            now,
             limited_by: None,
             degraded: Some(reason),
             shadow_refused: refuse && self.limit.shadow,
+            others: (self.limit.parts.len() > 1).then(|| nothing_known.collect()),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! What an attempt answers: a [`Decision`], and the counts of each answer
-//! a limit gave ([`LimitCounters`]).
+//! What an attempt answers: a [`Decision`] (with what each part has left,
+//! [`PartLeft`]), and the counts of each answer a limit gave ([`LimitCounters`]).
 
 use std::time::Duration;
 
@@ -38,6 +38,28 @@ pub struct Decision {
     pub degraded: Option<Unavailable>,
     /// Shadow mode let through an attempt it would have refused.
     pub shadow_refused: bool,
+    /// What each part has left, in the limit's order, for a limit of more
+    /// than one part; `None` for a limit of one, whose part is the one the
+    /// fields above describe (see [`Decision::parts`]). Kept out of the
+    /// usual count's way: a limit of one part makes no list.
+    pub(crate) others: Option<Box<[PartLeft]>>,
+}
+
+/// What one part of a limit has left after an attempt: its budget, the
+/// attempts left, and when it next has more. After an allowed attempt, what
+/// is left once it counted; after a refused one or a check (cost 0), what
+/// is left now, since nothing was counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartLeft {
+    /// The part.
+    pub part: &'static str,
+    /// Its budget.
+    pub budget: u64,
+    /// Attempts (units of cost) left on it.
+    pub remaining: u64,
+    /// When it next has more budget, on the store's clock (ms).
+    pub reset_at: Millis,
 }
 
 impl Decision {
@@ -45,13 +67,29 @@ impl Decision {
     pub fn is_limited(&self) -> bool {
         !self.allowed && self.degraded.is_none()
     }
+
+    /// What each part of the limit has left, one per part in the limit's
+    /// order: what a client shows as "3 of 5 left for this account". When
+    /// the store was unavailable ([`Decision::degraded`]), nothing is known
+    /// to be left: 0 on each part.
+    pub fn parts(&self) -> Vec<PartLeft> {
+        match &self.others {
+            Some(parts) => parts.to_vec(),
+            None => vec![PartLeft {
+                part: self.part,
+                budget: self.budget,
+                remaining: self.remaining,
+                reset_at: self.reset_at,
+            }],
+        }
+    }
 }
 
 /// How often each answer was given, since the limits were built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LimitCounters {
-    /// Attempts allowed and counted.
+    /// Attempts allowed and counted (and checks of cost 0 that would be).
     pub allowed: u64,
     /// Attempts refused for lack of budget.
     pub limited: u64,

@@ -52,6 +52,29 @@ pub enum LimitError {
         /// The repeated part.
         part: String,
     },
+    /// An attempt's cost is over a part's budget: no wait would let it
+    /// through, so it is refused, counting nothing on any part.
+    #[error("a cost of {cost} is over the budget of part `{part}` of limit `{limit}` ({budget}): it can never be allowed; count at most {budget} at once, or raise the budget")]
+    CostOverBudget {
+        /// The limit.
+        limit: String,
+        /// The part whose budget the cost is over.
+        part: String,
+        /// The cost asked for.
+        cost: u64,
+        /// The part's budget.
+        budget: u64,
+    },
+    /// A cost other than 1 on a limit counted in an earlier-contract
+    /// [`RateLimitStore`](super::RateLimitStore), which adds one at a time
+    /// and can't check without counting.
+    #[error("limit `{limit}` counts in an earlier-contract RateLimitStore, which counts one at a time: attempt it with a cost of 1, or count it in a LimitStore to use a cost of {cost}")]
+    CostNotCounted {
+        /// The limit.
+        limit: String,
+        /// The cost asked for.
+        cost: u64,
+    },
     /// A limit's definition can't count (found when the limits are built).
     #[error("limit `{limit}` can't be used: {detail}")]
     Invalid {

@@ -8,8 +8,8 @@ use std::task::Poll;
 use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
 
-use super::algorithm;
 use super::answers::Answers;
+use super::at_once::gcra_step;
 #[cfg(feature = "axum")]
 use super::at_once::AtOnce;
 use super::attempt::Attempt;
@@ -21,6 +21,7 @@ use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
 use super::outcome::Verdict;
+use super::parts::decide_held;
 
 /// Where one limit of a [`Limits`] is, as [`Limits::position`] found it.
 #[cfg(feature = "axum")]
@@ -51,14 +52,34 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
-        Attempt::new(self, name, parts)
+        Attempt::new(self, name, parts, 1)
     }
 
-    /// [`attempt`](Self::attempt) here and now, on a store that answers at
+    /// [`attempt`](Self::attempt) that counts `cost` at once on every part
+    /// (an LLM call of 1,200 tokens, a batch of 50 messages): allowed only
+    /// when all of it fits on every part, and then counted whole on each; a
+    /// refused attempt counts nothing on any part. A cost of 0 is a check:
+    /// it answers what an attempt of 1 would, and counts nothing. A cost
+    /// over a part's budget can never be allowed: it is
+    /// [`LimitError::CostOverBudget`], counting nothing. `attempt` is
+    /// `attempt_cost` of 1.
+    ///
+    /// A limit counted in an earlier-contract [`RateLimitStore`](super::RateLimitStore)
+    /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
+    pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
+        Attempt::new(self, name, parts, cost)
+    }
+
+    /// [`attempt_cost`](Self::attempt_cost) here and now, on a store that answers at
     /// once; `Pending` when the store answers through a future, and nothing
     /// was counted. Inlined into the attempt's `poll`.
     #[inline(always)]
-    pub(super) fn attempt_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Poll<Result<Decision, LimitError>> {
+    pub(super) fn attempt_at_once(
+        &self,
+        name: &str,
+        parts: &[(&str, &str)],
+        cost: u64,
+    ) -> Poll<Result<Decision, LimitError>> {
         if let Err(e) = refuse_in_transaction() {
             return Poll::Ready(Err(e.into()));
         }
@@ -66,28 +87,38 @@ impl Limits {
             Ok(counted) => counted,
             Err(e) => return Poll::Ready(Err(e)),
         };
-        counted.attempt_now(parts).map_or(Poll::Pending, Poll::Ready)
+        counted.attempt_now(parts, cost).map_or(Poll::Pending, Poll::Ready)
     }
 
     /// The usual attempt counted here and now: one value of a limit whose
-    /// one part is a GCRA, on the memory store. The limit, the verdict and
-    /// the time of the count; `None` for any other attempt, and for one
-    /// whose value its part refuses or whose count failed, which counted
-    /// nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
+    /// one part is a GCRA, on the memory store, `cost` of it. The limit, the
+    /// verdict and the time of the count; `None` for any other attempt, and
+    /// for one whose value its part refuses or whose count failed, which
+    /// counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
     #[inline(always)]
-    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)]) -> Option<(&Counted, Verdict, Millis)> {
+    pub(super) fn gcra_at_once(
+        &self,
+        name: &str,
+        parts: &[(&str, &str)],
+        cost: u64,
+    ) -> Option<(&Counted, Verdict, Millis)> {
         if crate::transaction::is_in_transaction() {
             return None;
         }
         let counted = self.limits.get(name)?;
         let rate = counted.only_gcra?;
-        let (tat, at) = counted.gcra_in_memory(rate, parts)?;
-        Some((counted, rate.step(Some(tat), at).1, at))
+        let (tat, at) = counted.gcra_in_memory(rate, parts, cost)?;
+        Some((counted, gcra_step(rate, Some(tat), at, cost).1, at))
     }
 
-    /// [`attempt`](Self::attempt) on a store that answers through a future
+    /// [`attempt_cost`](Self::attempt_cost) on a store that answers through a future
     /// (after [`attempt_at_once`](Self::attempt_at_once) answered `Pending`).
-    pub(super) async fn attempt_later(&self, name: &str, parts: &[(&str, &str)]) -> Result<Decision, LimitError> {
+    pub(super) async fn attempt_later(
+        &self,
+        name: &str,
+        parts: &[(&str, &str)],
+        cost: u64,
+    ) -> Result<Decision, LimitError> {
         let counted = self.get(name)?;
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
@@ -97,8 +128,8 @@ impl Limits {
             Backend::Store(store) if store.answers_at_once() => {
                 let algorithms = overridden.as_deref().unwrap_or(&counted.algorithms);
                 update_with(&**store, &refs, |current, now| {
-                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
-                    (writes, (verdict, now))
+                    let (writes, verdict, held) = decide_held(algorithms, current, now, cost);
+                    (writes, (verdict, held, now))
                 })
                 .await
             }
@@ -107,8 +138,8 @@ impl Limits {
                 let answer = Arc::new(parking_lot::Mutex::new(None));
                 let last = answer.clone();
                 let apply = move |current: &[Option<crate::Entry>], now: Millis| {
-                    let (writes, verdict) = algorithm::decide(algorithms.iter(), current, now);
-                    *last.lock() = Some((verdict, now));
+                    let (writes, verdict, held) = decide_held(&algorithms, current, now, cost);
+                    *last.lock() = Some((verdict, held, now));
                     writes
                 };
                 match store.update_owned(&refs, Box::new(apply)).await {
@@ -116,9 +147,12 @@ impl Limits {
                     Err(e) => Err(e),
                 }
             }
+            Backend::Legacy(_) if cost != 1 => {
+                return Err(LimitError::CostNotCounted { limit: counted.limit.name().to_owned(), cost })
+            }
             Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
         };
-        let decided = counted.settle(answered);
+        let decided = counted.settle(answered, cost);
         match &overridden {
             Some(algorithms) => decided.map(|d| counted.with_budget_of(d, algorithms)),
             None => decided,

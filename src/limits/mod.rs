@@ -43,6 +43,7 @@ mod name;
 pub mod normalize;
 pub mod outcome;
 mod overrides;
+mod parts;
 pub mod presets;
 mod setting_names;
 mod tally;
@@ -54,7 +55,7 @@ pub(crate) use at_once::AtOnce;
 pub use attempt::Attempt;
 pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
-pub use decision::{Decision, LimitCounters};
+pub use decision::{Decision, LimitCounters, PartLeft};
 pub use error::LimitError;
 #[cfg(feature = "axum")]
 pub(crate) use handle::LimitAt;

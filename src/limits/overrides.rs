@@ -140,11 +140,17 @@ impl Counted {
     }
 
     /// `decision` with the budget and window of the part that answered as
-    /// `algorithms` count it (an overridden value's own).
+    /// `algorithms` count it (an overridden value's own), and each part's
+    /// budget in its [`parts`](Decision::parts) likewise.
     pub(super) fn with_budget_of(&self, mut decision: Decision, algorithms: &[Algorithm]) -> Decision {
         if let Some(i) = self.limit.parts.iter().position(|p| p.name == decision.part) {
             decision.budget = algorithms[i].budget();
             decision.window = algorithms[i].window();
+        }
+        if let Some(others) = decision.others.as_deref_mut() {
+            for (left, algorithm) in others.iter_mut().zip(algorithms) {
+                left.budget = algorithm.budget();
+            }
         }
         decision
     }

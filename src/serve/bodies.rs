@@ -6,11 +6,25 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-/// The body of an attempt or a reset: the value of each part of the limit.
+/// The body of a reset: the value of each part of the limit.
 #[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
 pub struct KeysBody {
     /// `{"account": "ada@example.com", "ip": "192.0.2.7"}`: one string per part.
     pub keys: BTreeMap<String, String>,
+}
+
+/// The body of an attempt: the value of each part, and what it costs.
+#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
+pub struct AttemptBody {
+    /// `{"account": "ada@example.com", "ip": "192.0.2.7"}`: one string per part.
+    pub keys: BTreeMap<String, String>,
+    /// How much the attempt counts at once on every part (default 1): allowed
+    /// only when all of it fits. 0 counts nothing and answers what an attempt
+    /// would (a check). A cost over a part's budget is refused (422
+    /// `cost-over-budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, example = 3)]
+    pub cost: Option<u64>,
 }
 
 /// The answer to an attempt.
@@ -38,12 +52,29 @@ pub struct DecisionBody {
     /// Shadow mode let through an attempt it would have refused.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shadow_refused: bool,
+    /// What each part has left, one per part in the limit's order: after an
+    /// allowed attempt, once it counted; after a refusal or a check, now.
+    /// With a degraded answer nothing is known: 0 left on each.
+    pub parts: Vec<PartLeftBody>,
     /// With a 503: `store-unavailable`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
     /// With a 503: what happened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'static str>,
+}
+
+/// What one part of a limit has left, in an attempt's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PartLeftBody {
+    /// The part.
+    pub part: &'static str,
+    /// Its budget.
+    pub budget: u64,
+    /// What is left of it.
+    pub remaining: u64,
+    /// When it next has more (ms since the Unix epoch, on the store's clock).
+    pub reset_at: i64,
 }
 
 /// Every answer that is not a decision.

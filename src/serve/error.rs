@@ -81,6 +81,8 @@ impl From<LimitError> for ApiError {
             LimitError::MissingPart { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing-part"),
             LimitError::DuplicatePart { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "duplicate-part"),
             LimitError::BadValue { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad-value"),
+            LimitError::CostOverBudget { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cost-over-budget"),
+            LimitError::CostNotCounted { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cost-not-counted"),
             LimitError::Store(s) if s.is_unavailable() => (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"),
             LimitError::Store(s) if s.is_refused() => (StatusCode::UNPROCESSABLE_ENTITY, "refused"),
             LimitError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store-failed"),

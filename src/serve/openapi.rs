@@ -4,7 +4,9 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::bodies::{DecisionBody, ErrorBody, HealthBody, KeysBody, LimitBody, LimitsBody, PartBody};
+use super::bodies::{
+    AttemptBody, DecisionBody, ErrorBody, HealthBody, KeysBody, LimitBody, LimitsBody, PartBody, PartLeftBody,
+};
 use super::routes;
 
 /// The API's document.
@@ -12,7 +14,17 @@ use super::routes;
 #[openapi(
     info(title = "limit-store", description = "The counts behind rate limits, over HTTP."),
     paths(routes::attempt, routes::reset, routes::list, routes::healthz),
-    components(schemas(KeysBody, DecisionBody, ErrorBody, LimitsBody, LimitBody, PartBody, HealthBody))
+    components(schemas(
+        KeysBody,
+        AttemptBody,
+        DecisionBody,
+        PartLeftBody,
+        ErrorBody,
+        LimitsBody,
+        LimitBody,
+        PartBody,
+        HealthBody
+    ))
 )]
 pub struct ApiDoc;
 

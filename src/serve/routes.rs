@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
 
-use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody};
 #[allow(unused_imports)] // named in the OpenAPI annotations
-use super::bodies::{ErrorBody, KeysBody};
+use super::bodies::{AttemptBody, ErrorBody, KeysBody};
+use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody, PartLeftBody};
 use super::error::ApiError;
 use super::App;
 use crate::ratelimit_fields::{fields, refusal_status};
@@ -26,9 +26,13 @@ pub const MAX_BODY: usize = 16 * 1024;
 const BODY_SHAPE: &str =
     r#"send {"keys": {"<part>": "<value>", ...}}, e.g. {"keys": {"account": "ada@example.com", "ip": "192.0.2.7"}}"#;
 
+const COST_SHAPE: &str = r#"send "cost" as a whole number of 0 or more (default 1; 0 checks without counting), e.g. {"keys": {"client": "c-1"}, "cost": 3}"#;
+
 /// `POST /v1/limits/{name}/attempt`: 200 allowed, 429 limited, 503 when the
-/// store is unavailable and the limit denies, 200 with `degraded` when it allows.
-#[utoipa::path(post, path = "/v1/limits/{name}/attempt", request_body = KeysBody,
+/// store is unavailable and the limit denies, 200 with `degraded` when it
+/// allows. `"cost": n` counts n at once (0: a check); every answer carries
+/// each part's `parts`.
+#[utoipa::path(post, path = "/v1/limits/{name}/attempt", request_body = AttemptBody,
     params(("name" = String, Path, description = "The limit, as `sign-in`")),
     responses(
         (status = 200, description = "Allowed (or degraded and the limit allows)", body = DecisionBody,
@@ -41,7 +45,7 @@ const BODY_SHAPE: &str =
         (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
         (status = 413, description = "A body over 16 KiB", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
-        (status = 422, description = "A wrong, missing or unknown part", body = ErrorBody),
+        (status = 422, description = "A wrong, missing or unknown part; a cost that is not a whole number of 0 or more (`invalid-cost`), or over a part's budget (`cost-over-budget`)", body = ErrorBody),
     ))]
 pub async fn attempt(
     State(app): State<App>,
@@ -49,11 +53,11 @@ pub async fn attempt(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let parts = parts_of(&headers, body)?;
+    let (parts, cost) = body_of(&headers, body, true)?;
     let refs: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect();
     let limits = app.limits.current();
     let call = app.metrics.call();
-    let decision = limits.attempt(&name, &refs).await;
+    let decision = limits.attempt_cost(&name, &refs, cost).await;
     drop(call);
     let decision = decision?;
     app.metrics.decided(&name, &decision);
@@ -187,6 +191,16 @@ impl<S: Send + Sync> FromRequestParts<S> for LimitName {
 
 /// The `(part, value)` pairs of a body, or the 4xx that says what is wrong.
 fn parts_of(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Vec<(String, String)>, ApiError> {
+    body_of(headers, body, false).map(|(parts, _)| parts)
+}
+
+/// The `(part, value)` pairs of a body and its cost (1 unless it takes one
+/// and gives it), or the 4xx that says what is wrong.
+fn body_of(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    takes_cost: bool,
+) -> Result<(Vec<(String, String)>, u64), ApiError> {
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -217,11 +231,33 @@ fn parts_of(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<
         |why: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", format!("{why}: {BODY_SHAPE}"));
     let Value::Object(mut top) = value else { return Err(invalid("the body is not a JSON object".into())) };
     let keys = top.remove("keys").ok_or_else(|| invalid("the body has no \"keys\"".into()))?;
+    let cost = if takes_cost { top.remove("cost") } else { None };
     if let Some(other) = top.keys().next() {
         return Err(invalid(format!("unknown field \"{other}\"")));
     }
     let Value::Object(keys) = keys else { return Err(invalid("\"keys\" is not an object".into())) };
-    strings(keys).map_err(invalid)
+    let parts = strings(keys).map_err(invalid)?;
+    let cost = cost.map_or(Ok(1), |cost| {
+        cost_of(&cost).map_err(|why| {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-cost", format!("{why}: {COST_SHAPE}"))
+        })
+    })?;
+    Ok((parts, cost))
+}
+
+/// The cost an attempt's `"cost"` gives, or why it gives none.
+fn cost_of(cost: &Value) -> Result<u64, String> {
+    let Value::Number(n) = cost else { return Err(format!("\"cost\" is {cost}, not a number")) };
+    if let Some(cost) = n.as_u64() {
+        return Ok(cost);
+    }
+    if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f < 0.0) {
+        return Err(format!("\"cost\" is {n}, below 0"));
+    }
+    if n.as_f64().is_some_and(|f| f.fract() == 0.0 && f >= u64::MAX as f64) {
+        return Err(format!("\"cost\" is {n}, over the largest cost, {}", u64::MAX));
+    }
+    Err(format!("\"cost\" is {n}, not an integer"))
 }
 
 /// Each part's value, which must be a string.
@@ -248,6 +284,11 @@ fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
         retry_after_ms: d.retry_after.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
         degraded: d.degraded.map(|r| r.as_str()),
         shadow_refused: d.shadow_refused,
+        parts: d
+            .parts()
+            .into_iter()
+            .map(|p| PartLeftBody { part: p.part, budget: p.budget, remaining: p.remaining, reset_at: p.reset_at })
+            .collect(),
         kind: unavailable.then_some("store-unavailable"),
         error: unavailable.then_some("the limit store is unavailable and this limit's policy is deny"),
     };

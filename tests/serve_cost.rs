@@ -1,0 +1,159 @@
+//! `"cost"` on `limit-store serve`'s attempts, over a real socket: a cost
+//! counts whole or not at all, on every part; `"cost": 0` counts nothing;
+//! every answer (200, 429, degraded 200 and 503) carries each part's
+//! `"parts"`; a cost that is not a whole number of 0 or more, or is over a
+//! part's budget, is a 422 in JSON; and three processes on one SQLite file
+//! count costs exactly.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::db::{rand_suffix, sqlite_url, SECRET};
+use common::serve::{Reply, Serve};
+use limit_store::DatabaseStore;
+use serde_json::{json, Value};
+
+const SIGN_IN: &str = "/v1/limits/sign-in/attempt";
+
+fn body(account: &str, cost: Option<Value>) -> String {
+    let mut body = json!({"keys": {"account": account, "ip": "192.0.2.7"}});
+    if let Some(cost) = cost {
+        body["cost"] = cost;
+    }
+    body.to_string()
+}
+
+/// Each part's `(part, budget, remaining)` in an answer, after checking
+/// every part says when it next has more.
+fn parts(r: &Reply) -> Vec<(String, u64, u64)> {
+    let body = r.json();
+    let parts = body["parts"].as_array().unwrap_or_else(|| panic!("no parts: {}", r.body));
+    parts
+        .iter()
+        .map(|p| {
+            assert!(p["reset_at"].as_i64().is_some_and(|t| t > 1_700_000_000_000), "{p}");
+            (p["part"].as_str().unwrap().to_owned(), p["budget"].as_u64().unwrap(), p["remaining"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+fn left(account: u64, ip: u64) -> Vec<(String, u64, u64)> {
+    vec![("account".into(), 5, account), ("ip".into(), 50, ip)]
+}
+
+fn config(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("limit-store-cost-{name}-{}.toml", rand_suffix()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_counts_whole_on_every_part_and_a_check_counts_nothing() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(3)))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(parts(&r), left(2, 47));
+    assert_eq!(r.json()["remaining"], json!(2));
+
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(3)))).await;
+    assert_eq!(r.status, 429, "3 don't fit in 2: {}", r.body);
+    assert_eq!(r.json()["limited_by"], json!("account"));
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(parts(&r), left(2, 47), "the refusal spent nothing on the ip");
+
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(0)))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(parts(&r), left(2, 47), "a check counts nothing");
+
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(6)))).await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    let e = r.json();
+    assert_eq!(e["kind"], json!("cost-over-budget"));
+    assert!(e["error"].as_str().unwrap().contains("budget of part `account`"), "{e}");
+
+    // Without a cost, one; the ip counted 3 + 1 of the attempts above.
+    let r = serve.post(SIGN_IN, &body("bob", None)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(parts(&r), left(4, 46));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_that_is_not_a_whole_number_of_zero_or_more_is_a_422_in_json() {
+    let serve = Serve::start(None, &[], &[]).await;
+    for cost in ["-1", "1.5", "3.0", "\"3\"", "null", "true", "[1]", "1e30", "18446744073709551616"] {
+        let text = format!(r#"{{"keys": {{"account": "ada", "ip": "192.0.2.7"}}, "cost": {cost}}}"#);
+        let r = serve.post(SIGN_IN, &text).await;
+        assert_eq!(r.status, 422, "{cost}: {}", r.body);
+        let e = r.json();
+        assert_eq!(e["kind"], json!("invalid-cost"), "{cost}: {e}");
+        assert!(e["error"].as_str().unwrap().contains("\"cost\""), "{cost}: {e}");
+    }
+    let r = serve.post("/v1/limits/sign-in/reset", r#"{"keys": {"account": "ada"}, "cost": 1}"#).await;
+    assert_eq!((r.status, r.json()["kind"].clone()), (422, json!("invalid-body")), "a reset takes no cost");
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(18_446_744_073_709_551_615_u64)))).await;
+    assert_eq!((r.status, r.json()["kind"].clone()), (422, json!("cost-over-budget")), "{}", r.body);
+    let r = serve.post(SIGN_IN, &body("ada", None)).await;
+    assert_eq!(parts(&r), left(4, 49), "none of the bad costs counted");
+}
+
+/// A store that can't hold the attempt's keys: the answer by the limit's
+/// policy still names every part, with nothing known to be left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_answers_carry_every_part() {
+    let path = config("degraded", "[rate_limit]\nmax_entries = 1\n");
+    let serve = Serve::start(Some(&path), &[], &[]).await;
+    let r = serve.post(SIGN_IN, &body("ada", Some(json!(2)))).await;
+    assert_eq!(r.status, 503, "sign-in denies when its store can't count: {}", r.body);
+    assert_eq!(parts(&r), left(0, 0));
+    let reset = r#"{"keys": {"account": "ada", "ip": "192.0.2.7"}, "cost": 2}"#;
+    let r = serve.post("/v1/limits/password-reset/attempt", reset).await;
+    assert_eq!(r.status, 200, "password-reset allows: {}", r.body);
+    assert!(r.json()["degraded"].is_string(), "{}", r.body);
+    assert_eq!(parts(&r), vec![("account".into(), 3, 0), ("ip".into(), 20, 0)]);
+    drop(serve);
+    let _ = std::fs::remove_file(path);
+}
+
+/// 40 attempts of cost 3 at once, spread over three processes on one
+/// SQLite file, against an account's budget of 37: exactly 12 allowed (36),
+/// and the 28 refused spent nothing on the ip's 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_one_sqlite_file_count_costs_exactly() {
+    let url = sqlite_url("serve-cost");
+    let table = format!("ls_cost_{}", rand_suffix() % 1_000_000_000);
+    DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+    let text = format!(
+        "[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\ntable = \"{table}\"\n\n\
+         [rate_limit.limits.sign-in]\nbudget = 37\nwindow = \"1h\"\n\n\
+         [rate_limit.limits.sign-in.ip]\nbudget = 100\nwindow = \"1h\"\n"
+    );
+    let path = config("shared", &text);
+    let env = [("LIMIT_STORE_SECRET", SECRET)];
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Serve::start(Some(&path), &env, &[]).await);
+    }
+    let attempts: Vec<_> = (0..40)
+        .map(|i| {
+            let addr = instances[i % 3].addr.clone();
+            tokio::spawn(async move {
+                let json = [("content-type", "application/json")];
+                let text = body("shared", Some(json!(3)));
+                common::serve::request(&addr, "POST", SIGN_IN, &json, text.as_bytes()).await.unwrap().status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for attempt in attempts {
+        statuses.push(attempt.await.unwrap());
+    }
+    let allowed = statuses.iter().filter(|&&s| s == 200).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((allowed, limited), (12, 28), "{statuses:?}");
+    let r = instances[1].post(SIGN_IN, &body("shared", Some(json!(0)))).await;
+    assert_eq!(r.status, 200, "1 left: a check passes: {}", r.body);
+    assert_eq!(parts(&r), vec![("account".into(), 37, 1), ("ip".into(), 100, 64)]);
+    drop(instances);
+    let _ = std::fs::remove_file(path);
+}
