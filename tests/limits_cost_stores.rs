@@ -197,3 +197,24 @@ async fn a_degraded_answer_names_every_part() {
     assert!(d.degraded.is_some(), "two keys don't fit in a store of one: {d:?}");
     assert_eq!(left(&d), vec![("account", 5, 0), ("ip", 10, 0)]);
 }
+
+/// The README's cost example, as written there, answers.
+#[tokio::test]
+#[rustfmt::skip]
+async fn the_readme_cost_example_answers() -> Result<(), LimitError> {
+    let budget = Algorithm::gcra(100_000, HOUR);
+    let limits = Limits::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .single_instance(true)
+        .limit(Limit::new("llm").part(Part::new("account", budget)))
+        .build()?;
+    // From here to the next comment: the README's lines.
+    let tokens = 1_200;
+    let d = limits.attempt_cost("llm", &[("account", "ada@example.com")], tokens).await?;
+    for p in d.parts() {
+        println!("{}: {} of {} left", p.part, p.remaining, p.budget);
+    }
+    // End of the README's lines.
+    assert_eq!(left(&d), vec![("account", 100_000, 98_800)]);
+    Ok(())
+}

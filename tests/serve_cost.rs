@@ -157,3 +157,18 @@ async fn three_processes_on_one_sqlite_file_count_costs_exactly() {
     drop(instances);
     let _ = std::fs::remove_file(path);
 }
+
+/// `/openapi.json` describes the attempt's `cost` and the answer's `parts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_document_describes_cost_and_parts() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let doc = serve.request("GET", "/openapi.json", &[], b"").await.unwrap().json();
+    let schemas = &doc["components"]["schemas"];
+    assert!(schemas["AttemptBody"]["properties"]["cost"].is_object(), "{}", schemas["AttemptBody"]);
+    assert!(schemas["DecisionBody"]["properties"]["parts"].is_object(), "{}", schemas["DecisionBody"]);
+    let part: Vec<&str> =
+        schemas["PartLeftBody"]["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(part, ["part", "budget", "remaining", "reset_at"]);
+    let attempt = &doc["paths"]["/v1/limits/{name}/attempt"]["post"]["requestBody"]["content"]["application/json"];
+    assert_eq!(attempt["schema"]["$ref"], json!("#/components/schemas/AttemptBody"));
+}

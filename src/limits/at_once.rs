@@ -283,12 +283,18 @@ fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate, 
 }
 
 /// A GCRA's step for an attempt of `cost`: the usual cost of 1 by
-/// [`Rate::step`], which carries no cost; any other by `step_cost`.
+/// [`Rate::step`], which carries no cost, inline; any other by `step_cost`,
+/// out of the usual count's way.
 #[inline(always)]
 pub(super) fn gcra_step(rate: Rate, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
     if cost == 1 {
         rate.step(tat, now)
     } else {
-        rate.step_cost(tat, now, cost)
+        gcra_step_cost(rate, tat, now, cost)
     }
+}
+
+#[inline(never)]
+fn gcra_step_cost(rate: Rate, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
+    rate.step_cost(tat, now, cost)
 }

@@ -133,10 +133,11 @@ impl Counted {
     }
 
     /// Each part's name and budget beside what it holds.
-    fn parts_left(&self, held: Held) -> Option<Box<[PartLeft]>> {
+    #[allow(clippy::box_collection)] // as `Decision::others`
+    fn parts_left(&self, held: Held) -> Option<Box<Vec<PartLeft>>> {
         let held = held?;
         let parts = self.limit.parts.iter().zip(&*self.names).zip(held.iter());
-        Some(
+        Some(Box::new(
             parts
                 .map(|((part, &name), &(remaining, reset_at))| PartLeft {
                     part: name,
@@ -145,7 +146,7 @@ impl Counted {
                     reset_at,
                 })
                 .collect(),
-        )
+        ))
     }
 
     /// The decision of an attempt the store failed: its policy's, when the
@@ -370,7 +371,7 @@ impl Counted {
             limited_by: None,
             degraded: Some(reason),
             shadow_refused: refuse && self.limit.shadow,
-            others: (self.limit.parts.len() > 1).then(|| nothing_known.collect()),
+            others: (self.limit.parts.len() > 1).then(|| Box::new(nothing_known.collect())),
         }
     }
 }

@@ -41,8 +41,10 @@ pub struct Decision {
     /// What each part has left, in the limit's order, for a limit of more
     /// than one part; `None` for a limit of one, whose part is the one the
     /// fields above describe (see [`Decision::parts`]). Kept out of the
-    /// usual count's way: a limit of one part makes no list.
-    pub(crate) others: Option<Box<[PartLeft]>>,
+    /// usual count's way: a limit of one part makes no list, and the field
+    /// is one pointer wide, since every decision writes it.
+    #[allow(clippy::box_collection)] // one pointer, not a `Vec`'s three words
+    pub(crate) others: Option<Box<Vec<PartLeft>>>,
 }
 
 /// What one part of a limit has left after an attempt: its budget, the
@@ -74,7 +76,7 @@ impl Decision {
     /// to be left: 0 on each part.
     pub fn parts(&self) -> Vec<PartLeft> {
         match &self.others {
-            Some(parts) => parts.to_vec(),
+            Some(parts) => parts.as_ref().clone(),
             None => vec![PartLeft {
                 part: self.part,
                 budget: self.budget,

@@ -5,8 +5,11 @@
 //! part a key in the store with its own [`Algorithm`] and budget. One attempt
 //! is one atomic [`update`](crate::LimitStore::update) over all of the limit's
 //! keys: allowed only when every part has budget left, and then counted on
-//! every part. Being limited is a [`Decision`], not an error; so is a store
-//! that could not answer, which each limit maps by its [`Policy`].
+//! every part. An attempt may count a cost of more than one at once, or 0
+//! to check without counting ([`Limits::attempt_cost`]); each answer says
+//! what every part has left ([`Decision::parts`]). Being limited is a
+//! [`Decision`], not an error; so is a store that could not answer, which
+//! each limit maps by its [`Policy`].
 //!
 //! ```
 //! use std::sync::Arc;
