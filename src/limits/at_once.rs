@@ -63,9 +63,16 @@ impl Counted {
     /// TAT the count started from and its time, of which the verdict is
     /// worked out again (the step is pure). `None` for any other call, one
     /// whose value its part refuses, and one that failed, which wrote
-    /// nothing: the guarded call answers, refuses or logs it.
+    /// nothing: the guarded call answers, refuses or logs it. `ONE`: the
+    /// cost is 1, made for the usual count with no cost to carry.
     #[inline(never)]
-    pub(super) fn gcra_in_memory(&self, rate: Rate, given: &[(&str, &str)], cost: u64) -> Option<(Millis, Millis)> {
+    pub(super) fn gcra_in_memory<const ONE: bool>(
+        &self,
+        rate: Rate,
+        given: &[(&str, &str)],
+        cost: u64,
+    ) -> Option<(Millis, Millis)> {
+        let cost = if ONE { 1 } else { cost };
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;

@@ -107,7 +107,11 @@ impl Limits {
         }
         let counted = self.limits.get(name)?;
         let rate = counted.only_gcra?;
-        let (tat, at) = counted.gcra_in_memory(rate, parts, cost)?;
+        let (tat, at) = if cost == 1 {
+            counted.gcra_in_memory::<true>(rate, parts, 1)?
+        } else {
+            counted.gcra_in_memory::<false>(rate, parts, cost)?
+        };
         Some((counted, gcra_step(rate, Some(tat), at, cost).1, at))
     }
 
