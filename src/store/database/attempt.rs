@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::error::{is_retryable, settle, Failure};
+use super::error::{ended_before_applied, is_retryable, settle, Failure};
 use super::row::{Decide, KeyHash};
 use super::CountPaths;
 use crate::StoreError;
@@ -66,6 +66,10 @@ pub(super) trait Attempts {
     async fn optimistic(&self, _: &KeyHash, _: i64, _: &mut Decide<'_>) -> Option<Result<Tried, Failure>> {
         None
     }
+
+    /// The server ended the sessions of the backend's connections (a restart):
+    /// closes the unused ones at once, so the next attempt runs on a fresh one.
+    fn sessions_ended(&self) {}
 }
 
 /// Implements [`Attempts`] for a backend whose `impl` has `try_update` (the
@@ -93,13 +97,21 @@ macro_rules! attempts {
             ) -> Option<Result<Tried, Failure>> {
                 Some(self.try_optimistic(hash, generation, decide).await)
             }
+
+            fn sessions_ended(&self) {
+                self.pool.purge_idle();
+            }
         }
     };
 }
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) use attempts;
 
-/// Runs one count on `backend`.
+/// Runs one count on `backend`. A count that met a connection whose session
+/// the server had ended before anything of the count was applied (a server
+/// restart: see [`ended_before_applied`]) runs once more, on a fresh
+/// connection, so no caller sees the restart; a count that may have been
+/// applied is never run again.
 pub(super) async fn count<B: Attempts>(
     backend: &B,
     tally: &Tally,
@@ -107,6 +119,28 @@ pub(super) async fn count<B: Attempts>(
     generation: i64,
     decide: &mut Decide<'_>,
 ) -> Result<(), StoreError> {
+    match count_once(backend, tally, hashes, generation, decide).await {
+        Err(Failure::Db(e)) if ended_before_applied(&e) => {
+            tracing::info!(
+                kind = "limit-store-session-ended",
+                error = %e,
+                "the database had ended a pooled connection's session (a restart?); the count runs again on a fresh one"
+            );
+            backend.sessions_ended();
+            count_once(backend, tally, hashes, generation, decide).await.map_err(|f| f.settled("count"))
+        }
+        done => done.map_err(|f| f.settled("count")),
+    }
+}
+
+/// One run of a count: the optimistic path for one key, then the locked one.
+async fn count_once<B: Attempts>(
+    backend: &B,
+    tally: &Tally,
+    hashes: &[KeyHash],
+    generation: i64,
+    decide: &mut Decide<'_>,
+) -> Result<(), Failure> {
     if let [hash] = hashes {
         match backend.optimistic(hash, generation, decide).await {
             Some(Ok(Tried::OneStatement)) => {
@@ -119,13 +153,18 @@ pub(super) async fn count<B: Attempts>(
             }
             Some(Ok(Tried::Changed)) | None => {} // the row changed under us, or no such path: lock
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
-            Some(Err(failure)) => return Err(failure.settled("count")),
+            Some(Err(failure)) => return Err(failure),
         }
     }
     let mut locked = Locked::new(tally);
     loop {
-        if let Some(done) = locked.settle(backend.locked(hashes, generation, decide).await) {
-            return done;
+        match backend.locked(hashes, generation, decide).await {
+            Err(Failure::Db(e)) if ended_before_applied(&e) => return Err(Failure::Db(e)),
+            done => {
+                if let Some(done) = locked.settle(done) {
+                    return done.map_err(Failure::Store);
+                }
+            }
         }
     }
 }

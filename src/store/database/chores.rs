@@ -109,14 +109,23 @@ pub(super) use chores;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! read {
     () => {
+        /// A read that met a dead connection (a server restart) reads once
+        /// more on a fresh one: a read applies nothing.
         pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
-            let read = async {
+            let read = || async {
                 let mut conn = self.pool.acquire().await?;
                 let read = self.read_rows(&mut conn, hashes).await?;
                 conn.release();
-                Ok(read)
+                Ok::<_, sqlx::Error>(read)
             };
-            read.await.map_err(|e| db_error("read", e))
+            match read().await {
+                Err(e) if super::error::is_dead_connection(&e) => {
+                    self.pool.purge_idle();
+                    read().await
+                }
+                done => done,
+            }
+            .map_err(|e| db_error("read", e))
         }
     };
 }

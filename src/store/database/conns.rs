@@ -170,6 +170,12 @@ impl<C: Connection + 'static> Conns<C> {
         Ok(conns)
     }
 
+    /// The server ended its sessions (a restart): closes every unused
+    /// connection now, so the next call opens a fresh one.
+    pub(super) fn purge_idle(&self) {
+        self.inner.purge();
+    }
+
     /// A connection: an unused one, or a new one while fewer than the most
     /// are open. Give it back with [`Conn::release`] when the call ended
     /// cleanly.

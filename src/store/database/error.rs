@@ -27,6 +27,26 @@ pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| RETRY_CODES.contains(&c.as_str()))
 }
 
+/// True when the server had ended the connection's session before the
+/// statement that met `e` could be applied: PostgreSQL's `admin_shutdown`
+/// (57P01), sent when the server stops (fast shutdown, a restart) or
+/// terminates the session. A session ended while idle answers it to the
+/// next statement, which the server never ran; one ended during a statement
+/// rolls it back; a commit holds the signal off until its answer is sent, so
+/// a committed statement is always answered in full. A dropped socket with
+/// no such answer (a crash, a network fault) may follow a commit, and is not
+/// this. MySQL's answers don't tell the two apart, so none of them is this.
+pub(super) fn ended_before_applied(e: &sqlx::Error) -> bool {
+    code(e).is_some_and(|c| c == "57P01")
+}
+
+/// True for an error that says the connection is unusable (closed by the
+/// server or the network): a read met it, so it is worth one more read on
+/// a fresh connection.
+pub(super) fn is_dead_connection(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) || ended_before_applied(e)
+}
+
 /// `e`, met while doing `what`, as a store error.
 pub(super) fn db_error(what: &str, e: sqlx::Error) -> StoreError {
     let timeout =

@@ -1,0 +1,27 @@
+//! A real PostgreSQL restart under load: no call that begins once the server
+//! answers again fails, and no count is lost or made twice (see
+//! `restart_under_load`). This binary holds one test, so that no other test
+//! of it uses the server while it restarts; a guard starts the server again
+//! even if the test fails.
+
+mod common;
+mod restart_under_load;
+
+use common::db::{rand_suffix, server, SECRET};
+use common::servers::{postgres, RestartsPostgres};
+use limit_store::DatabaseStore;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_restarted_under_load_fails_no_call_after_it_is_back() {
+    let Some(url) = server("LIMIT_STORE_TEST_POSTGRES") else { return };
+    let table = "limit_store_restart_load";
+    DatabaseStore::builder(&url).table(table).migrate().await.unwrap();
+    let store = DatabaseStore::builder(&url).table(table).secret(SECRET).max_connections(16).sweep_every(None);
+    let store = store.connect().await.unwrap();
+    restart_under_load::restart_under_load(store, &format!("pg-restart-{}", rand_suffix()), || {
+        let restarts = RestartsPostgres;
+        assert!(postgres("stop", &["-m", "fast"]), "pg_ctlcluster stop");
+        drop(restarts); // started again, and answering
+    })
+    .await;
+}
