@@ -4,8 +4,10 @@
 # rows keep expiring) with the store's sweeper running (every 5 minutes).
 # Every 10 s it records requests/s, p99 latency, serve's RSS, its connections
 # to PostgreSQL, and the table's rows (all, live) and size; then it plots them
-# (gnuplot) and checks that RSS and connections stay flat and the table stays
-# under its bound.
+# (gnuplot) and checks that RSS and connections stay flat, the table stays
+# under its bound, and the table's size on disk stays flat: at the end within
+# 1.5x of its size at 5 minutes (when the window is full and rows begin to
+# expire).
 #
 #   bash bench/soak.sh                  # 30 minutes -> bench/soak.csv, bench/soak.svg
 #   bash bench/soak.sh --minutes 2      # a trial
@@ -89,11 +91,11 @@ done
 MINUTES=$(( $(tail -1 "$csv" | cut -d, -f1) / 60 ))
 
 gnuplot <<GP
-set terminal svg size 900,720 font "sans,11" background rgb "white"
+set terminal svg size 900,900 font "sans,11" background rgb "white"
 set output "$OUT.svg"
 set datafile separator ","
 set key autotitle columnhead top left
-set multiplot layout 4,1 title "limit-store serve on PostgreSQL: $MINUTES min, ~$RATE req/s over 1,000,000 codes, sweeper every 5 min"
+set multiplot layout 5,1 title "limit-store serve on PostgreSQL: $MINUTES min, ~$RATE req/s over 1,000,000 codes, sweeper on"
 set lmargin 12
 set ylabel "MiB"
 plot "$csv" using 1:4 with lines lw 2 title "serve RSS (MiB)"
@@ -106,14 +108,20 @@ plot "$csv" using 1:3 with lines lw 2 title "p99 latency (ms)", "$csv" using 1:(
 set ylabel "rows"
 set xlabel "seconds"
 plot "$csv" using 1:6 with lines lw 2 title "rows", "$csv" using 1:7 with lines title "live rows", $BOUND with lines dt 2 title "bound (max_entries)"
+set ylabel "MiB"
+set yrange [0:*]
+plot "$csv" using 1:8 with lines lw 2 title "table size on disk (MiB, with its index)"
 unset multiplot
 GP
 
 # The verdict: after a warm-up of a quarter of the run (the window filling),
-# RSS and connections stay flat, and the table never passes the bound.
+# RSS and connections stay flat, and the table never passes the bound; its
+# size on disk at the end is within 1.5x of its size at 5 minutes.
 awk -F, -v bound=$BOUND '
   NR == 1 { next }
-  { t[++n] = $1; rss[n] = $4; conns[n] = $5; rows[n] = $6; degraded += $9; unexpected += $10 }
+  { t[++n] = $1; rss[n] = $4; conns[n] = $5; rows[n] = $6; mib[n] = $8; degraded += $9; unexpected += $10
+    if (five == "" && $1 >= 300) five = $8
+    if (five != "" && $8 > smax) smax = $8 }
   END {
     from = int(n / 4) + 1; mid = int((from + n) / 2)
     for (i = from; i <= n; i++) {
@@ -125,9 +133,13 @@ awk -F, -v bound=$BOUND '
     printf "RSS: %.1f MiB after the warm-up, %.1f MiB in the last part (%+.1f%%)\n", a / na, b / nb, growth * 100
     printf "connections to PostgreSQL: %d..%d after the warm-up\n", cmin, cmax
     printf "rows: at most %d (bound %d)\n", rmax, bound
+    size = mib[n]
+    size_ok = five == "" || size <= 1.5 * five
+    if (five == "") print "table size on disk: not judged (the run is shorter than 5 minutes)"
+    else printf "table size on disk: %.1f MiB at 5 minutes, %.1f MiB at the end (%.2fx; at most %.1f MiB after 5 minutes; limit 1.5x)\n", five, size, size / five, smax
     # Reported, not judged: a shared PostgreSQL may be stopped by other tests.
     printf "answers the policy gave (store unavailable): %d; neither 200 nor 429: %d\n", degraded, unexpected
-    ok = growth < 0.10 && cmax - cmin <= 2 && rmax < bound
+    ok = growth < 0.10 && cmax - cmin <= 2 && rmax < bound && size_ok
     print (ok ? "verdict: flat" : "verdict: NOT flat")
     exit (ok ? 0 : 1)
   }' "$csv"

@@ -22,9 +22,9 @@ impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
     fn release(self) {}
 }
 
-/// Generates `migrate`, `sweep`, `count_live` and `generations` inside a
-/// backend's `impl`. The backend has `pool` (`conns::Conns`) and `table` fields, a `NOW`
-/// constant (its clock in ms) and a `sweep_sql()` method in scope.
+/// Generates `migrate`, `count_live`, `count_expiring` and `generations`
+/// inside a backend's `impl`. The backend has `pool` (`conns::Conns`) and
+/// `table` fields and a `NOW` constant (its clock in ms) in scope.
 macro_rules! chores {
     (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
         pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
@@ -55,24 +55,6 @@ macro_rules! chores {
             Ok(())
         }
 
-        pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
-            let sweep = self.sweep_sql();
-            let mut removed = 0;
-            loop {
-                let batch = async {
-                    let mut conn = self.pool.acquire().await?;
-                    let done = sqlx::query(&sweep).execute(&mut *conn).await?;
-                    conn.release();
-                    Ok(done)
-                };
-                let done = batch.await.map_err(|e| db_error("sweep", e))?;
-                removed += done.rows_affected();
-                if done.rows_affected() < BATCH.unsigned_abs() {
-                    return Ok(removed);
-                }
-            }
-        }
-
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
             let t = &self.table;
             let sql = format!("SELECT count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW}", $p);
@@ -83,6 +65,21 @@ macro_rules! chores {
                 Ok(n)
             };
             let n = count.await.map_err(|e| db_error("count live entries", e))?;
+            Ok(n.unsigned_abs())
+        }
+
+        /// Live rows of every generation that expire within `within_ms`:
+        /// rows the next sweep will find, if it comes that much later.
+        pub(super) async fn count_expiring(&self, within_ms: i64) -> Result<u64, StoreError> {
+            let t = &self.table;
+            let sql = format!("SELECT count(*) FROM {t} WHERE expires_at > {NOW} AND expires_at <= {NOW} + {}", $p);
+            let count = async {
+                let mut conn = self.pool.acquire().await?;
+                let n: i64 = sqlx::query_scalar(&sql).bind(within_ms).fetch_one(&mut *conn).await?;
+                conn.release();
+                Ok(n)
+            };
+            let n = count.await.map_err(|e| db_error("count expiring entries", e))?;
             Ok(n.unsigned_abs())
         }
 
@@ -102,6 +99,35 @@ macro_rules! chores {
     };
 }
 pub(super) use chores;
+
+/// Generates `sweep` inside a backend's `impl`: its `sweep_sql()` (a delete
+/// of at most [`BATCH`](super::sweep::BATCH) expired rows, by the index on
+/// `expires_at`) again until a batch comes short. (PostgreSQL sweeps by
+/// pages instead: `postgres/pages.rs`.)
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+macro_rules! sweep_in_batches {
+    () => {
+        pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
+            let sweep = self.sweep_sql();
+            let mut removed = 0;
+            loop {
+                let batch = async {
+                    let mut conn = self.pool.acquire().await?;
+                    let done = sqlx::query(&sweep).execute(&mut *conn).await?;
+                    conn.release();
+                    Ok(done)
+                };
+                let done = batch.await.map_err(|e| db_error("sweep", e))?;
+                removed += done.rows_affected();
+                if done.rows_affected() < BATCH.unsigned_abs() {
+                    return Ok(removed);
+                }
+            }
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(super) use sweep_in_batches;
 
 /// Generates `read` inside a backend's `impl`: the rows of `hashes` in key
 /// order and the database's clock, by the backend's `read_rows(conn, hashes)`

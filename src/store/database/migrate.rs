@@ -19,8 +19,10 @@ pub(super) type Migrations = &'static [Migration];
 pub(super) const SQLITE: Migrations =
     &[Migration { version: 1, sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql") }];
 #[cfg(feature = "postgres")]
-pub(super) const POSTGRES: Migrations =
-    &[Migration { version: 1, sql: include_str!("../../../migrations/postgres/0001_limit_store.sql") }];
+pub(super) const POSTGRES: Migrations = &[
+    Migration { version: 1, sql: include_str!("../../../migrations/postgres/0001_limit_store.sql") },
+    Migration { version: 2, sql: include_str!("../../../migrations/postgres/0002_heap_only_updates.sql") },
+];
 #[cfg(feature = "mysql")]
 pub(super) const MYSQL: Migrations = &[
     Migration { version: 1, sql: include_str!("../../../migrations/mysql/0001_limit_store.sql") },
@@ -84,5 +86,9 @@ mod tests {
         assert!(sql[0].starts_with("CREATE TABLE IF NOT EXISTS rl ("));
         assert!(sql[1].contains("rl_expires ON rl"));
         assert!(sql.iter().all(|s| !s.contains("limit_store")));
+        let sql = statements(&POSTGRES[1], "rl");
+        assert_eq!(sql.len(), 3);
+        assert!(sql[0].starts_with("ALTER TABLE rl SET (fillfactor = 75,"), "{}", sql[0]);
+        assert_eq!(sql[1..], ["DROP INDEX IF EXISTS rl_expires", "DROP INDEX IF EXISTS rl_generation"]);
     }
 }

@@ -72,7 +72,8 @@ pub const CALL_LIMIT: Duration = Duration::from_secs(5);
 /// one round trip (PostgreSQL, MySQL; see [`DatabaseStoreBuilder::remember_rows`]).
 pub const DEFAULT_REMEMBER_ROWS: usize = 100_000;
 
-/// How often the sweeper runs after its first run at start.
+/// How often the sweeper runs after its first run at start; a fifth of it
+/// while many rows are about to expire (see the sweeper).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 /// Counts in the app's SQL database. Cheap to clone; clones share one pool.
@@ -254,6 +255,11 @@ impl DatabaseStore {
 }
 
 impl Shared {
+    /// Live rows of every generation that expire within `within_ms`.
+    async fn expiring(&self, within_ms: i64) -> Result<u64, StoreError> {
+        on_backend!(&self.db, b => b.count_expiring(within_ms).await)
+    }
+
     /// One sweep: expired rows of every generation, in batches; then the
     /// bound's estimate is refreshed from an exact count.
     async fn sweep(&self) -> Result<u64, StoreError> {

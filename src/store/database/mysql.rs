@@ -22,7 +22,9 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
 use super::attempt::{attempts, Attempts, Guess, Tried};
-use super::chores::{by_key_count, chores, latest_now, marks, match_rows, optimistic, read, write_if};
+use super::chores::{
+    by_key_count, chores, latest_now, marks, match_rows, optimistic, read, sweep_in_batches, write_if,
+};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
@@ -322,6 +324,8 @@ impl Mysql {
         version_type: "BIGINT",
         record: "INSERT IGNORE INTO {table}_migrations (version) VALUES (?)"
     );
+
+    sweep_in_batches!();
 }
 
 attempts!(Mysql);

@@ -16,6 +16,7 @@
 //! plans cost more to make than to run.
 
 mod guess;
+mod pages;
 mod reader;
 mod replace;
 
@@ -31,12 +32,12 @@ use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
-use super::sweep::BATCH;
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
 use self::guess::Guesses;
+use self::pages::Pages;
 use self::reader::Reader;
 use self::replace::Replacer;
 use super::rows_there::RowsThere;
@@ -51,7 +52,7 @@ pub(super) struct Postgres {
     lock: String,
     write: String,
     read: String,
-    sweep: String,
+    pages: Pages,
     insert_new: String,
     replace_if: String,
     delete_if: String,
@@ -85,6 +86,7 @@ impl Postgres {
         // Unless asked to wait for the disk, a count's commit does not: see
         // `DatabaseStoreBuilder::durable_commits`.
         let options = if durable { options } else { options.options([("synchronous_commit", "off")]) };
+        let vacuum_options = options.clone();
         // Not tested before use: see `conns.rs`.
         let pool = Conns::open(options, no_init, max_connections, Duration::from_millis(1_500))
             .await
@@ -110,11 +112,7 @@ impl Postgres {
                  SELECT (SELECT count(*) FROM up) + (SELECT count(*) FROM del)"
             ),
             read: read.clone(),
-            sweep: format!(
-                "DELETE FROM {t} WHERE key_hash IN \
-                   (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH} FOR UPDATE SKIP LOCKED) \
-                 AND expires_at <= {NOW}"
-            ),
+            pages: Pages::new(t, vacuum_options),
             insert_new: format!(
                 "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (key_hash) DO NOTHING"
@@ -222,10 +220,6 @@ impl Postgres {
 
     pub(super) fn read_together(&self) -> u64 {
         self.reader.together()
-    }
-
-    fn sweep_sql(&self) -> String {
-        self.sweep.clone()
     }
 
     chores!(

@@ -37,7 +37,7 @@ use self::ask::Own;
 use self::pool::{DbFile, Pool, WAIT};
 use self::writer::{Queued, Writer};
 use super::attempt::Attempts;
-use super::chores::{by_key_count, chores, marks, Release};
+use super::chores::{by_key_count, chores, marks, sweep_in_batches, Release};
 use super::error::{db_error, Failure};
 use super::migrate::{self, SQLITE};
 use super::row::{Decide, KeyHash, OwnedDecide, RowWrite, Stored};
@@ -168,6 +168,8 @@ impl Sqlite {
         version_type: "INTEGER",
         record: "INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"
     );
+
+    sweep_in_batches!();
 }
 
 impl Sqlite {
