@@ -43,6 +43,7 @@ pub(super) fn ended_before_applied(e: &sqlx::Error) -> bool {
 /// True for an error that says the connection is unusable (closed by the
 /// server or the network): a read met it, so it is worth one more read on
 /// a fresh connection.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn is_dead_connection(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) || ended_before_applied(e)
 }
