@@ -76,6 +76,7 @@ impl Bound {
 
     /// Reserves room for `n` new entries; false (nothing reserved) when the
     /// bound has no room for all of them.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn try_reserve(&self, n: u64) -> bool {
         if n == 0 {
             return true;
@@ -227,7 +228,7 @@ pub(crate) struct Refresh {
 /// and only the last run's entries count. Dropped before [`Admission::commit`]
 /// (the update failed, or its future was dropped), it gives its room back.
 #[derive(Debug)]
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct Admission<B: Deref<Target = Bound>> {
     /// The bound: borrowed, or held by a store's shared part when the
     /// admission goes with an update run elsewhere.
@@ -236,7 +237,7 @@ pub(crate) struct Admission<B: Deref<Target = Bound>> {
     removed: u64,
 }
 
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
 impl<B: Deref<Target = Bound>> Admission<B> {
     pub(crate) fn new(bound: B) -> Self {
         Admission { bound, added: 0, removed: 0 }

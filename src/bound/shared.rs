@@ -27,6 +27,7 @@ const REFRESH_NEAR_FULL_MS: i64 = 1_000;
 /// counting now and then.
 #[derive(Debug)]
 pub(crate) struct SharedBound {
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     store: &'static str,
     bound: Bound,
     /// How often to refresh: whatever the fill, and near full (ms).
@@ -152,6 +153,7 @@ impl SharedBound {
     }
 
     /// Logs that a new key was refused because the store is full.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn note_full(&self) {
         self.bound.note_full(self.store);
     }
