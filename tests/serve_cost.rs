@@ -2,8 +2,8 @@
 //! counts whole or not at all, on every part; `"cost": 0` counts nothing;
 //! every answer (200, 429, degraded 200 and 503) carries each part's
 //! `"parts"`; a cost that is not a whole number of 0 or more, or is over a
-//! part's budget, is a 422 in JSON; and three processes on one SQLite file
-//! count costs exactly.
+//! part's budget, is a 422 in JSON; and three processes on one SQLite file,
+//! and on PostgreSQL, count a limit of the site's own at a cost exactly.
 
 mod common;
 
@@ -120,13 +120,32 @@ async fn degraded_answers_carry_every_part() {
 /// and the 28 refused spent nothing on the ip's 100.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_on_one_sqlite_file_count_costs_exactly() {
-    let url = sqlite_url("serve-cost");
+    three_processes_count_costs_exactly(&sqlite_url("serve-cost")).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_postgres_count_costs_exactly() {
+    let Ok(url) = std::env::var("LIMIT_STORE_TEST_POSTGRES") else {
+        eprintln!("LIMIT_STORE_TEST_POSTGRES is not set; .ci/run sets it");
+        return;
+    };
+    three_processes_count_costs_exactly(&url).await;
+}
+
+/// A limit of the site's own (two parts, a lockout on the address, an
+/// override for one user) counted at a cost of 3 by 40 attempts at once
+/// over three `serve` processes on one store: exactly 12 allowed for the
+/// user's 37, the 28 refused spend nothing on the address's 100, and the
+/// overridden user counts by its own 61 (20 of 20).
+async fn three_processes_count_costs_exactly(url: &str) {
     let table = format!("ls_cost_{}", rand_suffix() % 1_000_000_000);
-    DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+    DatabaseStore::builder(url).table(&table).migrate().await.unwrap();
     let text = format!(
         "[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\ntable = \"{table}\"\n\n\
-         [rate_limit.limits.sign-in]\nbudget = 37\nwindow = \"1h\"\n\n\
-         [rate_limit.limits.sign-in.ip]\nbudget = 100\nwindow = \"1h\"\n"
+         [rate_limit.limits.tokens]\nparts = [\"user\", \"ip\"]\nbudget = 37\nwindow = \"1h\"\n\n\
+         [rate_limit.limits.tokens.ip]\nalgorithm = \"lockout\"\nbudget = 200\nwindow = \"1h\"\nlock = \"1h\"\n\n\
+         [rate_limit.limits.tokens.user.overrides]\n\"big-co\" = {{ budget = 61 }}\n"
     );
     let path = config("shared", &text);
     let env = [("LIMIT_STORE_SECRET", SECRET)];
@@ -134,26 +153,39 @@ async fn three_processes_on_one_sqlite_file_count_costs_exactly() {
     for _ in 0..3 {
         instances.push(Serve::start(Some(&path), &env, &[]).await);
     }
-    let attempts: Vec<_> = (0..40)
-        .map(|i| {
-            let addr = instances[i % 3].addr.clone();
-            tokio::spawn(async move {
-                let json = [("content-type", "application/json")];
-                let text = body("shared", Some(json!(3)));
-                common::serve::request(&addr, "POST", SIGN_IN, &json, text.as_bytes()).await.unwrap().status
+    let tokens = "/v1/limits/tokens/attempt";
+    let race = |user: &'static str| {
+        (0..40)
+            .map(|i| {
+                let addr = instances[i % 3].addr.clone();
+                tokio::spawn(async move {
+                    let json = [("content-type", "application/json")];
+                    let text = json!({"keys": {"user": user, "ip": "192.0.2.7"}, "cost": 3}).to_string();
+                    common::serve::request(&addr, "POST", tokens, &json, text.as_bytes()).await.unwrap().status
+                })
             })
-        })
-        .collect();
+            .collect::<Vec<_>>()
+    };
     let mut statuses = Vec::new();
-    for attempt in attempts {
+    for attempt in race("shared") {
         statuses.push(attempt.await.unwrap());
     }
     let allowed = statuses.iter().filter(|&&s| s == 200).count();
     let limited = statuses.iter().filter(|&&s| s == 429).count();
     assert_eq!((allowed, limited), (12, 28), "{statuses:?}");
-    let r = instances[1].post(SIGN_IN, &body("shared", Some(json!(0)))).await;
+    let check = |user: &str| json!({"keys": {"user": user, "ip": "192.0.2.7"}, "cost": 0}).to_string();
+    let r = instances[1].post(tokens, &check("shared")).await;
     assert_eq!(r.status, 200, "1 left: a check passes: {}", r.body);
-    assert_eq!(parts(&r), vec![("account".into(), 37, 1), ("ip".into(), 100, 64)]);
+    assert_eq!(parts(&r), vec![("user".into(), 37, 1), ("ip".into(), 200, 164)]);
+
+    let mut statuses = Vec::new();
+    for attempt in race("big-co") {
+        statuses.push(attempt.await.unwrap());
+    }
+    let allowed = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(allowed, 20, "big-co's own 61 holds 20 costs of 3: {statuses:?}");
+    let r = instances[2].post(tokens, &check("big-co")).await;
+    assert_eq!(parts(&r), vec![("user".into(), 61, 1), ("ip".into(), 200, 104)]);
     drop(instances);
     let _ = std::fs::remove_file(path);
 }
