@@ -46,11 +46,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod limits;
+pub use limits::{LimitSettings, PartSettings};
 mod overrides;
 mod parse;
 mod serve;
 
-use crate::limits::{Limit, LimitError, Limits, LimitsBuilder, Policy};
+use crate::limits::{LimitError, Limits, LimitsBuilder};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
@@ -178,37 +179,6 @@ impl std::fmt::Debug for Config {
             .field("serve", &self.serve)
             .finish()
     }
-}
-
-/// Changes to one preset, or a limit of the site's own.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LimitSettings {
-    /// The limit's name.
-    pub name: String,
-    /// A limit of the site's own (a name that is no preset): the limit its
-    /// table defines, added to the builder before the changes.
-    pub defines: Option<Limit>,
-    /// What it answers when the store is unavailable.
-    pub policy: Option<Policy>,
-    /// Shadow mode.
-    pub shadow: Option<bool>,
-    /// Budgets and windows of its parts.
-    pub parts: Vec<PartSettings>,
-}
-
-/// Changes to one part of a limit.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PartSettings {
-    /// The part's name.
-    pub name: String,
-    /// Its budget.
-    pub budget: Option<u64>,
-    /// Its window.
-    pub window: Option<Duration>,
-    /// `[rate_limit.limits.NAME.PART.overrides]`: values with budgets of their own.
-    pub overrides: Vec<OverrideSettings>,
 }
 
 /// A settings file that can't be used: where, which key, and why.
