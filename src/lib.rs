@@ -125,7 +125,10 @@ pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use store::redis::{RedisStore, RedisStoreBuilder, RoundTrips};
-pub use store::{update_with, Apply, Entry, LimitStore, Millis, OwnedApply, StoreStats, Write};
+pub use store::{
+    update_with, Apply, Entry, IntegerCounter, IntegerCounts, IntegerStep, LimitStore, Millis, OwnedApply, StoreStats,
+    Write,
+};
 pub use transaction::in_transaction;
 
 /// The README's Rust snippets, compiled and run as doctests.

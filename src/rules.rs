@@ -107,20 +107,6 @@ pub fn run_apply(apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) 
     Ok(writes)
 }
 
-/// [`run_apply`] of this crate's own step for one key, which gives its one
-/// write and an answer of its own, with no list and no `dyn`: the same
-/// catch of a panic, the same checks, the same normalization.
-pub(crate) fn run_step<T>(
-    step: impl FnOnce(Option<&Entry>, Millis) -> (Write, T),
-    current: Option<&Entry>,
-    now: Millis,
-) -> Result<(Write, T), StoreError> {
-    let (mut write, answer) = caught(|| step(current, now))?;
-    check_writes(std::slice::from_ref(&write), 1)?;
-    expired_is_delete(&mut write, now);
-    Ok((write, answer))
-}
-
 /// What `run` returns, or the refusal of its panic.
 fn caught<R>(run: impl FnOnce() -> R) -> Result<R, StoreError> {
     catch_unwind(AssertUnwindSafe(run))

@@ -6,11 +6,14 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod database;
+mod integer_counts;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
 use crate::StoreError;
+
+pub use integer_counts::{IntegerCounter, IntegerCounts, IntegerStep};
 
 /// Milliseconds since the Unix epoch, on the store's own clock.
 pub type Millis = i64;
@@ -85,12 +88,13 @@ pub trait LimitStore: Send + Sync {
         None
     }
 
-    /// The store that holds the counts, for this crate's own fast paths: the
-    /// memory store gives itself, and [`Guarded`](crate::Guarded) gives its
-    /// inner store's, since on a store that answers at once its deadline and
-    /// cap never act. `None` (the default) keeps every call on `update`.
-    #[doc(hidden)]
-    fn underlying(&self) -> Option<&dyn std::any::Any> {
+    /// The store's [integer counts](IntegerCounts), when it offers them: a
+    /// count whose state is one integer (a GCRA's), here and now, with no
+    /// JSON. `None` (the default): every count goes through
+    /// [`update`](Self::update). Offered only by a store that
+    /// [answers at once](Self::answers_at_once); see [`IntegerCounts`] for
+    /// which stores should.
+    fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
         None
     }
 

@@ -23,6 +23,7 @@
 //! caller was answered unavailable: the store finishes what it started.
 
 mod ask;
+mod integer_counts;
 mod owned_keys;
 
 use std::any::Any;
@@ -66,8 +67,12 @@ pub struct Guarded<S: LimitStore + ?Sized + 'static = dyn LimitStore> {
     deadline: Duration,
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
-    logs: [Throttle; 4],
+    logs: Arc<Logs>,
 }
+
+/// The throttles of the guard's warnings, one per reason; shared with the
+/// integer counters it hands out.
+type Logs = [Throttle; 4];
 
 impl<S: LimitStore + ?Sized + 'static> std::fmt::Debug for Guarded<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,7 +100,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
             deadline: bounded(deadline),
             max_in_flight: max_in_flight.max(1),
             in_flight: Arc::new(AtomicUsize::new(0)),
-            logs: [Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()],
+            logs: Arc::new([Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()]),
         }
     }
 
@@ -155,17 +160,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     }
 
     fn log(&self, err: &StoreError) {
-        if let Some(reason) = err.unavailable_reason() {
-            let throttle = match reason {
-                Unavailable::Timeout => &self.logs[0],
-                Unavailable::Overloaded => &self.logs[1],
-                Unavailable::Full => &self.logs[2],
-                _ => &self.logs[3],
-            };
-            if throttle.ready() {
-                tracing::warn!(kind = KIND_UNAVAILABLE, reason = reason.as_str(), error = %err, "limit store call answered unavailable");
-            }
-        }
+        log(&self.logs, err);
     }
 
     /// The answer of a call that ended: its own, or unavailable for a panic.
@@ -235,6 +230,21 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     }
 }
 
+/// Logs `err` when it is an unavailable answer, once a minute per reason.
+fn log(logs: &Logs, err: &StoreError) {
+    if let Some(reason) = err.unavailable_reason() {
+        let throttle = match reason {
+            Unavailable::Timeout => &logs[0],
+            Unavailable::Overloaded => &logs[1],
+            Unavailable::Full => &logs[2],
+            _ => &logs[3],
+        };
+        if throttle.ready() {
+            tracing::warn!(kind = KIND_UNAVAILABLE, reason = reason.as_str(), error = %err, "limit store call answered unavailable");
+        }
+    }
+}
+
 /// One in-flight place, owned by work that may outlive its caller; given back
 /// when dropped.
 struct Slot(Arc<AtomicUsize>);
@@ -296,13 +306,11 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         self.inner.stats()
     }
 
-    fn underlying(&self) -> Option<&dyn std::any::Any> {
-        // The deadline and the cap never act on a store that answers at once.
-        if self.inner.answers_at_once() {
-            self.inner.underlying()
-        } else {
-            None
-        }
+    /// The inner store's, when it answers at once, each count under the
+    /// guard's rules: see `integer_counts.rs`.
+    fn integer_counts(&self) -> Option<&dyn crate::IntegerCounts> {
+        let offered = self.inner.answers_at_once() && self.inner.integer_counts().is_some();
+        offered.then_some(self as &dyn crate::IntegerCounts)
     }
 
     /// The inner store's own `update_now`, with a panic answered unavailable.

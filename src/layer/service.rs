@@ -179,13 +179,11 @@ enum Answer {
 
 impl<K> LimitLayer<K> {
     /// `key` counted on a store that answers at once; `None` when it answers
-    /// only through a future (nothing is counted then). An allowed count
-    /// makes no decision when admitted answers carry no fields.
+    /// only through a future (nothing is counted then).
     fn count_now(&self, key: &Key) -> Option<AtOnce> {
-        let decide_allowed = self.fields.is_some();
         match key.ip() {
-            Some(ip) => self.limits.attempt_address_at_once(self.at, ip, decide_allowed),
-            None => self.limits.attempt_only_at_once(self.at, key.as_str(), decide_allowed),
+            Some(ip) => self.limits.attempt_address_at_once(self.at, ip),
+            None => self.limits.attempt_only_at_once(self.at, key.as_str()),
         }
     }
 
@@ -193,7 +191,6 @@ impl<K> LimitLayer<K> {
     fn answer(&self, counted: Option<AtOnce>) -> Answer {
         let limit = self.limit.as_str();
         match counted {
-            Some(AtOnce::Allowed) => Answer::Pass(None),
             Some(AtOnce::Decided(Ok(decision))) if decision.allowed => {
                 Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision)))
             }

@@ -63,13 +63,14 @@ impl Future for Attempt<'_> {
         let this = &mut *self;
         if let State::Start { limits, name, parts, cost } = this.state {
             this.state = State::Done;
-            if let Some((counted, verdict, at)) = limits.gcra_at_once(name, parts, cost) {
+            if let Some((counted, answered)) = limits.gcra_at_once(name, parts, cost) {
                 // Each answer returned from a branch of its own: one shared
                 // with the refusal's call met it in a temporary, copied out.
-                if verdict.allowed {
-                    return Poll::Ready(Ok(counted.answer_allowed(&verdict, at)));
-                }
-                return Poll::Ready(counted.refused(&verdict, None, at, cost));
+                return Poll::Ready(match answered {
+                    Ok((verdict, at)) if verdict.allowed => Ok(counted.answer_allowed(&verdict, at)),
+                    Ok((verdict, at)) => counted.refused(&verdict, None, at, cost),
+                    Err(e) => counted.failed(e),
+                });
             }
             let answered = limits.attempt_at_once(name, parts, cost);
             if answered.is_ready() {

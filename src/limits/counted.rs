@@ -13,8 +13,7 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::store::memory::KeyStart;
-use crate::{LimitStore, MemoryStore, Millis, StoreError, Write};
+use crate::{IntegerCounter, LimitStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::answers::Answers;
@@ -51,16 +50,17 @@ pub(super) struct Counted {
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
     pub(super) backend: Backend,
-    /// The memory store beneath the backend, counted without `dyn Apply`,
-    /// with each part's `{limit}:{part}:` hashed for it.
-    pub(super) memory: Option<(MemoryStore, Box<[KeyStart]>)>,
     /// The rate of a limit whose one part is a GCRA, worked out once for
-    /// the memory store's count of it.
+    /// its integer count.
     pub(super) only_gcra: Option<Rate>,
+    /// For a limit whose one part is a GCRA, the store's
+    /// [integer counter](crate::IntegerCounts) of its keys, when the store
+    /// offers one.
+    pub(super) integer: Option<Box<dyn IntegerCounter>>,
     /// What it answered, shared with the limits a reload builds.
     pub(super) answers: Arc<Answers>,
     /// Values with budgets of their own; a limit with any counts through
-    /// the store's general path (no `memory`, no `only_gcra`).
+    /// the store's general path (no `only_gcra`, no `integer`).
     pub(super) overrides: Option<super::overrides::Overrides>,
     pub(super) degraded_log: Throttle,
     pub(super) shadow_log: Throttle,
@@ -76,24 +76,25 @@ pub(super) enum Need {
 impl Counted {
     pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules, answers: Arc<Answers>) -> Self {
         let stems: Box<[String]> = limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect();
+        let only_gcra = match &limit.parts[..] {
+            [part] => match part.algorithm {
+                Algorithm::Gcra { budget, window } => Some(Rate::new(budget, window)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let integer = match &backend {
+            Backend::Store(store) if only_gcra.is_some() => {
+                store.integer_counts().map(|counts| counts.counter(&format!("{}:", stems[0])))
+            }
+            _ => None,
+        };
         Counted {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
-            memory: match &backend {
-                Backend::Store(store) => store
-                    .underlying()
-                    .and_then(|s| s.downcast_ref::<MemoryStore>())
-                    .map(|m| (m.clone(), stems.iter().map(|stem| m.key_start(&format!("{stem}:"))).collect())),
-                Backend::Legacy(_) => None,
-            },
-            only_gcra: match &limit.parts[..] {
-                [part] => match part.algorithm {
-                    Algorithm::Gcra { budget, window } => Some(Rate::new(budget, window)),
-                    _ => None,
-                },
-                _ => None,
-            },
+            only_gcra,
+            integer,
             stems,
             limit,
             backend,
@@ -153,7 +154,7 @@ impl Counted {
     /// store was unavailable.
     #[cold]
     #[inline(never)]
-    fn failed(&self, error: StoreError) -> Result<Decision, LimitError> {
+    pub(super) fn failed(&self, error: StoreError) -> Result<Decision, LimitError> {
         if error.is_unavailable() {
             return Ok(self.degraded(&error));
         }

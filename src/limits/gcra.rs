@@ -218,20 +218,26 @@ mod tests {
     /// What one count on both stores did.
     type Seen = (Verdict, Option<crate::Entry>);
 
-    /// One count of `key` on `store`, by the memory store's integer path or
-    /// by the JSON one, and the entry it left.
+    /// One count of `key` on `store`, by the store's integer counts or by
+    /// the JSON `update`, and the entry it left.
     fn count(store: &crate::MemoryStore, typed: bool, budget: u64, window: Millis) -> Seen {
         use futures_util::FutureExt;
-        let start = store.key_start("api:client:");
         let verdict = if typed {
-            store.count_number_after(&start, b"k", |tat, now| {
-                let (next, verdict) = step(tat, now, budget, window);
-                (next.map(|next| (next, next)), verdict)
-            })
+            let mut verdict = None;
+            let counter = crate::IntegerCounts::counter(store, "api:client:");
+            let counted = counter.count("k", &mut |tat, now| {
+                let (next, seen) = step(tat.map(|(tat, _)| tat), now, budget, window);
+                verdict = Some(seen);
+                next.map(|next| (next, next))
+            });
+            counted.map(|()| verdict.expect("stepped"))
         } else {
-            store.count_one_after(&start, b"k", |entry, now| {
-                super::super::outcome::split_one(check(entry, now, budget, window))
-            })
+            let counted = crate::update_with(store, &["api:client:k"], |current, now| {
+                let (write, verdict) =
+                    super::super::outcome::split_one(check(current[0].as_ref(), now, budget, window));
+                (vec![write], verdict)
+            });
+            counted.now_or_never().expect("at once")
         };
         let read = crate::LimitStore::read(store, &["api:client:k"]).now_or_never().expect("at once");
         (verdict.expect("counted"), read.expect("read").pop().flatten())

@@ -91,28 +91,25 @@ impl Limits {
     }
 
     /// The usual attempt counted here and now: one value of a limit whose
-    /// one part is a GCRA, on the memory store, `cost` of it. The limit, the
-    /// verdict and the time of the count; `None` for any other attempt, and
-    /// for one whose value its part refuses or whose count failed, which
-    /// counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
+    /// one part is a GCRA, on a store that offers
+    /// [integer counts](crate::IntegerCounts), `cost` of it. The limit, and
+    /// the verdict and the time of the count, or the store's error; `None`
+    /// for any other attempt, and for one whose value its part refuses,
+    /// which counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
     #[inline(always)]
     pub(super) fn gcra_at_once(
         &self,
         name: &str,
         parts: &[(&str, &str)],
         cost: u64,
-    ) -> Option<(&Counted, Verdict, Millis)> {
+    ) -> Option<(&Counted, Result<(Verdict, Millis), StoreError>)> {
         if crate::transaction::is_in_transaction() {
             return None;
         }
         let counted = self.limits.get(name)?;
         let rate = counted.only_gcra?;
-        let (tat, at) = if cost == 1 {
-            counted.gcra_in_memory::<true>(rate, parts, 1)?
-        } else {
-            counted.gcra_in_memory::<false>(rate, parts, cost)?
-        };
-        Some((counted, gcra_step(rate, Some(tat), at, cost).1, at))
+        let answered = counted.gcra_counted(rate, parts, cost)?;
+        Some((counted, answered.map(|(tat, at)| (gcra_step(rate, Some(tat), at, cost).1, at))))
     }
 
     /// [`attempt_cost`](Self::attempt_cost) on a store that answers through a future
@@ -174,24 +171,18 @@ impl Limits {
     /// `value`, without a future, for a store that
     /// [answers at once](crate::LimitStore::update_now) (the memory store); `None`
     /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
-    /// counted when it answers `None`. An allowed attempt answers
-    /// [`AtOnce::Allowed`], with no decision, unless `decide_allowed`.
+    /// counted when it answers `None`.
     #[cfg(feature = "axum")]
-    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str, decide_allowed: bool) -> Option<AtOnce> {
-        self.at_once(at, |counted| counted.attempt_only_now(value, decide_allowed))
+    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str) -> Option<AtOnce> {
+        self.at_once(at, |counted| counted.attempt_only_now(value))
     }
 
     /// [`attempt_only_at_once`](Self::attempt_only_at_once) with the client
     /// address `ip` (its network, as the layer's extractor counts it):
-    /// counted as its text would be, with no text to parse on the memory store.
+    /// counted as its text.
     #[cfg(feature = "axum")]
-    pub(crate) fn attempt_address_at_once(
-        &self,
-        at: LimitAt,
-        ip: std::net::IpAddr,
-        decide_allowed: bool,
-    ) -> Option<AtOnce> {
-        self.at_once(at, |counted| counted.attempt_address_now(ip, decide_allowed))
+    pub(crate) fn attempt_address_at_once(&self, at: LimitAt, ip: std::net::IpAddr) -> Option<AtOnce> {
+        self.at_once(at, |counted| counted.attempt_address_now(ip))
     }
 
     /// `count` on the limit `at`, past the checks every attempt makes.

@@ -4,7 +4,7 @@
 //!
 //! A limit with overrides counts through the store's general path (its
 //! values are looked up once per attempt); a limit without any keeps the
-//! memory store's typed path and pays for nothing here.
+//! store's integer count and pays for nothing here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -110,10 +110,10 @@ impl Overrides {
 
 impl Counted {
     /// This limit counting `overrides`' values by their own budgets: off
-    /// the memory store's typed path, which knows only the part's.
+    /// the integer count, which knows only the part's.
     pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {
         if overrides.is_some() {
-            self.memory = None;
+            self.integer = None;
             self.only_gcra = None;
         }
         self.overrides = overrides;

@@ -57,7 +57,7 @@ pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, St
 /// that a count hashes only the rest of its key: the same 128-bit hash as
 /// the whole key's, since SipHash reads its input as one stream of bytes.
 #[derive(Clone)]
-pub(crate) struct KeyStart {
+pub(super) struct KeyStart {
     started: Started,
     family: StartFamily,
 }
@@ -80,7 +80,7 @@ impl std::fmt::Debug for KeyStart {
 
 impl KeyStart {
     /// The start's length in bytes.
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.started.len()
     }
 

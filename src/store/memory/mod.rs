@@ -36,10 +36,9 @@ mod sweeper;
 mod table;
 mod update;
 
-pub(crate) use key::KeyStart;
 pub use sweeper::SWEEP_EVERY;
 
-use key::{located_after, KeyHasher, Located, SHARDS};
+use key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
 use table::Table;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -50,7 +49,7 @@ use parking_lot::Mutex;
 
 use crate::bound::{Bound, PerFamily};
 use crate::clock::{Clock, SteadyClock};
-use crate::{Apply, Entry, LimitStore, Millis, StoreError};
+use crate::{Apply, Entry, IntegerCounter, IntegerCounts, IntegerStep, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
@@ -179,39 +178,23 @@ impl MemoryStore {
         self.inner.bound.max()
     }
 
-    /// The fixed start of keys that [`count_one_after`](Self::count_one_after)
+    /// The fixed start of keys that [`count_number_after`](Self::count_number_after)
     /// goes on from, hashed once; valid for this store only.
-    pub(crate) fn key_start(&self, start: &str) -> KeyStart {
+    fn key_start(&self, start: &str) -> KeyStart {
         let family = start.contains(':').then(|| self.inner.bound.family(start.as_bytes(), b""));
         self.inner.keys.key_start(start, family)
     }
 
-    /// One key, `start` followed by `rest` (the bytes of text: a caller may
-    /// write them without making a `str`), counted by this crate's own
-    /// `step` (the limits' algorithms), which gives its write and an answer:
-    /// an [`update`](LimitStore::update) of one key with no list of writes, no
-    /// `dyn Apply` and no key text, under the same rules. An error writes
-    /// nothing.
-    pub(crate) fn count_one_after<T>(
+    /// One key, `start` followed by `rest`, counted by a `step` on its
+    /// value as one integer and its expiry (`None`: no live entry, or one
+    /// holding anything else), which gives the integer to hold and when it
+    /// expires (or nothing to write) and an answer: no JSON is rebuilt,
+    /// parsed or checked. The store's [`IntegerCounter`] counts so.
+    fn count_number_after<T>(
         &self,
         start: &KeyStart,
         rest: &[u8],
-        step: impl FnMut(Option<&Entry>, Millis) -> (crate::Write, T),
-    ) -> Result<T, StoreError> {
-        let family = |bound: &Bound| start.family(rest, bound);
-        self.inner.count_one(located_after(start, rest)?, family, step)
-    }
-
-    /// [`count_one_after`](Self::count_one_after) by a `step` on the key's
-    /// value as one integer (`None`: no live entry, or one holding anything
-    /// else), which gives the integer to hold and when it expires (or nothing
-    /// to write) and an answer: no JSON is rebuilt, parsed or checked. A GCRA
-    /// counts so.
-    pub(crate) fn count_number_after<T>(
-        &self,
-        start: &KeyStart,
-        rest: &[u8],
-        step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+        step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
         let family = |bound: &Bound| start.family(rest, bound);
         self.inner.count_number(located_after(start, rest)?, family, step)
@@ -271,7 +254,7 @@ impl LimitStore for MemoryStore {
         Some(self.inner.update(keys, apply))
     }
 
-    fn underlying(&self) -> Option<&dyn std::any::Any> {
+    fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
         Some(self)
     }
 
@@ -286,5 +269,24 @@ impl LimitStore for MemoryStore {
     async fn sweep(&self) -> Result<u64, StoreError> {
         let now = self.inner.clock.now();
         Ok(self.inner.sweep(now))
+    }
+}
+
+/// Each counter holds its prefix hashed once: a count hashes only the rest.
+impl IntegerCounts for MemoryStore {
+    fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
+        Box::new(PrefixCounter { start: self.key_start(prefix), store: self.clone() })
+    }
+}
+
+/// The memory store's [`IntegerCounter`]: its prefix, hashed.
+struct PrefixCounter {
+    store: MemoryStore,
+    start: KeyStart,
+}
+
+impl IntegerCounter for PrefixCounter {
+    fn count(&self, rest: &str, step: &mut IntegerStep<'_>) -> Result<(), StoreError> {
+        self.store.count_number_after(&self.start, rest.as_bytes(), |held, now| (step(held, now), ()))
     }
 }

@@ -260,9 +260,19 @@ mod tests {
     #[tokio::test]
     async fn a_value_that_changes_kind_moves_and_is_held_once() {
         let store = MemoryStore::new();
-        let start = store.key_start("limit:part:");
+        let counter = crate::IntegerCounts::counter(&store, "limit:part:");
+        let count = |n: i64| {
+            let mut seen = None;
+            counter
+                .count("k", &mut |held, _| {
+                    seen = held.map(|(value, _)| value);
+                    Some((n, LATER))
+                })
+                .unwrap();
+            seen
+        };
         let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((7, LATER)), n)).unwrap();
+        let seen = count(7);
         assert_eq!(seen, None, "new");
         let object = Write::Put(Entry { value: json!({"n": 1}), expires_at: LATER });
         store
@@ -274,10 +284,10 @@ mod tests {
             .unwrap();
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!({"n": 1})));
         assert_eq!(store.len(), 1);
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((8, LATER)), n)).unwrap();
+        let seen = count(8);
         assert_eq!(seen, None, "an object is no integer to count on");
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(8)));
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((9, LATER)), n)).unwrap();
+        let seen = count(9);
         assert_eq!(seen, Some(8));
         assert_eq!(store.len(), 1, "held once, in one table");
         store.update(&["limit:part:k"], &mut |_: &[Option<Entry>], _| vec![Write::Delete]).await.unwrap();

@@ -10,7 +10,7 @@ use super::stored::Stored;
 use super::table::{SlotMut, Table};
 use super::{Inner, Located};
 use crate::bound::{Bound, FamilyId, Short};
-use crate::rules::{check_keys, run_apply, run_step};
+use crate::rules::{check_keys, run_apply};
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
 /// The keys of one call; most calls name one to four.
@@ -58,21 +58,6 @@ impl Inner {
         Err(self.full(short))
     }
 
-    /// The key at `k` counted by this crate's own `step`, which gives its
-    /// write and an answer: [`update`](Self::update) of one key with no list,
-    /// no `dyn` and no JSON round trip beyond the entry's own. The caller
-    /// checked the key; `family` gives its family, if it needs a new entry.
-    pub(super) fn count_one<T>(
-        &self,
-        k: Located,
-        family: impl Fn(&Bound) -> FamilyId,
-        mut step: impl FnMut(Option<&Entry>, Millis) -> (Write, T),
-    ) -> Result<T, StoreError> {
-        self.update_one(k, family, &mut |current: &[Option<Entry>], now: Millis| {
-            run_step(&mut step, current.first().and_then(Option::as_ref), now)
-        })
-    }
-
     /// The key at `k` counted by this crate's own `step` on its value as one
     /// integer (`None`: no live entry, or one holding anything else). `step`
     /// gives the integer to hold and when it expires, or nothing to write,
@@ -82,15 +67,16 @@ impl Inner {
         &self,
         k: Located,
         family: impl Fn(&Bound) -> FamilyId,
-        mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+        mut step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
         self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
-            let (write, answer) = step(slot.and_then(|s| s.as_i64()), now);
+            let held = slot.and_then(|s| Some((s.as_i64()?, s.expires_at())));
+            let (write, answer) = step(held, now);
             let write = match write {
                 Some((value, expires_at)) if expires_at > now => {
                     SlotWrite::Put { value: Stored::number(value), expires_at }
                 }
-                // Expired as it is written: a delete, as `run_step` makes it.
+                // Expired as it is written: a delete, as `run_apply` makes it.
                 Some(_) => SlotWrite::Delete,
                 None => SlotWrite::Keep,
             };
@@ -357,33 +343,36 @@ impl Locks<'_> {
 mod tests {
     use serde_json::json;
 
-    use crate::{Entry, LimitStore, MemoryStore, Write};
+    use crate::{LimitStore, MemoryStore};
 
     const LATER: i64 = i64::MAX / 2;
 
-    /// The one-key count of the crate's own steps: the key is the start's
-    /// text followed by the rest (the store finds it under that name), an
-    /// answer comes back with the write, a panic is a refusal that leaves the
-    /// entry as it was, and a write or a key the rules refuse is refused as
-    /// `update` refuses it.
+    /// An integer count through the store's counter: the key is the
+    /// prefix followed by the rest (the store finds it under that name), the
+    /// step sees the integer and its expiry, and a key the rules refuse is
+    /// refused as `update` refuses it, writing nothing.
     #[tokio::test]
-    async fn a_step_writes_answers_and_fails_cleanly() {
+    async fn an_integer_count_is_found_under_its_whole_key() {
+        use crate::IntegerCounts;
         let store = MemoryStore::new();
-        let start = store.key_start("limit:part:");
-        let put = |n: i64| Write::Put(Entry { value: json!(n), expires_at: LATER });
-        let seen = store.count_one_after(&start, b"k", |entry, _| (put(1), entry.is_none())).unwrap();
-        assert!(seen, "the key was new");
+        let counter = store.counter("limit:part:");
+        let mut seen = Vec::new();
+        for n in [1, 2] {
+            counter
+                .count("k", &mut |held, _| {
+                    seen.push(held);
+                    Some((n, LATER))
+                })
+                .unwrap();
+        }
+        assert_eq!(seen, [None, Some((1, LATER))]);
         let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
-        assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(1)), "found under its whole name");
-        let seen = store.count_one_after(&start, b"k", |entry, _| (put(2), entry.map(|e| e.value.clone()))).unwrap();
-        assert_eq!(seen, Some(json!(1)));
-        let panicked = store.count_one_after(&start, b"k", |_, _| -> (Write, ()) { panic!("a step that panics") });
-        assert!(panicked.unwrap_err().refusal().is_some());
-        let huge = Write::Put(Entry { value: json!("x".repeat(5_000)), expires_at: LATER });
-        assert!(store.count_one_after(&start, b"k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
+        assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "found under its whole name");
         let long = "k".repeat(crate::MAX_KEY_BYTES);
-        let refused = store.count_one_after(&start, long.as_bytes(), |_, _| (put(3), ())).unwrap_err();
+        let refused = counter.count(&long, &mut |_, _| Some((3, LATER))).unwrap_err();
         assert!(matches!(refused.refusal(), Some(crate::error::Refusal::KeyTooLong { .. })));
-        assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "nothing was lost or half-written");
+        counter.count("k", &mut |_, now| Some((4, now))).unwrap();
+        assert_eq!(read(store.clone()).await, None, "an entry expired as it is written is a delete");
+        assert_eq!(store.len(), 0);
     }
 }
