@@ -9,14 +9,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::{IntegerCounter, LimitStore, Millis, StoreError, MAX_KEY_BYTES};
+use crate::{IntegerCounter, LimitStore, Millis, StoreError};
 
 use super::algorithm::Verdict;
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::Rate;
-use super::key::CallKeys;
+use super::key::{key_of, CallKeys, KeyOf};
 
 /// An attempt the layer counted at once.
 #[cfg(feature = "axum")]
@@ -55,7 +55,7 @@ impl Counted {
         }
         let counter = self.integer.as_deref()?;
         let normalized = self.rules.apply(part.normalize, value).ok()?;
-        count_gcra(counter, self.stems[0].len() + 1, &normalized, rate, cost)
+        count_gcra(counter, &self.stems[0], &normalized, rate, cost)
     }
 
     /// [`attempt_now`](Self::attempt_now) through the store's (guarded) `update_now`.
@@ -138,23 +138,21 @@ impl Counted {
     }
 }
 
-/// One attempt of `cost` on a GCRA at `rate`, whose key is a prefix of
-/// `prefix_len` bytes followed by `value`, counted by `counter` as one
+/// One attempt of `cost` on a GCRA at `rate`, whose key is `value`'s on
+/// the part `stem`, counted by `counter` (of the stem's keys) as one
 /// integer: the TAT the step counted from and its time (the step's verdict
 /// is worked out again from them), or the store's error, which wrote
 /// nothing. `None` when the key is too long for its text (it names a hash
-/// of the value instead: see `CallKeys`).
+/// of the value instead: see [`key_of`]).
 #[inline(always)]
 fn count_gcra(
     counter: &dyn IntegerCounter,
-    prefix_len: usize,
+    stem: &str,
     value: &str,
     rate: Rate,
     cost: u64,
 ) -> Option<Result<(Millis, Millis), StoreError>> {
-    if prefix_len + value.len() > MAX_KEY_BYTES {
-        return None;
-    }
+    let KeyOf::Plain(value) = key_of(stem, value) else { return None };
     let (mut tat, mut at) = (0, 0);
     let counted = counter.count(value, &mut |stored, now| {
         let stored = stored.map(|(tat, _)| tat);

@@ -20,7 +20,7 @@ use super::answers::Answers;
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
 use super::gcra::Rate;
-use super::key::CallKeys;
+use super::key::{self, CallKeys};
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
@@ -75,7 +75,7 @@ pub(super) enum Need {
 
 impl Counted {
     pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules, answers: Arc<Answers>) -> Self {
-        let stems: Box<[String]> = limit.parts.iter().map(|p| format!("{}:{}", limit.name, p.name)).collect();
+        let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
                 Algorithm::Gcra { budget, window } => Some(Rate::new(budget, window)),
@@ -85,7 +85,7 @@ impl Counted {
         };
         let integer = match &backend {
             Backend::Store(store) if only_gcra.is_some() => {
-                store.integer_counts().map(|counts| counts.counter(&format!("{}:", stems[0])))
+                store.integer_counts().map(|counts| counts.counter(&key::prefix(&stems[0])))
             }
             _ => None,
         };

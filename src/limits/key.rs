@@ -1,6 +1,9 @@
 //! Store keys of limits: `{limit}:{part}:{value}`, or, when that would pass the
 //! store's 1024-byte key limit, `{limit}:{part}#{sha256 of value, hex}`. Names
-//! never hold `:` or `#`, so the two forms can't meet.
+//! never hold `:` or `#`, so the two forms can't meet. [`key_of`] says which
+//! a value takes: every path that names a limit's key (a call's keys here,
+//! the integer count's prefix and rest) goes through it, so the key of a
+//! value is the same text whichever path counts it.
 //!
 //! A call's keys are built on the stack when they are short (almost every
 //! key: a limit, a part and an email or an IP), so counting allocates nothing
@@ -13,6 +16,39 @@ use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
 
 use crate::MAX_KEY_BYTES;
+
+/// A limit part's stem, `{limit}:{part}`: what all its keys start with.
+pub(crate) fn stem(limit: &str, part: &str) -> String {
+    format!("{limit}:{part}")
+}
+
+/// What every key of `stem` whose value fits starts with: `{stem}:`, the
+/// prefix of the part's [integer counter](crate::IntegerCounts).
+pub(crate) fn prefix(stem: &str) -> String {
+    format!("{stem}:")
+}
+
+/// The key of `value` on the part whose stem is `stem`, after the stem.
+pub(crate) fn key_of<'v>(stem: &str, value: &'v str) -> KeyOf<'v> {
+    if stem.len() + 1 + value.len() <= MAX_KEY_BYTES {
+        return KeyOf::Plain(value);
+    }
+    let mut hashed = ArrayString::new();
+    hashed.push('#');
+    for byte in Sha256::digest(value.as_bytes()) {
+        let _ = write!(hashed, "{byte:02x}");
+    }
+    KeyOf::Hashed(hashed)
+}
+
+/// A value's key after its part's stem: see [`key_of`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyOf<'v> {
+    /// The key is the stem's [`prefix`] followed by the value itself.
+    Plain(&'v str),
+    /// The key is the stem followed by this: `#` and the value's SHA-256, in hex.
+    Hashed(ArrayString<65>),
+}
 
 /// Bytes of a call's keys held on the stack; longer go on the heap.
 const INLINE: usize = 192;
@@ -40,8 +76,8 @@ impl CallKeys {
 
     /// Adds the key of `value` on the part `stem` (`{limit}:{part}`) names.
     pub(crate) fn push(&mut self, part: usize, stem: &str, value: &str) {
-        if stem.len() + 1 + value.len() <= MAX_KEY_BYTES {
-            match &mut self.text {
+        match key_of(stem, value) {
+            KeyOf::Plain(value) => match &mut self.text {
                 // The usual key: one check that it fits, then three copies.
                 Text::Inline(inline) if inline.remaining_capacity() > stem.len() + value.len() => {
                     inline.push_str(stem);
@@ -53,15 +89,11 @@ impl CallKeys {
                     self.push_str(":");
                     self.push_str(value);
                 }
+            },
+            KeyOf::Hashed(hashed) => {
+                self.push_str(stem);
+                self.push_str(&hashed);
             }
-        } else {
-            self.push_str(stem);
-            self.push_str("#");
-            let mut hex = ArrayString::<64>::new();
-            for byte in Sha256::digest(value.as_bytes()) {
-                let _ = write!(hex, "{byte:02x}");
-            }
-            self.push_str(&hex);
         }
         let end = self.as_str().len();
         self.ends.push((part, end));
@@ -125,7 +157,14 @@ impl CallKeys {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::limits::normalize::{KeyRules, Normalize};
+    use crate::limits::{Algorithm, Limit, Part};
+    use crate::{
+        Apply, Entry, IntegerCounter, IntegerCounts, IntegerStep, LimitStore, Limits, MemoryStore, StoreError,
+    };
 
     fn key(limit: &str, part: &str, value: &str) -> String {
         let mut keys = CallKeys::new();
@@ -161,5 +200,119 @@ mod tests {
         assert_eq!(read, expected);
         assert_eq!(keys.refs().len(), 3);
         assert_eq!(keys.only(), None);
+    }
+
+    /// What a store was asked: the text of each key, by `update_now` (the
+    /// general path) or by its integer counts (prefix and rest).
+    type Noted = Arc<parking_lot::Mutex<Vec<String>>>;
+
+    /// A store of the site's own, in memory, that notes each key it is
+    /// asked about; it offers integer counts when `integers`.
+    struct Noting {
+        memory: MemoryStore,
+        integers: bool,
+        noted: Noted,
+    }
+
+    #[async_trait::async_trait]
+    impl LimitStore for Noting {
+        fn shared(&self) -> bool {
+            false
+        }
+        fn answers_at_once(&self) -> bool {
+            true
+        }
+        fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
+            self.noted.lock().extend(keys.iter().map(|k| (*k).to_owned()));
+            self.memory.update_now(keys, apply)
+        }
+        async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+            self.noted.lock().extend(keys.iter().map(|k| (*k).to_owned()));
+            self.memory.update(keys, apply).await
+        }
+        async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+            self.memory.read(keys).await
+        }
+        async fn sweep(&self) -> Result<u64, StoreError> {
+            self.memory.sweep().await
+        }
+        fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
+            self.integers.then_some(self as &dyn IntegerCounts)
+        }
+    }
+
+    impl IntegerCounts for Noting {
+        fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
+            let inner = self.memory.counter(prefix);
+            Box::new(NotingCounter { prefix: prefix.to_owned(), inner, noted: self.noted.clone() })
+        }
+    }
+
+    struct NotingCounter {
+        prefix: String,
+        inner: Box<dyn IntegerCounter>,
+        noted: Noted,
+    }
+
+    impl IntegerCounter for NotingCounter {
+        fn count(&self, rest: &str, step: &mut IntegerStep<'_>) -> Result<(), StoreError> {
+            self.noted.lock().push(format!("{}{rest}", self.prefix));
+            self.inner.count(rest, step)
+        }
+    }
+
+    /// The keys one attempt on `value` asked a store for, through the
+    /// integer count when the store offers it and `integers`, else through
+    /// `update_now`; and the text of the key `CallKeys` writes for it.
+    async fn asked(normalize: Normalize, value: &str, integers: bool) -> (Vec<String>, String) {
+        let noted = Noted::default();
+        let store = Noting { memory: MemoryStore::new(), integers, noted: noted.clone() };
+        let part = Part::new("who", Algorithm::gcra(5, std::time::Duration::from_secs(60))).normalized(normalize);
+        let limits = Limits::builder()
+            .store(Arc::new(store))
+            .single_instance(true)
+            .without_presets()
+            .limit(Limit::new("door").part(part))
+            .build()
+            .unwrap();
+        limits.attempt("door", &[("who", value)]).await.unwrap();
+        let mut keys = CallKeys::new();
+        keys.push(0, &stem("door", "who"), &KeyRules::default().apply(normalize, value).unwrap());
+        let written = keys.only().unwrap().to_owned();
+        let asked = noted.lock().clone();
+        (asked, written)
+    }
+
+    /// Every path names the same key, byte for byte, for the same limit,
+    /// part and value: the integer count (its prefix and the value), the
+    /// general path (`CallKeys`), a value too long for its key (the hashed
+    /// form, on both), and an address given as the address (the layer's)
+    /// or as its text.
+    #[tokio::test]
+    async fn every_path_names_the_same_key() {
+        let long = "v".repeat(MAX_KEY_BYTES);
+        let cases = [
+            (Normalize::Exact, "c-1"),
+            (Normalize::Folded, " Ada@Example.COM "),
+            (Normalize::Ip, "::ffff:192.0.2.7"),
+            (Normalize::Ip, "2001:db8:1:2:aaaa::1"),
+            (Normalize::Exact, long.as_str()),
+        ];
+        for (normalize, value) in cases {
+            let (by_integers, written) = asked(normalize, value, true).await;
+            let (by_update, same) = asked(normalize, value, false).await;
+            assert_eq!(written, same);
+            assert_eq!(by_integers, [written.clone()], "{normalize:?} {value}");
+            assert_eq!(by_update, [written.clone()], "{normalize:?} {value}");
+            assert_eq!(written.starts_with("door:who#"), value.len() > 1000, "{value}");
+        }
+        let rules = KeyRules::default();
+        for text in ["192.0.2.7", "::ffff:192.0.2.7", "2001:db8:1:2:aaaa::1"] {
+            let ip: std::net::IpAddr = text.parse().unwrap();
+            for normalize in [Normalize::Exact, Normalize::Ip] {
+                let of_text = rules.apply(normalize, &ip.to_string()).unwrap().into_owned();
+                assert_eq!(rules.address(normalize, ip).as_str(), of_text, "{normalize:?} {ip}");
+            }
+        }
     }
 }
