@@ -46,14 +46,6 @@ impl Key {
         Key(Repr::Address { ip, text: OnceLock::new() })
     }
 
-    /// The address, for a key that is one.
-    pub(crate) fn ip(&self) -> Option<IpAddr> {
-        match &self.0 {
-            Repr::Address { ip, .. } => Some(*ip),
-            _ => None,
-        }
-    }
-
     /// The key's text.
     pub fn as_str(&self) -> &str {
         match &self.0 {

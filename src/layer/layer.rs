@@ -10,7 +10,6 @@ use super::extract::KeyExtractor;
 use super::fields::AdmittedFields;
 use super::refusal::{MissingKey, RefusalBody};
 use super::service::LimitService;
-use crate::limits::LimitAt;
 use crate::{LimitError, Limits};
 
 /// Counts every request on one limit, keyed by what `K` extracts; answers
@@ -39,8 +38,6 @@ use crate::{LimitError, Limits};
 pub struct LimitLayer<K> {
     pub(super) limits: Limits,
     pub(super) limit: String,
-    /// Where the limit is in `limits`: found once, not per request.
-    pub(super) at: LimitAt,
     pub(super) part: String,
     pub(super) extractor: K,
     pub(super) missing: MissingKey,
@@ -56,7 +53,7 @@ impl<K: KeyExtractor> LimitLayer<K> {
     /// part, `part`, with the value `extractor` finds. Refuses a limit or
     /// part that does not exist, or a limit that counts other parts too.
     pub fn new(limits: Limits, limit: &str, part: &str, extractor: K) -> Result<Self, LimitError> {
-        let (Some(defined), Some(at)) = (limits.limit(limit), limits.position(limit)) else {
+        let Some(defined) = limits.limit(limit) else {
             return Err(LimitError::UnknownLimit { name: limit.to_owned(), known: limits.names() });
         };
         let takes = || defined.parts().iter().map(|p| p.name().to_owned()).collect::<Vec<_>>();
@@ -72,7 +69,6 @@ impl<K: KeyExtractor> LimitLayer<K> {
         }
         Ok(LimitLayer {
             limit: limit.to_owned(),
-            at,
             part: part.to_owned(),
             what: format!("`{part}`"),
             limits,

@@ -18,8 +18,7 @@ use super::fields::Values;
 use super::key::Key;
 use super::layer::LimitLayer;
 use super::refusal::{MissingKey, Refusal};
-use crate::limits::AtOnce;
-use crate::LimitError;
+use crate::{Decision, LimitError};
 
 /// The service a [`LimitLayer`] puts in front of `S`.
 #[derive(Clone, Debug)]
@@ -160,7 +159,7 @@ impl<S, K> LimitService<S, K> {
         let layer = self.layer.clone();
         Box::pin(async move {
             let counted = layer.limits.attempt(&layer.limit, &[(&layer.part, key.as_str())]).await;
-            match layer.answer(Some(AtOnce::Decided(counted))) {
+            match layer.answer(Some(counted)) {
                 Answer::Pass(fields) => LimitFuture::inner(inner.call(request), fields).await,
                 Answer::Refuse(response) => Ok(response),
             }
@@ -180,31 +179,26 @@ enum Answer {
 impl<K> LimitLayer<K> {
     /// `key` counted on a store that answers at once; `None` when it answers
     /// only through a future (nothing is counted then).
-    fn count_now(&self, key: &Key) -> Option<AtOnce> {
-        match key.ip() {
-            Some(ip) => self.limits.attempt_address_at_once(self.at, ip),
-            None => self.limits.attempt_only_at_once(self.at, key.as_str()),
-        }
+    fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
+        self.limits.attempt_now(&self.limit, &[(&self.part, key.as_str())], 1)
     }
 
     /// What to do with a request the limit `counted` (`None`: it has no key).
-    fn answer(&self, counted: Option<AtOnce>) -> Answer {
+    fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
         let limit = self.limit.as_str();
         match counted {
-            Some(AtOnce::Decided(Ok(decision))) if decision.allowed => {
-                Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision)))
-            }
-            Some(AtOnce::Decided(Ok(decision))) => {
+            Some(Ok(decision)) if decision.allowed => Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision))),
+            Some(Ok(decision)) => {
                 Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
             }
             // A value the part can't take (not an address) is no key.
-            None | Some(AtOnce::Decided(Err(LimitError::BadValue { .. }))) => match self.missing {
+            None | Some(Err(LimitError::BadValue { .. })) => match self.missing {
                 MissingKey::Pass => Answer::Pass(None),
                 MissingKey::Reject(status) => {
                     Answer::Refuse(self.refuse(Refusal::missing_key(limit, status, &self.what)))
                 }
             },
-            Some(AtOnce::Decided(Err(e))) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
+            Some(Err(e)) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
         }
     }
 

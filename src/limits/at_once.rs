@@ -3,10 +3,8 @@
 //! await. The usual call (one value of a limit whose one part is a GCRA)
 //! on a store that offers [integer counts](crate::IntegerCounts) goes
 //! further: its state is counted as one integer, with no JSON. Every path
-//! counts the attempt's cost (the layer's always 1).
+//! counts the attempt's cost.
 
-#[cfg(feature = "axum")]
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::{IntegerCounter, LimitStore, Millis, StoreError};
@@ -17,14 +15,6 @@ use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::Rate;
 use super::key::{key_of, CallKeys, KeyOf};
-
-/// An attempt the layer counted at once.
-#[cfg(feature = "axum")]
-#[derive(Debug)]
-pub(crate) enum AtOnce {
-    /// The attempt's answer.
-    Decided(Result<Decision, LimitError>),
-}
 
 impl Counted {
     /// The attempt counted here and now, on a store that
@@ -97,36 +87,21 @@ impl Counted {
         })
     }
 
-    /// [`attempt_now`](Self::attempt_now) of a limit of one part, given its
-    /// value (the layer's count: it checked the part when it was built).
-    #[cfg(feature = "axum")]
-    pub(super) fn attempt_only_now(&self, value: &str) -> Option<AtOnce> {
-        let [only] = &self.limit.parts[..] else { return None };
-        self.attempt_one_now(&[(&only.name, value)])
-    }
-
-    /// [`attempt_only_now`](Self::attempt_only_now) given the client
-    /// address `ip`, counted as its text.
-    #[cfg(feature = "axum")]
-    pub(super) fn attempt_address_now(&self, ip: IpAddr) -> Option<AtOnce> {
-        let [only] = &self.limit.parts[..] else { return None };
-        let text = self.rules.address(super::normalize::Normalize::Exact, ip);
-        self.attempt_one_now(&[(&only.name, &text)])
-    }
-
-    /// An attempt of 1 for `parts`, by the integer count when it answers,
-    /// else by the store's `update_now`.
-    #[cfg(feature = "axum")]
-    fn attempt_one_now(&self, parts: &[(&str, &str)]) -> Option<AtOnce> {
-        if let Some(rate) = self.only_gcra {
-            if let Some(counted) = self.gcra_counted(rate, parts, 1) {
-                return Some(AtOnce::Decided(match counted {
-                    Ok((tat, at)) => self.answer(gcra_step(rate, Some(tat), at, 1).1, at, 1),
-                    Err(e) => self.failed(e),
-                }));
-            }
+    /// The decision of an attempt of `cost` that [`gcra_counted`](Self::gcra_counted)
+    /// counted: its verdict and the time of the count, or the store's error.
+    /// Each answer returned from a branch of its own: one shared with the
+    /// refusal's call met it in a temporary, copied out.
+    #[inline(always)]
+    pub(super) fn gcra_decision(
+        &self,
+        answered: Result<(Verdict, Millis), StoreError>,
+        cost: u64,
+    ) -> Result<Decision, LimitError> {
+        match answered {
+            Ok((verdict, at)) if verdict.allowed => Ok(self.answer_allowed(&verdict, at)),
+            Ok((verdict, at)) => self.refused(&verdict, None, at, cost),
+            Err(e) => self.failed(e),
         }
-        self.attempt_now(parts, 1).map(AtOnce::Decided)
     }
 
     /// The store, when it [answers at once](LimitStore::update_now).

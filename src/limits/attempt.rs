@@ -64,13 +64,7 @@ impl Future for Attempt<'_> {
         if let State::Start { limits, name, parts, cost } = this.state {
             this.state = State::Done;
             if let Some((counted, answered)) = limits.gcra_at_once(name, parts, cost) {
-                // Each answer returned from a branch of its own: one shared
-                // with the refusal's call met it in a temporary, copied out.
-                return Poll::Ready(match answered {
-                    Ok((verdict, at)) if verdict.allowed => Ok(counted.answer_allowed(&verdict, at)),
-                    Ok((verdict, at)) => counted.refused(&verdict, None, at, cost),
-                    Err(e) => counted.failed(e),
-                });
+                return Poll::Ready(counted.gcra_decision(answered, cost));
             }
             let answered = limits.attempt_at_once(name, parts, cost);
             if answered.is_ready() {

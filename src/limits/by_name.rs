@@ -100,8 +100,8 @@ impl<T> ByName<T> {
         self.position(name).map(|i| &self.entries[i].1)
     }
 
-    /// Where the value named `name` is, for [`at`](Self::at).
-    pub(super) fn position(&self, name: &str) -> Option<usize> {
+    /// Where the value named `name` is.
+    fn position(&self, name: &str) -> Option<usize> {
         match &self.find {
             Find::Slots(slots) => {
                 let tag = tag(name);
@@ -112,12 +112,6 @@ impl<T> ByName<T> {
             }
             Find::Hashed(index) => hashed(index, name),
         }
-    }
-
-    /// The value at `i`, as [`position`](Self::position) gave it.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
-    pub(super) fn at(&self, i: usize) -> Option<&T> {
-        self.entries.get(i).map(|(_, value)| value)
     }
 
     /// Every value, in the order given.
@@ -191,7 +185,7 @@ mod tests {
             assert_eq!(matches!(by_name.find, Find::Hashed(_)), count > SLOTTED_UP_TO, "{count}");
             for (i, name) in names.iter().enumerate() {
                 assert_eq!(by_name.get(name), Some(&i), "{name} of {count}");
-                assert_eq!(by_name.position(name).and_then(|at| by_name.at(at)), Some(&i));
+                assert_eq!(by_name.get(name), Some(&i));
             }
             assert_eq!(by_name.get("limit-"), None);
             assert_eq!(by_name.get(&format!("limit-{count}")), None);

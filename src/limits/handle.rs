@@ -10,8 +10,6 @@ use crate::{update_with, Millis, StoreError, Write};
 
 use super::answers::Answers;
 use super::at_once::gcra_step;
-#[cfg(feature = "axum")]
-use super::at_once::AtOnce;
 use super::attempt::Attempt;
 use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
@@ -22,11 +20,6 @@ use super::last_hour::LastHour;
 use super::limit::Limit;
 use super::outcome::Verdict;
 use super::parts::decide_held;
-
-/// Where one limit of a [`Limits`] is, as [`Limits::position`] found it.
-#[cfg(feature = "axum")]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LimitAt(usize);
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
@@ -68,6 +61,24 @@ impl Limits {
     /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
     pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
         Attempt::new(self, name, parts, cost)
+    }
+
+    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
+    /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
+    /// (the memory store, guarded or not); `None` on a store that answers
+    /// through a future, and then nothing was counted: await `attempt_cost`
+    /// instead. For a caller that answers without a future of its own (a
+    /// tower service's `call`, as the [layer](crate::layer)'s).
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
+    pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+        if let Some((counted, answered)) = self.gcra_at_once(name, parts, cost) {
+            return Some(counted.gcra_decision(answered, cost));
+        }
+        match self.attempt_at_once(name, parts, cost) {
+            Poll::Ready(answered) => Some(answered),
+            Poll::Pending => None,
+        }
     }
 
     /// [`attempt_cost`](Self::attempt_cost) here and now, on a store that answers at
@@ -158,41 +169,6 @@ impl Limits {
             Some(algorithms) => decided.map(|d| counted.with_budget_of(d, algorithms)),
             None => decided,
         }
-    }
-
-    /// Where limit `name` is, for the `*_at_once` calls: found once, not on
-    /// every count.
-    #[cfg(feature = "axum")]
-    pub(crate) fn position(&self, name: &str) -> Option<LimitAt> {
-        self.limits.position(name).map(LimitAt)
-    }
-
-    /// [`attempt`](Self::attempt) of the only part of the limit `at` with
-    /// `value`, without a future, for a store that
-    /// [answers at once](crate::LimitStore::update_now) (the memory store); `None`
-    /// when it doesn't, and the caller awaits `attempt` instead. Nothing is
-    /// counted when it answers `None`.
-    #[cfg(feature = "axum")]
-    pub(crate) fn attempt_only_at_once(&self, at: LimitAt, value: &str) -> Option<AtOnce> {
-        self.at_once(at, |counted| counted.attempt_only_now(value))
-    }
-
-    /// [`attempt_only_at_once`](Self::attempt_only_at_once) with the client
-    /// address `ip` (its network, as the layer's extractor counts it):
-    /// counted as its text.
-    #[cfg(feature = "axum")]
-    pub(crate) fn attempt_address_at_once(&self, at: LimitAt, ip: std::net::IpAddr) -> Option<AtOnce> {
-        self.at_once(at, |counted| counted.attempt_address_now(ip))
-    }
-
-    /// `count` on the limit `at`, past the checks every attempt makes.
-    #[cfg(feature = "axum")]
-    fn at_once(&self, at: LimitAt, count: impl FnOnce(&Counted) -> Option<AtOnce>) -> Option<AtOnce> {
-        if let Err(e) = refuse_in_transaction() {
-            return Some(AtOnce::Decided(Err(e.into())));
-        }
-        // A position of these limits always names one: they never change.
-        count(self.limits.at(at.0)?)
     }
 
     /// Clears limit `name`'s counts for the given parts: call it on a success

@@ -53,15 +53,11 @@ mod tally;
 pub mod window;
 
 pub use algorithm::Algorithm;
-#[cfg(feature = "axum")]
-pub(crate) use at_once::AtOnce;
 pub use attempt::Attempt;
 pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
 pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 pub use decision::{Decision, LimitCounters, PartLeft};
 pub use error::LimitError;
-#[cfg(feature = "axum")]
-pub(crate) use handle::LimitAt;
 pub use handle::Limits;
 pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
