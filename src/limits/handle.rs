@@ -21,6 +21,10 @@ use super::limit::Limit;
 use super::outcome::Verdict;
 use super::parts::decide_held;
 
+/// A limit's integer count of a GCRA: the limit, and the verdict and the
+/// time of the count, or the store's error.
+pub(super) type GcraCounted<'a> = (&'a Counted, Result<(Verdict, Millis), StoreError>);
+
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
@@ -108,12 +112,7 @@ impl Limits {
     /// for any other attempt, and for one whose value its part refuses,
     /// which counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
     #[inline(always)]
-    pub(super) fn gcra_at_once(
-        &self,
-        name: &str,
-        parts: &[(&str, &str)],
-        cost: u64,
-    ) -> Option<(&Counted, Result<(Verdict, Millis), StoreError>)> {
+    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<GcraCounted<'_>> {
         if crate::transaction::is_in_transaction() {
             return None;
         }

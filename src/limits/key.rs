@@ -302,8 +302,8 @@ mod tests {
             let (by_integers, written) = asked(normalize, value, true).await;
             let (by_update, same) = asked(normalize, value, false).await;
             assert_eq!(written, same);
-            assert_eq!(by_integers, [written.clone()], "{normalize:?} {value}");
-            assert_eq!(by_update, [written.clone()], "{normalize:?} {value}");
+            assert_eq!(by_integers, std::slice::from_ref(&written), "{normalize:?} {value}");
+            assert_eq!(by_update, std::slice::from_ref(&written), "{normalize:?} {value}");
             assert_eq!(written.starts_with("door:who#"), value.len() > 1000, "{value}");
         }
         let rules = KeyRules::default();
