@@ -12,6 +12,7 @@
 //! - [`database`]: the database store on SQLite, PostgreSQL and MySQL.
 //! - [`redis`]: the Redis store, Sentinel, eviction.
 //! - [`security`]: the token, secrets, what the stores keep of a key.
+//! - [`logs`]: every log line's `kind`, its level and when it is written.
 
 #[doc = include_str!("../docs/guide/limits.md")]
 pub mod limits {}
@@ -42,3 +43,6 @@ pub mod redis {}
 
 #[doc = include_str!("../docs/guide/security.md")]
 pub mod security {}
+
+#[doc = include_str!("../docs/guide/logs.md")]
+pub mod logs {}

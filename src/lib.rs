@@ -21,8 +21,8 @@
 //!   tower service, and turns a decision into an answer inside a handler.
 //!
 //! The [`guide`] has a page per topic: limits, settings, the service, the
-//! layer, Envoy, stores, the bound, the database and Redis stores, and
-//! security.
+//! layer, Envoy, stores, the bound, the database and Redis stores,
+//! security, and logs (every `kind` is a constant in [`log`]).
 //!
 //! ## What to use for what
 //!

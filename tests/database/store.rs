@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::db::{databases, drop_table, put, raw, server, sqlite_url, SECRET};
-use limit_store::error::{Refusal, Unavailable};
+use limit_store::error::{RefusedInput, Unavailable};
 use limit_store::{in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, Write};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -159,9 +159,9 @@ async fn calls_inside_the_apps_transaction_are_refused() {
     for (url, table) in databases("intx") {
         let db = store(&url, &table, SECRET).await;
         let err = in_transaction(put(&db, "k", 1, 60_000)).await.unwrap_err();
-        assert_eq!(err.refusal(), Some(&Refusal::InTransaction), "{url}: {err}");
+        assert_eq!(err.refusal(), Some(&RefusedInput::InTransaction), "{url}: {err}");
         let err = in_transaction(db.read(&["k"])).await.unwrap_err();
-        assert_eq!(err.refusal(), Some(&Refusal::InTransaction));
+        assert_eq!(err.refusal(), Some(&RefusedInput::InTransaction));
         assert_eq!(db.read(&["k"]).await.unwrap(), vec![None], "{url}: nothing was counted");
         put(&db, "k", 1, 60_000).await.expect("outside the transaction it counts");
         drop_table(&url, &table).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::presets::*;
 use limit_store::clock::ManualClock;
-use limit_store::error::Refusal;
+use limit_store::error::RefusedInput;
 use limit_store::{in_transaction, LimitError, Limits, MemoryStore};
 
 const T0: i64 = 1_700_000_000_000;
@@ -219,7 +219,7 @@ async fn limits_are_refused_inside_the_apps_transaction() {
     let limits = limits_on(&ManualClock::new(T0));
     let parts = [("account", "a"), ("ip", "192.0.2.2")];
     let err = in_transaction(limits.attempt("sign-in", &parts)).await.unwrap_err();
-    assert!(matches!(&err, LimitError::Store(e) if e.refusal() == Some(&Refusal::InTransaction)), "{err}");
+    assert!(matches!(&err, LimitError::Store(e) if e.refusal() == Some(&RefusedInput::InTransaction)), "{err}");
     let err = in_transaction(limits.reset("sign-in", &parts)).await.unwrap_err();
     assert!(matches!(err, LimitError::Store(_)));
     assert!(limits.attempt("sign-in", &parts).await.unwrap().allowed);

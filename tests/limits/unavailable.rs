@@ -20,7 +20,7 @@ impl LimitStore for Broken {
     async fn update(&self, _: &[&str], _: &mut Apply<'_>) -> Result<(), StoreError> {
         match self.0 {
             "down" => Err(StoreError::unavailable(Unavailable::StoreFailed, "down for the test")),
-            "refuses" => Err(StoreError::from(limit_store::error::Refusal::NoKeys)),
+            "refuses" => Err(StoreError::from(limit_store::error::RefusedInput::NoKeys)),
             _ => {
                 tokio::time::sleep(Duration::from_secs(3_600)).await;
                 Ok(())

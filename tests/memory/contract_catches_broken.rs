@@ -107,7 +107,7 @@ impl Naive {
             return Ok(());
         }
         if self.defect == Defect::RefusesLongAllowedKeys && keys.iter().any(|k| k.len() > 512) {
-            return Err(limit_store::error::Refusal::KeyTooLong { index: 0, len: 513 }.into());
+            return Err(limit_store::error::RefusedInput::KeyTooLong { index: 0, len: 513 }.into());
         }
         check_keys(keys)
     }
@@ -191,7 +191,7 @@ impl LimitStore for Naive {
                 self.write(&mut map, key, write);
             }
             if wrong {
-                return Err(limit_store::error::Refusal::WrongWriteCount { keys: keys.len(), writes: 0 }.into());
+                return Err(limit_store::error::RefusedInput::WrongWriteCount { keys: keys.len(), writes: 0 }.into());
             }
             return Ok(());
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::load::add_one;
 use crate::common::redis::{OwnRedis, SECRET};
-use limit_store::store::redis::KIND_REPLICA;
+use limit_store::log::KIND_REDIS_REPLICA as KIND_REPLICA;
 use limit_store::{LimitStore, RedisStore};
 
 fn port(own: &OwnRedis) -> String {
