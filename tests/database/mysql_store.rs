@@ -1,5 +1,5 @@
 //! MySQL/MariaDB specifics: values compare as bytes after the migration that
-//! converts an existing table in place, and the store's clock stays UTC
+//! converts an existing table in place (and rows get their family column), and the store's clock stays UTC
 //! whatever zone the connection would start in.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -34,20 +34,44 @@ async fn the_migration_makes_an_existing_table_compare_bytes_and_keeps_its_rows(
     conn.execute(format!("INSERT INTO {table}_migrations VALUES (1)").as_str()).await.unwrap();
     assert_eq!(collation(&mut conn, &table).await, "utf8mb4_general_ci", "the old table folds case");
 
-    let store = DatabaseStore::builder(&url).table(&table).secret(SECRET).sweep_every(None).connect().await.unwrap();
-    let value = json!({"t": "É", "n": 3});
-    let written = value.clone();
-    store
-        .update(&["kept"], &mut |_: &[Option<Entry>], now: Millis| {
-            vec![Write::Put(Entry { value: written.clone(), expires_at: now + 600_000 })]
-        })
+    // This version writes each row's family: it refuses the table until the
+    // table is migrated, and says how.
+    let connect = || DatabaseStore::builder(&url).table(&table).secret(SECRET).sweep_every(None).connect();
+    let err = connect().await.unwrap_err();
+    assert!(err.is_setup() && err.to_string().contains("limit-store migrate"), "{err}");
+    // A row as an earlier version wrote it.
+    let value = json!({"t": "É", "n": 3}).to_string();
+    sqlx::query(&format!("INSERT INTO {table} (key_hash, generation, value, expires_at) VALUES (?, 1, ?, ?)"))
+        .bind(vec![7u8; 32])
+        .bind(&value)
+        .bind(i64::MAX)
+        .execute(&mut conn)
         .await
         .unwrap();
 
-    DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+    for _ in 0..2 {
+        DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+    }
     assert_eq!(collation(&mut conn, &table).await, "utf8mb4_bin");
-    let got = store.read(&["kept"]).await.unwrap();
-    assert_eq!(got[0].as_ref().map(|e| &e.value), Some(&value), "the row survived the conversion");
+    let (kept, family): (String, Option<i16>) =
+        sqlx::query_as(&format!("SELECT CAST(value AS CHAR), family FROM {table} WHERE key_hash = ?"))
+            .bind(vec![7u8; 32])
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!((kept, family), (value, None), "the row survived the conversion, without a family");
+    let store = connect().await.unwrap();
+    store
+        .update(&["kept"], &mut |_: &[Option<Entry>], now: Millis| {
+            vec![Write::Put(Entry { value: json!(1), expires_at: now + 600_000 })]
+        })
+        .await
+        .unwrap();
+    let families: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE family IS NOT NULL"))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(families, 1, "a new row has its family");
     conn.execute(format!("DROP TABLE {table}, {table}_migrations").as_str()).await.unwrap();
 }
 

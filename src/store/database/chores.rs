@@ -22,9 +22,10 @@ impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
     fn release(self) {}
 }
 
-/// Generates `migrate`, `count_live`, `count_expiring` and `generations`
-/// inside a backend's `impl`. The backend has `pool` (`conns::Conns`) and
-/// `table` fields and a `NOW` constant (its clock in ms) in scope.
+/// Generates `migrate`, `check_family_column`, `count_live`,
+/// `count_families`, `count_expiring` and `generations` inside a backend's
+/// `impl`. The backend has `pool` (`conns::Conns`), `table` and `url_hint`
+/// fields and a `NOW` constant (its clock in ms) in scope.
 macro_rules! chores {
     (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
         pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
@@ -43,7 +44,10 @@ macro_rules! chores {
                     continue;
                 }
                 for statement in migrate::statements(migration, table) {
-                    sqlx::query(&statement).execute(&mut *conn).await.map_err(failed)?;
+                    match sqlx::query(&statement).execute(&mut *conn).await {
+                        Err(e) if !super::error::there_already(&e) => return Err(failed(e)),
+                        _ => {}
+                    }
                 }
                 sqlx::query(&format!($record, table = table))
                     .bind(migration.version)
@@ -53,6 +57,42 @@ macro_rules! chores {
             }
             conn.release();
             Ok(())
+        }
+
+        /// Refuses a table whose migrations stop before the `family` column
+        /// (a store of an older version made it): every insert writes it.
+        pub(super) async fn check_family_column(&self) -> Result<(), StoreError> {
+            let sql = format!("SELECT family FROM {} WHERE 1 = 0", self.table);
+            let look = async {
+                let mut conn = self.pool.acquire().await?;
+                let found = sqlx::query(&sql).fetch_all(&mut *conn).await;
+                conn.release();
+                Ok::<_, sqlx::Error>(found.is_ok())
+            };
+            if look.await.map_err(|e| db_error("look for the family column", e))? {
+                Ok(())
+            } else {
+                Err(migrate::not_migrated(&self.table, &self.url_hint))
+            }
+        }
+
+        /// This generation's live rows, in all and per family tag: for the
+        /// bound and each family's share of it.
+        pub(super) async fn count_families(&self, generation: i64) -> Result<super::Census, StoreError> {
+            let t = &self.table;
+            let sql = format!(
+                "SELECT family, count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW} GROUP BY family",
+                $p
+            );
+            let count = async {
+                let mut conn = self.pool.acquire().await?;
+                let groups: Vec<(Option<i16>, i64)> =
+                    sqlx::query_as(&sql).bind(generation).fetch_all(&mut *conn).await?;
+                conn.release();
+                Ok(groups)
+            };
+            let groups = count.await.map_err(|e| db_error("count live entries", e))?;
+            Ok(super::Census::of(groups))
         }
 
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
@@ -267,8 +307,8 @@ macro_rules! write_if {
             let [insert, replace, delete] = statements;
             Some(match conditional {
                 Conditional::Nothing => return None,
-                Conditional::Insert { value, expires_at } => {
-                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at)
+                Conditional::Insert { value, expires_at, family } => {
+                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(family)
                 }
                 Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
                     .bind(generation)
