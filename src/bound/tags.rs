@@ -205,8 +205,9 @@ mod tests {
         assert_eq!(bound.held(), 7);
         assert!(update.hold(vec![api], vec![]).is_ok());
         assert_eq!(bound.held(), 6);
-        assert_eq!(update.hold(vec![api; 6], vec![]), Err(Short::Bound), "no room for 6 more than the 5 held");
-        assert_eq!(update.short(), Some(Short::Bound));
+        // No room for 6 more than the 5 held: past 80% the family's share refuses first.
+        assert_eq!(update.hold(vec![api; 6], vec![]), Err(Short::Share(api)));
+        assert_eq!(update.short(), Some(Short::Share(api)));
         drop(update);
         assert_eq!(bound.held(), 5, "an admission dropped unwritten gives its room back");
         let mut update = FamilyAdmission::new(&bound, &tags);
