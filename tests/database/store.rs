@@ -84,7 +84,8 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
         assert_eq!(new.read(&["k0", "k1"]).await.unwrap(), vec![None, None], "{url}");
         // …the old ones don't count against their bound…
         assert_eq!(new.live_entries().await.unwrap(), 0, "{url}");
-        for i in 0..max {
+        // One family of keys alone takes 80% of the bound (its share).
+        for i in 0..max - max / 5 {
             put(&new, &format!("n{i}"), 1, 60_000).await.unwrap_or_else(|e| panic!("{url}: new key {i}: {e}"));
         }
         let err = put(&new, "one-too-many", 1, 60_000).await.unwrap_err();
@@ -94,7 +95,7 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
         assert_eq!(got[0].as_ref().unwrap().value, json!({"n": 7}), "{url}");
         let generations = new.generations().await.unwrap();
         assert!(
-            generations.contains(&(old.generation(), 6)) && generations.contains(&(new.generation(), 10)),
+            generations.contains(&(old.generation(), 6)) && generations.contains(&(new.generation(), 8)),
             "{url}: {generations:?}"
         );
         // Old rows go when they expire, not sooner: a sweep keeps the live ones.
