@@ -144,11 +144,13 @@ impl<B: Deref<Target = Bound>, T: Deref<Target = FamilyTags>> FamilyAdmission<B,
     }
 
     /// Why the last [`hold`](Self::hold) found no room (`None`: it did).
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn short(&self) -> Option<Short> {
         self.short
     }
 
     /// The bound.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn bound(&self) -> &Bound {
         &self.bound
     }
