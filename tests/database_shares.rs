@@ -65,3 +65,22 @@ async fn a_flood_in_one_family_leaves_the_others_counting() {
         drop_table(&url, &table).await;
     }
 }
+
+/// The migration that adds the `family` column goes through when two
+/// processes run it at once (each may find the other's column or index
+/// there), and again later, changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_family_migration_runs_at_once_and_again() {
+    for (url, table) in databases("shares_migrate") {
+        let migrate = || DatabaseStore::builder(&url).table(&table).migrate();
+        let (one, two) = tokio::join!(migrate(), migrate());
+        one.unwrap_or_else(|e| panic!("{url}: {e}"));
+        two.unwrap_or_else(|e| panic!("{url}: {e}"));
+        migrate().await.unwrap_or_else(|e| panic!("{url}: again: {e}"));
+        let store = open(&url, &table).await;
+        add(&store, "api:key:1").await.unwrap();
+        assert_eq!(store.live_entries().await.unwrap(), 1, "{url}");
+        drop(store);
+        drop_table(&url, &table).await;
+    }
+}

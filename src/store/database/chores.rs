@@ -22,6 +22,25 @@ impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
     fn release(self) {}
 }
 
+/// Runs one statement of a migration on `$conn`: a change that is there
+/// already is no error, and one that raced another process's same change
+/// (PostgreSQL's catalogs answer a unique violation) runs once more, and then
+/// finds it there.
+macro_rules! migration_statement {
+    ($conn:expr, $sql:expr) => {{
+        let mut raced = false;
+        loop {
+            match sqlx::query($sql).execute(&mut *$conn).await {
+                Ok(_) => break Ok(()),
+                Err(e) if super::error::there_already(&e) => break Ok(()),
+                Err(e) if !raced && super::error::raced(&e) => raced = true,
+                Err(e) => break Err(e),
+            }
+        }
+    }};
+}
+pub(super) use migration_statement;
+
 /// Generates `migrate`, `check_family_column`, `count_live`,
 /// `count_families`, `count_expiring` and `generations` inside a backend's
 /// `impl`. The backend has `pool` (`conns::Conns`), `table` and `url_hint`
@@ -32,7 +51,7 @@ macro_rules! chores {
             let failed = |e| db_error("migrate", e);
             let mut conn = self.pool.acquire().await.map_err(failed)?;
             let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version {} PRIMARY KEY)", $ty);
-            sqlx::query(&log).execute(&mut *conn).await.map_err(failed)?;
+            super::chores::migration_statement!(conn, &log).map_err(failed)?;
             let applied = format!("SELECT version FROM {table}_migrations WHERE version = {}", $p);
             for migration in $migrations {
                 let done: Option<i64> = sqlx::query_scalar(&applied)
@@ -44,10 +63,7 @@ macro_rules! chores {
                     continue;
                 }
                 for statement in migrate::statements(migration, table) {
-                    match sqlx::query(&statement).execute(&mut *conn).await {
-                        Err(e) if !super::error::there_already(&e) => return Err(failed(e)),
-                        _ => {}
-                    }
+                    super::chores::migration_statement!(conn, &statement).map_err(failed)?;
                 }
                 sqlx::query(&format!($record, table = table))
                     .bind(migration.version)

@@ -35,6 +35,17 @@ pub(super) fn there_already(e: &sqlx::Error) -> bool {
         || e.as_database_error().is_some_and(|db| db.message().starts_with("duplicate column name"))
 }
 
+/// Codes of a migration statement that raced the same statement of another
+/// process: PostgreSQL's unique_violation (on its catalogs), duplicate_table,
+/// duplicate_column and duplicate_object.
+const RACED_CODES: &[&str] = &["23505", "42P07", "42701", "42710"];
+
+/// True when a migration statement met `e` racing another process's same
+/// change: run again, it finds the change there.
+pub(super) fn raced(e: &sqlx::Error) -> bool {
+    code(e).is_some_and(|c| RACED_CODES.contains(&c.as_str()))
+}
+
 /// True for a failure that a fresh attempt of the same transaction may not meet.
 pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| RETRY_CODES.contains(&c.as_str()))
