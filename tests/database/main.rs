@@ -19,6 +19,8 @@ mod first_count;
 #[cfg(feature = "mysql")]
 mod mysql_store;
 mod postgres_flat_table;
+#[cfg(all(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod shares;
 #[cfg(feature = "sqlite")]
 mod sqlite_owned;
 #[cfg(feature = "sqlite")]

@@ -6,9 +6,7 @@
 //! shares on the whole table's rows once it has counted them. On SQLite,
 //! PostgreSQL and MariaDB.
 
-mod common;
-
-use common::db::{databases, drop_table, SECRET};
+use crate::common::db::{databases, drop_table, SECRET};
 use limit_store::{update_with, DatabaseStore, Entry, LimitStore, StoreError, Write};
 use serde_json::json;
 
