@@ -6,7 +6,7 @@
 //! loaded again when the server answers `NOSCRIPT` (after a restart or a
 //! failover).
 
-use redis::aio::ConnectionManager;
+use super::link::Conn;
 use redis::{Script, Value};
 
 use super::entry::Raw;
@@ -138,11 +138,7 @@ impl Scripts {
     }
 
     /// The keys' raw entries and the server's clock.
-    pub(super) async fn read(
-        &self,
-        conn: &mut ConnectionManager,
-        names: &[String],
-    ) -> redis::RedisResult<(Millis, Vec<Raw>)> {
+    pub(super) async fn read(&self, conn: &mut Conn, names: &[String]) -> redis::RedisResult<(Millis, Vec<Raw>)> {
         let mut call = self.read.prepare_invoke();
         for name in names {
             call.key(name);
@@ -154,7 +150,7 @@ impl Scripts {
     }
 
     /// Removes those of `names` whose entry has expired; answers how many.
-    pub(super) async fn sweep(&self, conn: &mut ConnectionManager, names: &[Vec<u8>]) -> redis::RedisResult<u64> {
+    pub(super) async fn sweep(&self, conn: &mut Conn, names: &[Vec<u8>]) -> redis::RedisResult<u64> {
         let mut call = self.sweep.prepare_invoke();
         for name in names {
             call.key(name);
