@@ -120,6 +120,9 @@ fn worker() {
             let (g, u) = task.await.unwrap();
             sum = (sum.0 + g, sum.1 + u);
         }
+        let trips = store.round_trips();
+        // The keys lie in two slots: every update took the protocol's steps.
+        assert_eq!((trips.one, trips.two), (0, 0), "{trips:?}");
         sum
     });
     println!("granted {granted} unavailable {unavailable}");
@@ -131,7 +134,8 @@ fn worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_count_two_slots_exactly() {
     let Some(url) = cluster() else { return };
-    let run = format!("{:x}", std::process::id() as u64 * 7919 + limit_store::clock::SystemClock.now() as u64);
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let run = format!("{:x}-{}", since.as_nanos(), std::process::id());
     let keys = [format!("sign-in:account-{run}"), format!("sign-in:ip-{run}")];
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WORKERS)
