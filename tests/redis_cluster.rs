@@ -122,7 +122,7 @@ fn worker() {
         }
         let trips = store.round_trips();
         // The keys lie in two slots: every update took the protocol's steps.
-        assert_eq!((trips.one, trips.two), (0, 0), "{trips:?}");
+        assert!(trips.two == 0 && trips.more >= sum.0, "{trips:?}");
         sum
     });
     println!("granted {granted} unavailable {unavailable}");
