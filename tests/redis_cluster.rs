@@ -190,3 +190,42 @@ async fn a_node_through_redis_url_is_refused_with_what_to_use() {
     let err = RedisStore::builder("redis+cluster://").secret(SECRET).connect().await.unwrap_err().to_string();
     assert!(err.contains("redis+cluster://"), "{err}");
 }
+
+/// Three `serve` processes with `store = "redis"` on the cluster's URL share
+/// one budget: 150 concurrent sign-in attempts (an account and an address:
+/// two keys, in two slots) are answered exactly 5 times 200, 145 times 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_serve_instances_on_a_cluster_share_one_budget() {
+    let Some(url) = cluster() else { return };
+    let suffix = common::db::rand_suffix();
+    let path = std::env::temp_dir().join(format!("limit-store-serve-cluster-{suffix}.toml"));
+    std::fs::write(&path, format!("[rate_limit]\nstore = \"redis\"\nredis_url = \"{url}\"\n")).unwrap();
+    // A secret of this run's own: its keys are new on a cluster that keeps
+    // earlier runs' counts.
+    let secret = format!("{SECRET} {suffix}");
+    let env = [("LIMIT_STORE_SECRET", secret.as_str())];
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(common::serve::Serve::start(Some(&path), &env, &[]).await);
+    }
+    let body = r#"{"keys": {"account": "shared@example.com", "ip": "198.51.100.7"}}"#;
+    let attempts: Vec<_> = (0..150)
+        .map(|i| {
+            let addr = instances[i % 3].addr.clone();
+            tokio::spawn(async move {
+                let json = [("content-type", "application/json")];
+                let path = "/v1/limits/sign-in/attempt";
+                common::serve::request(&addr, "POST", path, &json, body.as_bytes()).await.unwrap().status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for attempt in attempts {
+        statuses.push(attempt.await.unwrap());
+    }
+    let allowed = statuses.iter().filter(|&&s| s == 200).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((allowed, limited), (5, 145), "{statuses:?}");
+    drop(instances);
+    let _ = std::fs::remove_file(path);
+}
