@@ -57,14 +57,16 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/redis-topologies")
 }
 
-/// The first of `n` consecutive free ports (apart from the Sentinel tests').
+/// The first of `n` consecutive free ports whose cluster bus ports (each
+/// plus 10,000) are free too.
 fn free_ports(n: u16) -> u16 {
     static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let nth = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let start = 40_000 + u16::try_from(std::process::id() % 1_000).unwrap() * 20 + nth * 10;
-    (start..60_000)
+    let start = 30_000 + u16::try_from(std::process::id() % 500).unwrap() * 20 + nth * 10;
+    let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+    (start..40_000)
         .step_by(usize::from(n))
-        .find(|&base| (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .find(|&base| (base..base + n).all(|p| free(p) && free(p + 10_000)))
         .expect("free ports")
 }
 

@@ -265,12 +265,15 @@ impl Batcher {
             }
         }
         for Pending { call, .. } in batch {
-            cmd.arg(call.hashes.len())
-                .arg(call.at)
-                .arg(call.lead)
-                .arg(call.lag.unwrap_or(-1))
-                .arg(call.token)
-                .arg(if call.claim { "1" } else { "0" });
+            cmd.arg(call.hashes.len()).arg(call.at).arg(call.lead).arg(call.lag.unwrap_or(-1)).arg(call.token).arg(
+                match (call.claim, self.cluster) {
+                    (false, false) => "0",
+                    (true, false) => "1",
+                    // On a cluster, mark the written update (see `script.rs`).
+                    (false, true) => "2",
+                    (true, true) => "3",
+                },
+            );
             for raw in &call.expected {
                 cmd.arg(raw.as_bytes());
             }

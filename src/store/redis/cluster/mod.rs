@@ -161,3 +161,43 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod resend {
+    use super::super::batch::{Op, WriteCall, Written};
+    use super::super::entry::Raw;
+    use crate::{Entry, LimitStore, RedisStore};
+
+    /// The cluster client sends a call again after a lost connection: a
+    /// one-slot compare-and-set that ran already answers written, and the
+    /// count is applied once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_write_sent_twice_is_applied_once() {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS_CLUSTER") else { return };
+        let prefix = format!("lst-resend-{}", std::process::id());
+        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
+        let shared = &store.shared;
+        let key = format!("k{}", crate::keys::hex(&shared.secret.key_hash(&prefix)));
+        let hash = shared.secret.key_hash(&key);
+        let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &key);
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        let expires_at = i64::try_from(since.as_millis()).unwrap() + 3_600_000;
+        let entry = Entry { value: serde_json::json!(1), expires_at };
+        let call = WriteCall {
+            hashes: vec![hash],
+            tags: vec![tag],
+            expected: vec![Raw::none()],
+            ops: vec![Op::Put { raw: Raw::encode(&entry), pxat: expires_at }],
+            at: 0,
+            lead: 0,
+            lag: None,
+            token: 42,
+            claim: false,
+        };
+        let (call, first) = shared.batcher.write(call).await.unwrap();
+        assert!(matches!(first, Ok(Written::Done { .. })), "{first:?}");
+        let (_, again) = shared.batcher.write(call).await.unwrap();
+        assert!(matches!(again, Ok(Written::Done { .. })), "sent again: {again:?}");
+        assert_eq!(store.read(&[&key]).await.unwrap()[0], Some(entry));
+    }
+}
