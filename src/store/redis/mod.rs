@@ -56,9 +56,7 @@ use crate::server_clock::ServerClock;
 use crate::StoreError;
 
 pub use self::builder::RedisStoreBuilder;
-pub use self::replica::KIND_REPLICA;
 use self::server::ServerInfo;
-pub use self::server::KIND_EVICTS;
 
 /// The default bound of a Redis store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;

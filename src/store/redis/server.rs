@@ -3,8 +3,7 @@
 
 use crate::StoreError;
 
-/// `kind` of the error that the Redis server may evict entries.
-pub const KIND_EVICTS: &str = "limit-store-redis-evicts";
+use crate::log::KIND_REDIS_EVICTS as KIND_EVICTS;
 
 /// The oldest server with `SET … PXAT` (Redis 6.2; every Valkey).
 const OLDEST: (u32, u32) = (6, 2);
