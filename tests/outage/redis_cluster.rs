@@ -5,8 +5,6 @@
 //! `CLUSTER FAILOVER` under load is answered within the guard's deadline,
 //! with counting resumed on the same store and no acknowledged count lost.
 
-
-
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

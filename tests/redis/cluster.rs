@@ -9,8 +9,6 @@
 //! `redis-server`, and leave it running for the next run. They are skipped,
 //! saying so, only when no cluster can be started.
 
-
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
