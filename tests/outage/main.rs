@@ -1,6 +1,7 @@
 //! Real outages: the shared PostgreSQL and MariaDB servers stopped and
 //! restarted under load, their sessions ended, a database or `serve`'s store
-//! that stops answering, Redis paused and restarted, a Sentinel failover.
+//! that stops answering, Redis paused and restarted, a Sentinel failover, a
+//! Redis Cluster failover and a process killed mid-update.
 //!
 //! A test here takes a server away from every other test that uses it, or
 //! bounds how fast each call is answered. So these tests are a binary of their
@@ -19,6 +20,8 @@ mod database_restart;
 mod outage_mysql;
 mod outage_postgres;
 mod postgres_sessions_ended;
+#[cfg(feature = "redis")]
+mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_outage;
 #[cfg(all(feature = "redis", feature = "testing", feature = "sqlite", feature = "serve"))]

@@ -8,6 +8,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+#[cfg(all(feature = "testing", feature = "sqlite", feature = "serve"))]
+mod cluster;
 #[cfg(feature = "testing")]
 mod contract;
 mod replica;
