@@ -74,18 +74,18 @@ impl Inner {
     }
 
     /// The key at `k` counted by this crate's own `step` on its value as one
-    /// integer (`None`: no live entry, or one holding anything else). `step`
-    /// gives the integer to hold and when it expires, or nothing to write,
-    /// and an answer: no JSON at all. The caller checked the key, and
+    /// integer and its expiry (`None`: no live entry, or one holding anything
+    /// else). `step` gives the integer to hold and when it expires, or
+    /// nothing to write, and an answer: no JSON at all. The caller checked the key, and
     /// `family` gives its family, as for [`count_one`](Self::count_one).
     pub(super) fn count_number<T>(
         &self,
         k: Located,
         family: impl Fn(&Bound) -> FamilyId,
-        mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+        mut step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
         self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
-            let (write, answer) = step(slot.and_then(|s| s.as_i64()), now);
+            let (write, answer) = step(slot.and_then(|s| Some((s.as_i64()?, s.expires_at()))), now);
             let write = match write {
                 Some((value, expires_at)) if expires_at > now => {
                     SlotWrite::Put { value: Stored::number(value), expires_at }
