@@ -118,7 +118,7 @@ impl Counted {
         let done = store.update_now(refs, &mut apply)?;
         let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
         Some(match &overridden {
-            Some(algorithms) => decided.map(|d| self.with_budget_of(d, algorithms)),
+            Some(algorithms) => self.with_budgets_of(decided, algorithms),
             None => decided,
         })
     }
