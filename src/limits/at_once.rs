@@ -280,12 +280,17 @@ fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate, 
     }
     let (mut tat, mut at) = (0, 0);
     memory
-        .count_number_after(start, value, |stored, now| {
-            let held = rate.held(stored, now);
-            tat = super::gcra::counted_from(held, now);
-            at = now;
-            (rate.keep(stored, held, gcra_step(rate, held, now, cost).0), ())
-        })
+        .count_number_after(
+            start,
+            value,
+            #[inline(always)]
+            |stored, now| {
+                let held = rate.held(stored, now);
+                tat = super::gcra::counted_from(held, now);
+                at = now;
+                (rate.keep(stored, held, gcra_step(rate, held, now, cost).0), ())
+            },
+        )
         .ok()?;
     Some((tat, at))
 }

@@ -87,20 +87,23 @@ impl Rate {
     /// of the TAT itself, or of no interval, is read at this rate.
     #[inline(always)]
     pub(crate) fn held(self, stored: Option<(i64, Millis)>, now: Millis) -> Option<Millis> {
-        let (interval, tat) = stored?;
-        if interval == self.interval || interval <= 0 || interval == tat || tat <= now {
-            return Some(tat);
+        match stored {
+            Some((interval, tat)) if interval == self.interval => Some(tat),
+            Some((interval, tat)) => Some(self.rescaled(interval, tat, now)),
+            None => None,
         }
-        Some(self.rescaled(interval, tat, now))
     }
 
-    /// `tat`, counted at `interval`, on this rate at `now` (`tat > now`,
-    /// `interval > 0`): rounded up to the millisecond, so that no part of
-    /// an attempt held is lost, and at most a bucket (a lowered budget
-    /// empties it; a bucket is never more than empty).
+    /// `tat`, counted at `interval`, on this rate at `now`: rounded up to
+    /// the millisecond, so that no part of an attempt held is lost, and at
+    /// most a bucket (a lowered budget empties it; a bucket is never more
+    /// than empty). Out of the usual count's way.
     #[cold]
     #[inline(never)]
     fn rescaled(self, interval: Millis, tat: Millis, now: Millis) -> Millis {
+        if interval <= 0 || interval == tat || tat <= now {
+            return tat; // no interval (a TAT kept before the interval was), or refilled
+        }
         // In i128: a span of up to 2^64 times an interval of up to 2^63 fits.
         let span = (i128::from(tat) - i128::from(now)) * i128::from(self.interval);
         let (whole, part) = (span / i128::from(interval), span % i128::from(interval));
@@ -124,11 +127,17 @@ impl Rate {
     ) -> Option<(i64, Millis)> {
         match (next, stored) {
             (Some(next), _) => Some((self.interval, next)),
-            (None, Some((interval, was))) if interval != self.interval => {
-                tat.filter(|&tat| tat != was).map(|tat| (self.interval, tat))
-            }
+            (None, Some((interval, was))) if interval != self.interval => self.rescaled_kept(tat, was),
             (None, _) => None,
         }
+    }
+
+    /// [`keep`](Self::keep) of a refusal or a check on a key counted at
+    /// another interval: `tat` when it is not what was kept (`was`).
+    #[cold]
+    #[inline(never)]
+    fn rescaled_kept(self, tat: Option<Millis>, was: Millis) -> Option<(i64, Millis)> {
+        tat.filter(|&tat| tat != was).map(|tat| (self.interval, tat))
     }
 
     /// One attempt on a TAT on this rate (`None`: no live entry, or one

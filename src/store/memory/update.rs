@@ -84,18 +84,26 @@ impl Inner {
         family: impl Fn(&Bound) -> FamilyId,
         mut step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
-        self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
-            let (write, answer) = step(slot.and_then(|s| Some((s.as_i64()?, s.expires_at()))), now);
-            let write = match write {
-                Some((value, expires_at)) if expires_at > now => {
-                    SlotWrite::Put { value: Stored::number(value), expires_at }
-                }
-                // Expired as it is written: a delete, as `run_step` makes it.
-                Some(_) => SlotWrite::Delete,
-                None => SlotWrite::Keep,
-            };
-            Ok((write, answer))
-        })
+        // Inlined, with the step, into the count (as an argument, it may be so marked).
+        fn as_given<F>(f: F) -> F {
+            f
+        }
+        let mut at = as_given(
+            #[inline(always)]
+            |slot: Option<SlotMut<'_>>, now: Millis| {
+                let (write, answer) = step(slot.and_then(|s| Some((s.as_i64()?, s.expires_at()))), now);
+                let write = match write {
+                    Some((value, expires_at)) if expires_at > now => {
+                        SlotWrite::Put { value: Stored::number(value), expires_at }
+                    }
+                    // Expired as it is written: a delete, as `run_step` makes it.
+                    Some(_) => SlotWrite::Delete,
+                    None => SlotWrite::Keep,
+                };
+                Ok((write, answer))
+            },
+        );
+        self.at_slot(k, &family, &mut at)
     }
 
     /// `step` run on the entries of one key, lent from its slot.
