@@ -10,7 +10,7 @@
 //! The entry's expiry is the TAT, and its value the interval it was counted
 //! at, so that a budget or window changed by a reload applies to what is
 //! held: the `(tat - now) / interval` attempts still held are counted again
-//! on the new interval (see [`Rate::held`]). An entry written before the
+//! on the new interval (see `Rate::held`). An entry written before the
 //! interval was kept holds the TAT as its value too, and is read at the
 //! current rate.
 
