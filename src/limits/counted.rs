@@ -27,11 +27,7 @@ use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
 use super::parts::{self, Held};
 
-/// `kind` of the warning that a limit answered by its policy because its
-/// store was unavailable.
-pub const KIND_DEGRADED: &str = "limit-degraded";
-/// `kind` of the line that a limit in shadow mode would have refused an attempt.
-pub const KIND_SHADOW_REFUSAL: &str = "limit-shadow-refusal";
+use crate::log::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 /// Where a limit counts.
 pub(super) enum Backend {
     Store(Arc<dyn LimitStore>),

@@ -56,8 +56,7 @@ pub use algorithm::Algorithm;
 #[cfg(feature = "axum")]
 pub(crate) use at_once::AtOnce;
 pub use attempt::Attempt;
-pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
-pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
+pub use builder::LimitsBuilder;
 pub use decision::{Decision, LimitCounters, PartLeft};
 pub use error::LimitError;
 #[cfg(feature = "axum")]

@@ -1,9 +1,9 @@
 //! One shard's entries, in two tables by the kind of value: an integer (what
 //! a limit's GCRA holds, and any counter kept as a bare number) in a 32-byte
 //! slot, two to a cache line; any other value in a 64-byte slot of its own
-//! line (compact, see `stored.rs`). At 100,000 counted integers the table is
-//! 4.2 MB, where 64-byte slots made 8.4 MB, so the one cache miss of a count
-//! reaches less memory, and an entry costs half the bytes.
+//! line (compact, see `stored.rs`). An integer's slot is half a line, so
+//! the one cache miss of a count reaches half the memory a line per entry
+//! would, and an entry costs half the bytes (the sizes: BENCHMARKS.md).
 //!
 //! A key is in one of the two at most. A lookup tries the integers first; a
 //! write whose value changes kind moves the key to the other table.

@@ -391,7 +391,7 @@ mod tests {
         assert!(store.count_one_after(&start, b"k", |_, _| (huge.clone(), ())).unwrap_err().refusal().is_some());
         let long = "k".repeat(crate::MAX_KEY_BYTES);
         let refused = store.count_one_after(&start, long.as_bytes(), |_, _| (put(3), ())).unwrap_err();
-        assert!(matches!(refused.refusal(), Some(crate::error::Refusal::KeyTooLong { .. })));
+        assert!(matches!(refused.refusal(), Some(crate::error::RefusedInput::KeyTooLong { .. })));
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "nothing was lost or half-written");
     }
 }
