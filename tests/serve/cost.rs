@@ -176,8 +176,7 @@ async fn the_api_document_describes_cost_and_parts() {
 /// is refused with that budget, not the part's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_is_no_attempt_in_the_metrics_and_an_override_says_its_budget() {
-    let path = config(
-        "checks",
+    let path = settings_file(
         "[rate_limit]\nsingle_instance = true\n\n\
          [rate_limit.limits.tokens]\nparts = [\"user\"]\nbudget = 37\nwindow = \"1h\"\n\n\
          [rate_limit.limits.tokens.user.overrides]\n\"big-co\" = { budget = 61 }\n",
