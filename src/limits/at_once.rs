@@ -118,7 +118,7 @@ impl Counted {
         let done = store.update_now(refs, &mut apply)?;
         let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
         Some(match &overridden {
-            Some(algorithms) => decided.map(|d| self.with_budget_of(d, algorithms)),
+            Some(algorithms) => self.with_budgets_of(decided, algorithms),
             None => decided,
         })
     }
@@ -269,10 +269,10 @@ impl Counted {
 }
 
 /// One attempt of `cost` on a GCRA at `rate`, whose key is `start` followed by
-/// `value`, counted on `memory` as one integer: the TAT the step counted
-/// from and its time (the step's verdict is worked out again from them),
-/// or `None` when the key is too long for its text (it names a hash of the
-/// value instead: see `CallKeys`) or the count failed, writing nothing.
+/// `value`, counted on `memory` as one integer: the TAT (on `rate`) the step
+/// counted from and its time (the step's verdict is worked out again from
+/// them), or `None` when the key is too long for its text (it names a hash
+/// of the value instead: see `CallKeys`) or the count failed, writing nothing.
 #[inline(always)]
 fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate, cost: u64) -> Option<(Millis, Millis)> {
     if start.len() + value.len() > MAX_KEY_BYTES {
@@ -280,11 +280,17 @@ fn count_gcra(memory: &MemoryStore, start: &KeyStart, value: &[u8], rate: Rate, 
     }
     let (mut tat, mut at) = (0, 0);
     memory
-        .count_number_after(start, value, |stored, now| {
-            tat = super::gcra::counted_from(stored, now);
-            at = now;
-            (gcra_step(rate, stored, now, cost).0.map(|next| (next, next)), ())
-        })
+        .count_number_after(
+            start,
+            value,
+            #[inline(always)]
+            |stored, now| {
+                let held = rate.held(stored, now);
+                tat = super::gcra::counted_from(held, now);
+                at = now;
+                (rate.keep(stored, held, gcra_step(rate, held, now, cost).0), ())
+            },
+        )
         .ok()?;
     Some((tat, at))
 }

@@ -67,7 +67,7 @@ impl Future for Attempt<'_> {
                 // Each answer returned from a branch of its own: one shared
                 // with the refusal's call met it in a temporary, copied out.
                 if verdict.allowed {
-                    return Poll::Ready(Ok(counted.answer_allowed(&verdict, at)));
+                    return Poll::Ready(Ok(counted.answer_allowed(&verdict, at, cost)));
                 }
                 return Poll::Ready(counted.refused(&verdict, None, at, cost));
             }

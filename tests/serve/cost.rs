@@ -170,3 +170,40 @@ async fn the_api_document_describes_cost_and_parts() {
     let attempt = &doc["paths"]["/v1/limits/{name}/attempt"]["post"]["requestBody"]["content"]["application/json"];
     assert_eq!(attempt["schema"]["$ref"], json!("#/components/schemas/AttemptBody"));
 }
+
+/// A check (`"cost": 0`) counts nothing, so `/metrics` counts it as no
+/// attempt, allowed or limited; a cost over an overridden value's budget
+/// is refused with that budget, not the part's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_is_no_attempt_in_the_metrics_and_an_override_says_its_budget() {
+    let path = settings_file(
+        "[rate_limit]\nsingle_instance = true\n\n\
+         [rate_limit.limits.tokens]\nparts = [\"user\"]\nbudget = 37\nwindow = \"1h\"\n\n\
+         [rate_limit.limits.tokens.user.overrides]\n\"big-co\" = { budget = 61 }\n",
+    );
+    let serve = Serve::start(Some(&path), &[], &[]).await;
+    let tokens = |user: &str, cost: u64| json!({"keys": {"user": user}, "cost": cost}).to_string();
+    for _ in 0..3 {
+        assert_eq!(serve.post(SIGN_IN, &body("ada", Some(json!(0)))).await.status, 200);
+        assert_eq!(serve.post("/v1/limits/api/attempt", r#"{"keys": {"client": "c-1"}, "cost": 0}"#).await.status, 200);
+    }
+    assert_eq!(serve.post(SIGN_IN, &body("ada", Some(json!(5)))).await.status, 200);
+    assert_eq!(serve.post(SIGN_IN, &body("ada", Some(json!(0)))).await.status, 429, "a check that would be refused");
+    assert_eq!(serve.post(SIGN_IN, &body("ada", None)).await.status, 429);
+    let text = serve.request("GET", "/metrics", &[], b"").await.unwrap().body;
+    for line in [
+        r#"limit_store_attempts_total{limit="sign-in",outcome="allowed"} 1"#,
+        r#"limit_store_attempts_total{limit="sign-in",outcome="limited"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+    }
+    assert!(!text.contains(r#"limit="api""#), "checks counted as attempts:\n{text}");
+
+    let r = serve.post("/v1/limits/tokens/attempt", &tokens("big-co", 62)).await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("(61)"), "the override's budget: {}", r.body);
+    let r = serve.post("/v1/limits/tokens/attempt", &tokens("small", 38)).await;
+    assert!(r.json()["error"].as_str().unwrap().contains("(37)"), "the part's budget: {}", r.body);
+    assert_eq!(serve.post("/v1/limits/tokens/attempt", &tokens("big-co", 40)).await.status, 200);
+    let _ = std::fs::remove_file(path);
+}

@@ -1,13 +1,16 @@
 //! Reload applies to the counts already held: after SIGHUP, a raised budget
 //! lets a key that spent the old one go on at once, and a lowered one
 //! refuses a key at once, on a limit of the site's own (fixed window, a
-//! lockout, a sliding window) over HTTP on the real binary; a file that
-//! can't be used is refused and the running limits stay.
+//! lockout, a sliding window, a GCRA on the memory store's integer path and
+//! on the JSON one, in memory and on SQLite) over HTTP on the real binary;
+//! a file that can't be used is refused and the running limits stay.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::db::{rand_suffix, sqlite_url, SECRET};
 use crate::common::serve::{scratch, Serve};
+use limit_store::DatabaseStore;
 
 const UPLOADS: &str = "/v1/limits/uploads/attempt";
 
@@ -171,4 +174,100 @@ async fn a_reload_keeps_the_counts_when_a_window_changes() {
     let r = post("u9", "tab").await;
     assert_eq!(r.status, 200, "{}", r.body);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Two GCRA limits at `budget` per `window` after `store` (the settings'
+/// `[rate_limit]` lines): `plans`, of one part (on the memory store, counted
+/// on its integer), and `tokens`, of two (counted through the store's JSON
+/// path), whose `org` has budget to spare.
+fn gcra(store: &str, budget: u64, window: &str) -> String {
+    format!(
+        "[rate_limit]\n{store}\n\n\
+         [rate_limit.limits.plans]\nparts = [\"client\"]\nalgorithm = \"gcra\"\nbudget = {budget}\nwindow = \"{window}\"\n\n\
+         [rate_limit.limits.tokens]\nparts = [\"user\", \"org\"]\nalgorithm = \"gcra\"\nbudget = {budget}\nwindow = \"{window}\"\n\n\
+         [rate_limit.limits.tokens.org]\nbudget = 1000\n"
+    )
+}
+
+/// Writes `text` to `config`, sends SIGHUP, and waits until `plans` and
+/// `tokens`' first part count `budget` per `window_ms`.
+async fn reload_gcra(serve: &Serve, config: &Path, text: &str, budget: u64, window_ms: u64) {
+    std::fs::write(config, text).unwrap();
+    serve.signal("HUP");
+    let started = Instant::now();
+    loop {
+        let r = serve.request("GET", "/v1/limits", &[], b"").await.unwrap();
+        let limits = r.json()["limits"].as_array().unwrap().clone();
+        let now: Vec<_> = ["plans", "tokens"]
+            .iter()
+            .map(|name| {
+                let limit = limits.iter().find(|l| l["name"] == *name).unwrap();
+                (limit["parts"][0]["budget"].as_u64().unwrap(), limit["parts"][0]["window_ms"].as_u64().unwrap())
+            })
+            .collect();
+        if now == [(budget, window_ms); 2] {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the limits did not become {budget} per {window_ms}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `n` attempts of `key` on both limits: how many each allowed.
+async fn gcra_attempts(serve: &Serve, key: &str, n: usize) -> [usize; 2] {
+    let mut allowed = [0; 2];
+    for _ in 0..n {
+        for (i, (limit, body)) in [
+            ("plans", format!(r#"{{"keys": {{"client": "{key}"}}}}"#)),
+            ("tokens", format!(r#"{{"keys": {{"user": "{key}", "org": "acme"}}}}"#)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = serve.post(&format!("/v1/limits/{limit}/attempt"), &body).await;
+            assert!(r.status == 200 || r.status == 429, "{limit}: {} {}", r.status, r.body);
+            allowed[i] += usize::from(r.status == 200);
+        }
+    }
+    allowed
+}
+
+/// A GCRA's reload in both directions, and of its window, on `store`.
+async fn a_reload_applies_to_what_a_gcra_holds(what: &str, store: &str, env: &[(&str, &str)]) {
+    let dir = scratch(&format!("site-reload-gcra-{what}"));
+    let config = dir.join("limit-store.toml");
+    std::fs::write(&config, gcra(store, 3, "1h")).unwrap();
+    let serve = Serve::start(Some(&config), env, &[]).await;
+    // `ann` spends her 3; raised to 6, she goes on at once for exactly 3 more.
+    assert_eq!(gcra_attempts(&serve, "ann", 4).await, [3, 3], "{what}");
+    reload_gcra(&serve, &config, &gcra(store, 6, "1h"), 6, 3_600_000).await;
+    assert_eq!(gcra_attempts(&serve, "ann", 5).await, [3, 3], "{what}: raised: goes on at once for the difference");
+    // `bea` spends 2 of the 6; lowered to 2, she is refused at once.
+    assert_eq!(gcra_attempts(&serve, "bea", 2).await, [2, 2], "{what}");
+    reload_gcra(&serve, &config, &gcra(store, 2, "1h"), 2, 3_600_000).await;
+    assert_eq!(gcra_attempts(&serve, "bea", 1).await, [0, 0], "{what}: lowered: refused at once");
+    // `cy` spends 2 of 2 an hour; a day keeps them, and so does a second,
+    // over which they then refill.
+    assert_eq!(gcra_attempts(&serve, "cy", 3).await, [2, 2], "{what}");
+    reload_gcra(&serve, &config, &gcra(store, 2, "1d"), 2, 86_400_000).await;
+    assert_eq!(gcra_attempts(&serve, "cy", 1).await, [0, 0], "{what}: a longer window keeps the count");
+    reload_gcra(&serve, &config, &gcra(store, 2, "1s"), 2, 1_000).await;
+    assert_eq!(gcra_attempts(&serve, "cy", 1).await, [0, 0], "{what}: a shorter window keeps the count");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(gcra_attempts(&serve, "cy", 1).await, [1, 1], "{what}: refilled over the new window");
+    drop(serve);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_to_what_a_gcra_holds_in_memory() {
+    a_reload_applies_to_what_a_gcra_holds("memory", "single_instance = true", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_to_what_a_gcra_holds_on_sqlite() {
+    let (url, table) = (sqlite_url("site-reload-gcra"), format!("ls_gcra_{}", rand_suffix() % 1_000_000_000));
+    DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+    let store = format!("store = \"database\"\ndatabase_url = \"{url}\"\ntable = \"{table}\"");
+    a_reload_applies_to_what_a_gcra_holds("sqlite", &store, &[("LIMIT_STORE_SECRET", SECRET)]).await;
 }

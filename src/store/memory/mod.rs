@@ -203,15 +203,15 @@ impl MemoryStore {
     }
 
     /// [`count_one_after`](Self::count_one_after) by a `step` on the key's
-    /// value as one integer (`None`: no live entry, or one holding anything
-    /// else), which gives the integer to hold and when it expires (or nothing
-    /// to write) and an answer: no JSON is rebuilt, parsed or checked. A GCRA
-    /// counts so.
+    /// value as one integer and its expiry (`None`: no live entry, or one
+    /// holding anything else), which gives the integer to hold and when it
+    /// expires (or nothing to write) and an answer: no JSON is rebuilt,
+    /// parsed or checked. A GCRA counts so (its TAT is the expiry).
     pub(crate) fn count_number_after<T>(
         &self,
         start: &KeyStart,
         rest: &[u8],
-        step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+        step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
         let family = |bound: &Bound| start.family(rest, bound);
         self.inner.count_number(located_after(start, rest)?, family, step)

@@ -262,7 +262,7 @@ mod tests {
         let store = MemoryStore::new();
         let start = store.key_start("limit:part:");
         let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((7, LATER)), n)).unwrap();
+        let seen = store.count_number_after(&start, b"k", |n, _| (Some((7, LATER)), n.map(|(n, _)| n))).unwrap();
         assert_eq!(seen, None, "new");
         let object = Write::Put(Entry { value: json!({"n": 1}), expires_at: LATER });
         store
@@ -274,10 +274,10 @@ mod tests {
             .unwrap();
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!({"n": 1})));
         assert_eq!(store.len(), 1);
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((8, LATER)), n)).unwrap();
+        let seen = store.count_number_after(&start, b"k", |n, _| (Some((8, LATER)), n.map(|(n, _)| n))).unwrap();
         assert_eq!(seen, None, "an object is no integer to count on");
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(8)));
-        let seen = store.count_number_after(&start, b"k", |n, _| (Some((9, LATER)), n)).unwrap();
+        let seen = store.count_number_after(&start, b"k", |n, _| (Some((9, LATER)), n.map(|(n, _)| n))).unwrap();
         assert_eq!(seen, Some(8));
         assert_eq!(store.len(), 1, "held once, in one table");
         store.update(&["limit:part:k"], &mut |_: &[Option<Entry>], _| vec![Write::Delete]).await.unwrap();

@@ -74,28 +74,36 @@ impl Inner {
     }
 
     /// The key at `k` counted by this crate's own `step` on its value as one
-    /// integer (`None`: no live entry, or one holding anything else). `step`
-    /// gives the integer to hold and when it expires, or nothing to write,
-    /// and an answer: no JSON at all. The caller checked the key, and
+    /// integer and its expiry (`None`: no live entry, or one holding anything
+    /// else). `step` gives the integer to hold and when it expires, or
+    /// nothing to write, and an answer: no JSON at all. The caller checked the key, and
     /// `family` gives its family, as for [`count_one`](Self::count_one).
     pub(super) fn count_number<T>(
         &self,
         k: Located,
         family: impl Fn(&Bound) -> FamilyId,
-        mut step: impl FnMut(Option<i64>, Millis) -> (Option<(i64, Millis)>, T),
+        mut step: impl FnMut(Option<(i64, Millis)>, Millis) -> (Option<(i64, Millis)>, T),
     ) -> Result<T, StoreError> {
-        self.at_slot(k, &family, &mut |slot: Option<SlotMut<'_>>, now: Millis| {
-            let (write, answer) = step(slot.and_then(|s| s.as_i64()), now);
-            let write = match write {
-                Some((value, expires_at)) if expires_at > now => {
-                    SlotWrite::Put { value: Stored::number(value), expires_at }
-                }
-                // Expired as it is written: a delete, as `run_step` makes it.
-                Some(_) => SlotWrite::Delete,
-                None => SlotWrite::Keep,
-            };
-            Ok((write, answer))
-        })
+        // Inlined, with the step, into the count (as an argument, it may be so marked).
+        fn as_given<F>(f: F) -> F {
+            f
+        }
+        let mut at = as_given(
+            #[inline(always)]
+            |slot: Option<SlotMut<'_>>, now: Millis| {
+                let (write, answer) = step(slot.and_then(|s| Some((s.as_i64()?, s.expires_at()))), now);
+                let write = match write {
+                    Some((value, expires_at)) if expires_at > now => {
+                        SlotWrite::Put { value: Stored::number(value), expires_at }
+                    }
+                    // Expired as it is written: a delete, as `run_step` makes it.
+                    Some(_) => SlotWrite::Delete,
+                    None => SlotWrite::Keep,
+                };
+                Ok((write, answer))
+            },
+        );
+        self.at_slot(k, &family, &mut at)
     }
 
     /// `step` run on the entries of one key, lent from its slot.
