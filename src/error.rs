@@ -65,7 +65,7 @@ impl fmt::Display for Unavailable {
 /// A call the store refused because of its input. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Refusal {
+pub enum RefusedInput {
     /// The call named no keys.
     #[error("no keys given: pass 1 to {max} keys per call", max = crate::MAX_KEYS)]
     NoKeys,
@@ -141,7 +141,7 @@ pub enum StoreError {
     },
     /// The call's input was refused; nothing was written.
     #[error("limit store refused the call: {0}")]
-    Refused(#[from] Refusal),
+    Refused(#[from] RefusedInput),
     /// The store can't start as configured (a bad URL, a missing table, a
     /// short secret). The message says what to change.
     #[error("limit store can't start: {detail}")]
@@ -195,7 +195,7 @@ impl StoreError {
     }
 
     /// The refusal, for the refused-input family.
-    pub fn refusal(&self) -> Option<&Refusal> {
+    pub fn refusal(&self) -> Option<&RefusedInput> {
         match self {
             StoreError::Refused(r) => Some(r),
             _ => None,

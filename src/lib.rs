@@ -20,6 +20,10 @@
 //! - `layer` (feature `axum`) puts a limit in front of an axum router or any
 //!   tower service, and turns a decision into an answer inside a handler.
 //!
+//! The [`guide`] has a page per topic: limits, settings, the service, the
+//! layer, Envoy, stores, the bound, the database and Redis stores,
+//! security, and logs (every `kind` is a constant in [`log`]).
+//!
 //! ## What to use for what
 //!
 //! | you want to | use |
@@ -92,6 +96,12 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guard;
+// Rendered in the docs; its examples run as doctests with every store's feature.
+#[cfg(any(
+    all(doc, not(doctest)),
+    all(doctest, feature = "axum", feature = "sqlite", feature = "postgres", feature = "redis", feature = "testing")
+))]
+pub mod guide;
 pub mod keys;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

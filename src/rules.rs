@@ -6,7 +6,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::Refusal;
+use crate::error::RefusedInput;
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
 /// Most keys one call may name.
@@ -20,21 +20,21 @@ pub const MAX_VALUE_BYTES: usize = 4096;
 /// bytes, no key twice.
 pub fn check_keys(keys: &[&str]) -> Result<(), StoreError> {
     if keys.is_empty() {
-        return Err(Refusal::NoKeys.into());
+        return Err(RefusedInput::NoKeys.into());
     }
     if keys.len() > MAX_KEYS {
-        return Err(Refusal::TooManyKeys { count: keys.len() }.into());
+        return Err(RefusedInput::TooManyKeys { count: keys.len() }.into());
     }
     for (index, key) in keys.iter().enumerate() {
         if key.is_empty() {
-            return Err(Refusal::EmptyKey { index }.into());
+            return Err(RefusedInput::EmptyKey { index }.into());
         }
         if key.len() > MAX_KEY_BYTES {
-            return Err(Refusal::KeyTooLong { index, len: key.len() }.into());
+            return Err(RefusedInput::KeyTooLong { index, len: key.len() }.into());
         }
         // At most 32 keys: a quadratic scan beats hashing here.
         if let Some(first) = keys[..index].iter().position(|k| k == key) {
-            return Err(Refusal::DuplicateKey { index, first }.into());
+            return Err(RefusedInput::DuplicateKey { index, first }.into());
         }
     }
     Ok(())
@@ -77,7 +77,7 @@ fn size_at_most(value: &serde_json::Value) -> usize {
 /// Refuses `apply`'s answer unless it has one write per key and every value fits.
 pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
     if writes.len() != keys {
-        return Err(Refusal::WrongWriteCount { keys, writes: writes.len() }.into());
+        return Err(RefusedInput::WrongWriteCount { keys, writes: writes.len() }.into());
     }
     for (index, write) in writes.iter().enumerate() {
         if let Write::Put(entry) = write {
@@ -86,7 +86,7 @@ pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
             }
             let size = value_size(&entry.value);
             if size > MAX_VALUE_BYTES {
-                return Err(Refusal::ValueTooLarge { index, size }.into());
+                return Err(RefusedInput::ValueTooLarge { index, size }.into());
             }
         }
     }
@@ -110,7 +110,7 @@ pub fn run_apply(apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) 
 /// What `run` returns, or the refusal of its panic.
 fn caught<R>(run: impl FnOnce() -> R) -> Result<R, StoreError> {
     catch_unwind(AssertUnwindSafe(run))
-        .map_err(|panic| Refusal::ApplyPanicked { message: panic_message(panic.as_ref()) }.into())
+        .map_err(|panic| RefusedInput::ApplyPanicked { message: panic_message(panic.as_ref()) }.into())
 }
 
 /// A `Put` of an entry already expired at `now` is a `Delete`.
@@ -147,17 +147,17 @@ mod tests {
         let longer = "k".repeat(MAX_KEY_BYTES + 1);
         assert_eq!(
             check_keys(&[longer.as_str()]).unwrap_err().refusal(),
-            Some(&Refusal::KeyTooLong { index: 0, len: MAX_KEY_BYTES + 1 })
+            Some(&RefusedInput::KeyTooLong { index: 0, len: MAX_KEY_BYTES + 1 })
         );
         let many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(check_keys(&refs[..MAX_KEYS]).is_ok());
-        assert!(matches!(check_keys(&refs).unwrap_err().refusal(), Some(Refusal::TooManyKeys { count: 33 })));
-        assert!(matches!(check_keys(&[]).unwrap_err().refusal(), Some(Refusal::NoKeys)));
-        assert!(matches!(check_keys(&["a", ""]).unwrap_err().refusal(), Some(Refusal::EmptyKey { index: 1 })));
+        assert!(matches!(check_keys(&refs).unwrap_err().refusal(), Some(RefusedInput::TooManyKeys { count: 33 })));
+        assert!(matches!(check_keys(&[]).unwrap_err().refusal(), Some(RefusedInput::NoKeys)));
+        assert!(matches!(check_keys(&["a", ""]).unwrap_err().refusal(), Some(RefusedInput::EmptyKey { index: 1 })));
         assert!(matches!(
             check_keys(&["a", "b", "a"]).unwrap_err().refusal(),
-            Some(Refusal::DuplicateKey { index: 2, first: 0 })
+            Some(RefusedInput::DuplicateKey { index: 2, first: 0 })
         ));
     }
 
@@ -193,11 +193,11 @@ mod tests {
         let bigger = json!("x".repeat(MAX_VALUE_BYTES - 1));
         assert!(matches!(
             check_writes(&[Write::Keep, put(bigger, 1)], 2).unwrap_err().refusal(),
-            Some(Refusal::ValueTooLarge { index: 1, size: 4097 })
+            Some(RefusedInput::ValueTooLarge { index: 1, size: 4097 })
         ));
         assert!(matches!(
             check_writes(&[], 1).unwrap_err().refusal(),
-            Some(Refusal::WrongWriteCount { keys: 1, writes: 0 })
+            Some(RefusedInput::WrongWriteCount { keys: 1, writes: 0 })
         ));
         let mut apply = |_: &[Option<Entry>], now: Millis| vec![put(json!(1), now), put(json!(2), now + 1)];
         let writes = run_apply(&mut apply, &[None, None], 10).unwrap();
@@ -208,6 +208,6 @@ mod tests {
     fn a_panicking_apply_is_a_refusal() {
         let mut apply = |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("boom") };
         let err = run_apply(&mut apply, &[None], 0).unwrap_err();
-        assert_eq!(err.refusal(), Some(&Refusal::ApplyPanicked { message: "boom".into() }));
+        assert_eq!(err.refusal(), Some(&RefusedInput::ApplyPanicked { message: "boom".into() }));
     }
 }

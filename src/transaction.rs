@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::error::Refusal;
+use crate::error::RefusedInput;
 use crate::StoreError;
 
 tokio::task_local! {
@@ -45,7 +45,7 @@ impl Drop for Open {
 }
 
 /// Runs `work` marked as inside one of the app's own transactions: a database
-/// store (or limit) called from it refuses with [`Refusal::InTransaction`].
+/// store (or limit) called from it refuses with [`RefusedInput::InTransaction`].
 pub async fn in_transaction<F: Future>(work: F) -> F::Output {
     let _open = Open::new();
     IN_TRANSACTION.scope((), work).await
@@ -61,7 +61,7 @@ pub fn is_in_transaction() -> bool {
 #[inline]
 pub fn refuse_in_transaction() -> Result<(), StoreError> {
     if is_in_transaction() {
-        return Err(Refusal::InTransaction.into());
+        return Err(RefusedInput::InTransaction.into());
     }
     Ok(())
 }

@@ -11,7 +11,6 @@ mod share;
 
 pub(crate) use family::{FamilyId, PerFamily, FAMILIES};
 
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
@@ -20,7 +19,11 @@ use share::Shares;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 mod shared;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+mod tags;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) use shared::SharedBound;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+pub(crate) use tags::{FamilyAdmission, FamilyTags, Tag};
 
 /// Counts the entries a store holds against its bound: exactly for an
 /// in-process store (every add and removal passes through it), as an estimate
@@ -30,8 +33,8 @@ pub(crate) use shared::SharedBound;
 ///
 /// A store that knows each entry's family ([`Bound::family`]) reserves and
 /// gives back per family ([`Bound::try_reserve_in`], [`Bound::release_in`]),
-/// and its families then share the bound. The memory store does; the shared
-/// stores count the whole only ([`Bound::try_reserve`]).
+/// and its families then share the bound. Every store does: the shared ones
+/// learn each entry's family from its tag (`tags.rs`).
 #[derive(Debug)]
 pub(crate) struct Bound {
     max: u64,
@@ -72,22 +75,6 @@ impl Bound {
     /// Entries held now, as counted.
     pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
-    }
-
-    /// Reserves room for `n` new entries; false (nothing reserved) when the
-    /// bound has no room for all of them.
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
-    pub(crate) fn try_reserve(&self, n: u64) -> bool {
-        if n == 0 {
-            return true;
-        }
-        match self.add_held(n) {
-            Some(total) => {
-                self.reserved_now(n, total);
-                true
-            }
-            None => false,
-        }
     }
 
     /// Reserves room for `n` new entries of `family`: within the bound, and
@@ -178,7 +165,6 @@ impl Bound {
 
     /// Sets what `family` holds from an exact count (a shared store that
     /// knows its entries' families, at a refresh).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn refresh_family(&self, family: FamilyId, counted: u64) {
         self.shares.set(family, counted);
     }
@@ -221,61 +207,6 @@ pub(crate) enum Short {
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis")), allow(dead_code))]
 pub(crate) struct Refresh {
     reserved: u64,
-}
-
-/// The room one update holds in a [`Bound`] across its attempts: `apply` may
-/// run more than once (a conditional write that missed, a retried deadlock),
-/// and only the last run's entries count. Dropped before [`Admission::commit`]
-/// (the update failed, or its future was dropped), it gives its room back.
-#[derive(Debug)]
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
-pub(crate) struct Admission<B: Deref<Target = Bound>> {
-    /// The bound: borrowed, or held by a store's shared part when the
-    /// admission goes with an update run elsewhere.
-    bound: B,
-    added: u64,
-    removed: u64,
-}
-
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")), allow(dead_code))]
-impl<B: Deref<Target = Bound>> Admission<B> {
-    pub(crate) fn new(bound: B) -> Self {
-        Admission { bound, added: 0, removed: 0 }
-    }
-
-    /// Holds room for `added` new entries in all (not in addition to what an
-    /// earlier attempt held), and notes `removed` entries to give back once
-    /// written; false when the bound has no room.
-    pub(crate) fn hold(&mut self, added: u64, removed: u64) -> bool {
-        if added > self.added {
-            if !self.bound.try_reserve(added - self.added) {
-                return false;
-            }
-        } else {
-            self.bound.release(self.added - added);
-        }
-        self.added = added;
-        self.removed = removed;
-        true
-    }
-
-    /// The update was written: its new entries stay counted, its removed
-    /// ones are given back.
-    pub(crate) fn commit(mut self) {
-        self.bound.release(self.removed);
-        self.added = 0;
-    }
-
-    /// The bound.
-    pub(crate) fn max(&self) -> u64 {
-        self.bound.max()
-    }
-}
-
-impl<B: Deref<Target = Bound>> Drop for Admission<B> {
-    fn drop(&mut self) {
-        self.bound.release(self.added);
-    }
 }
 
 /// The bound's log lines, each at most once a minute; shared by every store.

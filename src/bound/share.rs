@@ -90,7 +90,6 @@ impl Shares {
     }
 
     /// Sets what `family` holds, from an exact count (a shared store's).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn set(&self, family: FamilyId, held: u64) {
         self.held[family.index()].store(held, Ordering::Relaxed);
     }

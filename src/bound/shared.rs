@@ -71,7 +71,7 @@ impl SharedBound {
         self
     }
 
-    /// The count itself, for the updates' [`Admission`](crate::bound::Admission)s.
+    /// The count itself, for the updates' [`FamilyAdmission`](crate::bound::FamilyAdmission)s.
     pub(crate) fn counts(&self) -> &Bound {
         &self.bound
     }
@@ -162,52 +162,16 @@ impl SharedBound {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bound::Admission;
-
-    #[test]
-    fn admits_exactly_up_to_the_bound() {
-        let bound = SharedBound::new("test", 10, 7);
-        assert!(bound.counts().try_reserve(2));
-        assert!(!bound.counts().try_reserve(2));
-        assert!(bound.counts().try_reserve(1));
-        assert!(!bound.counts().try_reserve(1));
-        assert!(bound.counts().try_reserve(0));
-        let at = bound.begin_refresh();
-        bound.refresh(at, 3);
-        assert!(bound.counts().try_reserve(7));
-    }
-
-    #[test]
-    fn an_update_holds_only_its_last_attempts_entries() {
-        let bound = SharedBound::new("test", 10, 5);
-        let mut update = Admission::new(bound.counts());
-        assert!(update.hold(2, 0));
-        assert!(update.hold(2, 0), "a second run of apply with the same new entries");
-        assert_eq!(bound.estimate(), 7);
-        assert!(update.hold(1, 0));
-        assert_eq!(bound.estimate(), 6);
-        assert!(!update.hold(6, 0), "no room for 6 more than the 5 held by others");
-        assert_eq!(bound.estimate(), 6, "a refused hold keeps what was held");
-        drop(update);
-        assert_eq!(bound.estimate(), 5, "an admission dropped unwritten gives its room back");
-    }
-
-    #[test]
-    fn a_written_update_gives_back_what_it_removed() {
-        let bound = SharedBound::new("test", 10, 5);
-        let mut update = Admission::new(bound.counts());
-        assert!(update.hold(1, 3));
-        update.commit();
-        assert_eq!(bound.estimate(), 3, "one added, three removed");
-    }
+    use crate::bound::{FamilyAdmission, FamilyTags};
 
     #[test]
     fn a_refresh_keeps_what_was_reserved_while_it_counted() {
-        let bound = SharedBound::new("test", 100, 50);
+        let (bound, tags) = (SharedBound::new("test", 100, 50), FamilyTags::new());
+        let family = bound.counts().family(b"api:", b"");
         let at = bound.begin_refresh();
         // Meanwhile this instance adds four entries; the count saw 40 live.
-        let mut update = Admission::new(bound.counts());
-        assert!(update.hold(4, 0));
+        let mut update = FamilyAdmission::new(bound.counts(), &tags);
+        assert!(update.hold(vec![family; 4], vec![]).is_ok());
         update.commit();
         bound.refresh(at, 40);
         assert_eq!(bound.estimate(), 44);

@@ -11,7 +11,7 @@ use limit_store::{DatabaseStore, MemoryStore, RedisStore, SecretString, SecretUr
 #[derive(Debug, clap::Args)]
 pub struct ContractArgs {
     /// `memory`, a database URL (sqlite://PATH, postgres://…, mysql://…) or
-    /// a Redis URL (redis://…, rediss://…, redis+sentinel://…/MASTER_NAME)
+    /// a Redis URL (redis://…, rediss://…, redis+sentinel://…/MASTER_NAME, redis+cluster://…)
     store_url: SecretUrl,
     /// The table to run against (created if missing); cases use random keys,
     /// so a table holding other data is fine.
@@ -29,7 +29,10 @@ async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
         return Ok(StorePair { first: Arc::new(store.clone()), second: Arc::new(store) });
     }
     let secret = args.secret.clone().unwrap_or_else(|| "limit-store contract run: not a site secret".into());
-    if ["redis://", "rediss://", "redis+sentinel://", "rediss+sentinel://"].iter().any(|s| url.starts_with(s)) {
+    if ["redis://", "rediss://", "redis+sentinel://", "rediss+sentinel://", "redis+cluster://", "rediss+cluster://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+    {
         let open = || async { RedisStore::builder(url).secret(secret.expose()).sweep_every(None).connect().await };
         return Ok(StorePair { first: Arc::new(open().await?), second: Arc::new(open().await?) });
     }

@@ -55,7 +55,7 @@ pub struct StoreArgs {
     /// The bound on live entries, for the fill level.
     #[arg(long)]
     max_entries: Option<u64>,
-    /// Run on the Redis store at this URL instead (redis:// or rediss://;
+    /// Run on the Redis store at this URL instead (redis://, rediss://, redis+sentinel:// or redis+cluster://;
     /// also `store = "redis"` with `redis_url` in the settings, or
     /// LIMIT_STORE_REDIS_URL).
     #[arg(long)]

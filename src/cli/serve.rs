@@ -12,10 +12,9 @@ use limit_store::serve::envoy::EnvoyRules;
 use limit_store::serve::{ApiToken, LimitsHandle};
 use limit_store::{Limits, SecretString};
 
-/// `kind` of the line that SIGHUP had no settings file to reload.
-const KIND_NOT_RELOADED: &str = "limit-store-config-not-reloaded";
-/// `kind` of the warning that `max_connections` was lowered to the open-file limit.
-const KIND_CONNECTIONS_CAPPED: &str = "limit-store-connections-capped";
+use limit_store::log::{
+    KIND_CONFIG_NOT_RELOADED, KIND_CONFIG_REFUSED, KIND_CONFIG_RELOADED, KIND_CONFIG_RESTART, KIND_CONNECTIONS_CAPPED,
+};
 
 /// Options of `serve`.
 #[derive(Debug, clap::Args)]
@@ -228,7 +227,7 @@ async fn reload(
         loop {
             hangup(&mut signal).await;
             tracing::info!(
-                kind = KIND_NOT_RELOADED,
+                kind = KIND_CONFIG_NOT_RELOADED,
                 "SIGHUP: serve started without a settings file (--config or ./limit-store.toml), so there is \
                  nothing to reload; it serves on as it is"
             );
@@ -252,14 +251,14 @@ async fn reload(
         let config = match Config::load(&path) {
             Ok(config) => config,
             Err(e) => {
-                tracing::error!(kind = "limit-store-config-refused", error = %e, "the changed settings were refused; the running ones stay");
+                tracing::error!(kind = KIND_CONFIG_REFUSED, error = %e, "the changed settings were refused; the running ones stay");
                 continue;
             }
         };
         let at_start = (config.deadline, config.max_in_flight, config.serve);
         if !config.same_store(&running) || at_start != (running.deadline, running.max_in_flight, running.serve) {
             tracing::warn!(
-                kind = "limit-store-config-restart",
+                kind = KIND_CONFIG_RESTART,
                 "the store's, its guard's (deadline, max_in_flight) or [serve] settings changed: they apply at the \
                  next start; the limits' settings apply now"
             );
@@ -268,12 +267,12 @@ async fn reload(
             Ok(()) => {
                 running = config;
                 tracing::info!(
-                    kind = "limit-store-config-reloaded",
+                    kind = KIND_CONFIG_RELOADED,
                     "reloaded the limits' settings; the counts and counters are kept"
                 );
             }
             Err(e) => {
-                tracing::error!(kind = "limit-store-config-refused", error = %e, "the changed settings were refused; the running ones stay")
+                tracing::error!(kind = KIND_CONFIG_REFUSED, error = %e, "the changed settings were refused; the running ones stay")
             }
         }
     }

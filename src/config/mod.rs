@@ -93,7 +93,8 @@ pub struct Config {
     pub database_url: SecretUrl,
     /// `rate_limit.redis_url` (or `LIMIT_STORE_REDIS_URL`): the Redis store's
     /// server, `redis://` or `rediss://`, or its Sentinels,
-    /// `redis+sentinel://host:port,.../MASTER_NAME`.
+    /// `redis+sentinel://host:port,.../MASTER_NAME`, or a Redis Cluster,
+    /// `redis+cluster://host:port,host:port,...`.
     pub redis_url: Option<SecretUrl>,
     /// `rate_limit.redis_min_replicas_acked`: how many replicas must hold a
     /// count before it is answered (Redis `WAIT`; default 0).

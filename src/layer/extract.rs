@@ -108,9 +108,7 @@ impl KeyExtractor for PeerIp {
     }
 }
 
-/// `kind` of the warning, once per process, that requests come without
-/// their peer address, so a layer keyed by it finds no key.
-pub const KIND_NO_PEER: &str = "limit-layer-no-peer-address";
+use crate::log::KIND_LAYER_NO_PEER_ADDRESS as KIND_NO_PEER;
 
 /// The connection's peer address, when the server recorded it in a
 /// request's `extensions`.

@@ -47,10 +47,10 @@ mod proxies;
 mod refusal;
 mod service;
 
-pub use extract::{HeaderKey, KeyExtractor, NeedsParts, PeerIp, KIND_NO_PEER};
+pub use extract::{HeaderKey, KeyExtractor, NeedsParts, PeerIp};
 pub use handler::{attempt, Admitted};
 pub use key::Key;
 pub use layer::LimitLayer;
 pub use proxies::{BadCidr, Cidr, ClientIp, ForwardedHeader};
-pub use refusal::{MissingKey, Refusal, RefusalBody, KIND_LAYER_ERROR};
+pub use refusal::{MissingKey, Refusal, RefusalBody};
 pub use service::{LimitFuture, LimitService};

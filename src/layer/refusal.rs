@@ -14,9 +14,7 @@ use serde_json::json;
 use crate::ratelimit_fields::{fields, refusal_status, RateLimitFields};
 use crate::{Decision, LimitError};
 
-/// `kind` of the warning that a limit call failed for a reason other than an
-/// unavailable store (a refused or corrupt store, a limit misconfigured in code).
-pub const KIND_LAYER_ERROR: &str = "limit-layer-error";
+use crate::log::KIND_LAYER_ERROR;
 
 /// What a request without a key gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,4 +81,28 @@ mod tests {
         let fresh = Limits::builder().store(store).single_instance(true).build().unwrap();
         assert_eq!(fresh.counters("sign-in").unwrap().allowed, 0, "without counters_from, from zero");
     }
+
+    /// A check (cost 0) counts nothing, so it is no answer tallied, allowed
+    /// or limited: on the memory store's GCRA path (`api`), a limit of two
+    /// parts (`sign-in`), and one of one part counted as JSON (`code-verify`).
+    #[tokio::test]
+    async fn a_check_of_cost_0_is_tallied_as_no_answer() {
+        let limits = Limits::builder().store(Arc::new(MemoryStore::new())).single_instance(true).build().unwrap();
+        let sign_in = [("account", "ada@example.com"), ("ip", "192.0.2.7")];
+        let code = [("code", "c-1")];
+        for _ in 0..3 {
+            assert!(limits.attempt_cost("api", &[("client", "c-1")], 0).await.unwrap().allowed);
+            assert!(limits.attempt_cost("sign-in", &sign_in, 0).await.unwrap().allowed);
+            assert!(limits.attempt_cost("code-verify", &code, 0).await.unwrap().allowed);
+        }
+        while limits.attempt("sign-in", &sign_in).await.unwrap().allowed {}
+        assert!(!limits.attempt_cost("sign-in", &sign_in, 0).await.unwrap().allowed, "a check that would be refused");
+        let now = SystemClock.now();
+        for (name, allowed, limited) in [("api", 0, 0), ("sign-in", 5, 1), ("code-verify", 0, 0)] {
+            let counted = limits.counters(name).unwrap();
+            assert_eq!((counted.allowed, counted.limited), (allowed, limited), "{name}");
+            let hour = limits.last_hour(name, now).unwrap();
+            assert_eq!((hour.allowed_total(), hour.limited_total()), (allowed, limited), "{name}'s last hour");
+        }
+    }
 }

@@ -82,7 +82,7 @@ impl Counted {
         let done = store.update_now(refs, &mut apply)?;
         let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
         Some(match &overridden {
-            Some(algorithms) => decided.map(|d| self.with_budget_of(d, algorithms)),
+            Some(algorithms) => self.with_budgets_of(decided, algorithms),
             None => decided,
         })
     }
@@ -98,7 +98,7 @@ impl Counted {
         cost: u64,
     ) -> Result<Decision, LimitError> {
         match answered {
-            Ok((verdict, at)) if verdict.allowed => Ok(self.answer_allowed(&verdict, at)),
+            Ok((verdict, at)) if verdict.allowed => Ok(self.answer_allowed(&verdict, at, cost)),
             Ok((verdict, at)) => self.refused(&verdict, None, at, cost),
             Err(e) => self.failed(e),
         }
@@ -115,7 +115,7 @@ impl Counted {
 
 /// One attempt of `cost` on a GCRA at `rate`, whose key is `value`'s on
 /// the part `stem`, counted by `counter` (of the stem's keys) as one
-/// integer: the TAT the step counted from and its time (the step's verdict
+/// integer: the TAT (on `rate`) the step counted from and its time (the step's verdict
 /// is worked out again from them), or the store's error, which wrote
 /// nothing. `None` when the key is too long for its text (it names a hash
 /// of the value instead: see [`key_of`]).
@@ -130,10 +130,10 @@ fn count_gcra(
     let KeyOf::Plain(value) = key_of(stem, value) else { return None };
     let (mut tat, mut at) = (0, 0);
     let counted = counter.count(value, &mut |stored, now| {
-        let stored = stored.map(|(tat, _)| tat);
-        tat = super::gcra::counted_from(stored, now);
+        let held = rate.held(stored, now);
+        tat = super::gcra::counted_from(held, now);
         at = now;
-        gcra_step(rate, stored, now, cost).0.map(|next| (next, next))
+        rate.keep(stored, held, gcra_step(rate, held, now, cost).0)
     });
     Some(counted.map(|()| (tat, at)))
 }

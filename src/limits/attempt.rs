@@ -6,10 +6,10 @@
 //! A future of its own, not an `async fn`'s, so that the usual count on the
 //! memory store (one value of a limit whose one part is a GCRA) makes its
 //! decision where `poll` returns it: the count hands back the TAT it saw
-//! and its time, two integers, and the decision is written once. An `async
-//! fn` made it in the count's frame and copied it out twice, with wider
-//! loads than the stores that had just written it, which stalled (about 8%
-//! of an attempt's samples).
+//! and its time, two integers, and the decision is written once. The rule:
+//! a decision is built where it is returned, never in a frame it is then
+//! copied out of, since reading back what was just written, with wider loads,
+//! stalls the CPU (the profile is in BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;

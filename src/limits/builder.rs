@@ -17,8 +17,7 @@ use super::normalize::KeyRules;
 use super::overrides::Overrides;
 use super::presets;
 
-/// `kind` of the startup warning that counts are not shared between instances.
-pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
+use crate::log::KIND_NOT_SHARED;
 
 impl Limits {
     /// A builder with the presets on and the memory store.

@@ -26,11 +26,7 @@ use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
 use super::parts::{self, Held};
 
-/// `kind` of the warning that a limit answered by its policy because its
-/// store was unavailable.
-pub const KIND_DEGRADED: &str = "limit-degraded";
-/// `kind` of the line that a limit in shadow mode would have refused an attempt.
-pub const KIND_SHADOW_REFUSAL: &str = "limit-shadow-refusal";
+use crate::log::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
 /// Where a limit counts.
 pub(super) enum Backend {
     Store(Arc<dyn LimitStore>),
@@ -128,7 +124,7 @@ impl Counted {
         if !verdict.allowed {
             return self.refused(&verdict, held, now, cost);
         }
-        let mut decision = self.answer_allowed(&verdict, now);
+        let mut decision = self.answer_allowed(&verdict, now, cost);
         decision.others = self.parts_left(held);
         Ok(decision)
     }
@@ -258,17 +254,20 @@ impl Counted {
         if !verdict.allowed {
             return self.refused(&verdict, None, now, cost);
         }
-        Ok(self.answer_allowed(&verdict, now))
+        Ok(self.answer_allowed(&verdict, now, cost))
     }
 
-    /// The decision of a `verdict` that allows, tallied. Tallied before the
-    /// decision is made, and the decision made only here, so that it is
+    /// The decision of a `verdict` that allows an attempt of `cost`, tallied
+    /// unless it is a check (cost 0), which counts nothing. Tallied before
+    /// the decision is made, and the decision made only here, so that it is
     /// written once, where the caller wants it: one made before and shared
     /// with the refusal was copied on, with wider loads than the stores
     /// that wrote it (a stall of about 4% of an attempt on the memory store).
     #[inline(always)]
-    pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis) -> Decision {
-        self.answers.allowed.add_one(now);
+    pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis, cost: u64) -> Decision {
+        if cost != 0 {
+            self.answers.allowed.add_one(now);
+        }
         self.decision(verdict, now)
     }
 
@@ -293,9 +292,9 @@ impl Counted {
     }
 
     /// The decision of a `verdict` that refuses an attempt of `cost`, by
-    /// the part it names: as a refusal, or let through by a limit in shadow
-    /// mode; an error when the cost is over that part's budget, since no
-    /// wait would let it through.
+    /// the part it names: as a refusal (tallied unless it is a check, of
+    /// cost 0), or let through by a limit in shadow mode; an error when the
+    /// cost is over that part's budget, since no wait would let it through.
     #[inline(never)]
     pub(super) fn refused(
         &self,
@@ -331,7 +330,9 @@ impl Counted {
             decision.shadow_refused = true;
             return Ok(decision);
         }
-        self.answers.limited.add_one(now);
+        if cost != 0 {
+            self.answers.limited.add_one(now);
+        }
         let wait = verdict.retry_after.unwrap_or(1).max(1);
         decision.retry_after = Some(Duration::from_millis(u64::try_from(wait).unwrap_or(1)));
         Ok(decision)

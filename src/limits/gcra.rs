@@ -1,11 +1,18 @@
-//! GCRA, the generic cell rate algorithm: a token bucket kept as one number.
+//! GCRA, the generic cell rate algorithm: a token bucket kept as one time.
 //!
 //! `budget` attempts per `window` refill evenly, one every `window / budget`
-//! ms (the interval), and up to `budget` can be spent at once. The stored value
+//! ms (the interval), and up to `budget` can be spent at once. What is kept
 //! is the theoretical arrival time (TAT): when the bucket would be full again.
 //! An attempt at `now` is allowed when `max(tat, now) + interval - now` stays
 //! within `budget` intervals; the entry expires at the TAT, since from then on
 //! the bucket is full and nothing needs keeping.
+//!
+//! The entry's expiry is the TAT, and its value the interval it was counted
+//! at, so that a budget or window changed by a reload applies to what is
+//! held: the `(tat - now) / interval` attempts still held are counted again
+//! on the new interval (see `Rate::held`). An entry written before the
+//! interval was kept holds the TAT as its value too, and is read at the
+//! current rate.
 
 use serde_json::Value;
 
@@ -32,31 +39,27 @@ pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) ->
 /// the TAT by `cost` intervals, allowed when `max(tat, now) + cost × interval
 /// - now` stays within the bucket.
 pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cost: u64) -> Outcome {
-    let tat = entry.filter(|e| e.expires_at > now).and_then(|e| e.value.as_i64());
-    let (next, verdict) =
-        if cost == 1 { step(tat, now, budget, window) } else { Rate::new(budget, window).step_cost(tat, now, cost) };
+    let rate = Rate::new(budget, window);
+    let stored = entry.filter(|e| e.expires_at > now).and_then(|e| Some((e.value.as_i64()?, e.expires_at)));
+    let tat = rate.held(stored, now);
+    let (next, verdict) = if cost == 1 { rate.step(tat, now) } else { rate.step_cost(tat, now, cost) };
     Outcome {
         allowed: verdict.allowed,
         remaining: verdict.remaining,
         reset_at: verdict.reset_at,
         retry_after: verdict.retry_after,
-        write: next.map_or(Write::Keep, |next| Write::Put(Entry { value: Value::from(next), expires_at: next })),
+        write: rate
+            .keep(stored, tat, next)
+            .map_or(Write::Keep, |(value, expires_at)| Write::Put(Entry { value: Value::from(value), expires_at })),
     }
 }
 
 /// The TAT an attempt at `now` counts from: the stored one, or `now` when
-/// none is stored or the bucket has refilled since. [`step`] of it gives
-/// what `step` of the stored TAT gives.
+/// none is stored or the bucket has refilled since. [`Rate::step`] of it
+/// gives what `step` of the stored TAT gives.
 #[inline(always)]
 pub(crate) fn counted_from(tat: Option<Millis>, now: Millis) -> Millis {
     tat.map_or(now, |tat| tat.max(now))
-}
-
-/// [`check`] on the stored TAT itself (`None`: no live entry, or one that
-/// holds no integer): see [`Rate::step`].
-#[inline(always)]
-pub(crate) fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
-    Rate::new(budget, window).step(tat, now)
 }
 
 /// A GCRA's budget and window as it counts them, worked out once: the
@@ -74,10 +77,74 @@ impl Rate {
         Rate { interval, capacity: interval.saturating_mul(Millis::try_from(budget).unwrap_or(Millis::MAX)) }
     }
 
-    /// One attempt on the stored TAT (`None`: no live entry, or one that
-    /// holds no integer): the TAT to store when the attempt is allowed (its
-    /// entry expires then), and the answer of a limit of this one part. The
-    /// memory store counts with it and no JSON.
+    /// The TAT on this rate of what a key holds: `stored` is its value and
+    /// expiry (`None`: no live entry, or one that holds no integer). The
+    /// expiry is the TAT; the value, the interval it was counted at. When
+    /// that is another interval (a reload changed the budget or the window),
+    /// the attempts held, `(tat - now) / interval`, are counted again on
+    /// this one: a raised budget lets a key that spent the old one go on,
+    /// a lowered one refuses it, a longer window keeps them longer. A value
+    /// of the TAT itself, or of no interval, is read at this rate.
+    #[inline(always)]
+    pub(crate) fn held(self, stored: Option<(i64, Millis)>, now: Millis) -> Option<Millis> {
+        match stored {
+            Some((interval, tat)) if interval == self.interval => Some(tat),
+            Some((interval, tat)) => Some(self.rescaled(interval, tat, now)),
+            None => None,
+        }
+    }
+
+    /// `tat`, counted at `interval`, on this rate at `now`: rounded up to
+    /// the millisecond, so that no part of an attempt held is lost, and at
+    /// most a bucket (a lowered budget empties it; a bucket is never more
+    /// than empty). Out of the usual count's way.
+    #[cold]
+    #[inline(never)]
+    fn rescaled(self, interval: Millis, tat: Millis, now: Millis) -> Millis {
+        if interval <= 0 || interval == tat || tat <= now {
+            return tat; // no interval (a TAT kept before the interval was), or refilled
+        }
+        // In i128: a span of up to 2^64 times an interval of up to 2^63 fits.
+        let span = (i128::from(tat) - i128::from(now)) * i128::from(self.interval);
+        let (whole, part) = (span / i128::from(interval), span % i128::from(interval));
+        let span = (whole + i128::from(part != 0)).min(i128::from(self.capacity));
+        Millis::try_from(i128::from(now) + span).unwrap_or(Millis::MAX)
+    }
+
+    /// What a key keeps after a step from `stored` that `held` read as the
+    /// TAT `tat` on this rate and that gave `next` (`None`: nothing
+    /// counted): `next`, or, when nothing was counted but `tat` is `stored`
+    /// counted again on this rate, `tat`, so that from now on it refills at
+    /// this rate (a refusal counts nothing, but what is held is kept on the
+    /// new interval); else nothing. As a value (this interval) and an
+    /// expiry (the TAT), as [`held`](Self::held) reads them.
+    #[inline(always)]
+    pub(crate) fn keep(
+        self,
+        stored: Option<(i64, Millis)>,
+        tat: Option<Millis>,
+        next: Option<Millis>,
+    ) -> Option<(i64, Millis)> {
+        match (next, stored) {
+            (Some(next), _) => Some((self.interval, next)),
+            (None, Some((interval, was))) if interval != self.interval => self.rescaled_kept(tat, was),
+            (None, _) => None,
+        }
+    }
+
+    /// [`keep`](Self::keep) of a refusal or a check on a key counted at
+    /// another interval: `tat` when it is not what was kept (`was`).
+    #[cold]
+    #[inline(never)]
+    fn rescaled_kept(self, tat: Option<Millis>, was: Millis) -> Option<(i64, Millis)> {
+        tat.filter(|&tat| tat != was).map(|tat| (self.interval, tat))
+    }
+
+    /// One attempt on a TAT on this rate (`None`: no live entry, or one
+    /// that holds no integer; see [`held`](Self::held)): the TAT to keep
+    /// when the attempt is allowed (its entry expires then), and the answer
+    /// of a limit of this one part. The memory store counts with it and no
+    /// JSON.
     #[inline(always)]
     pub(crate) fn step(self, tat: Option<Millis>, now: Millis) -> (Option<Millis>, Verdict) {
         let Rate { interval: t, capacity } = self;
@@ -140,10 +207,18 @@ impl Rate {
 }
 
 #[cfg(test)]
+mod reload_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     const T0: Millis = 1_700_000_000_000;
+
+    /// [`check`] on a TAT on the rate of `budget` per `window`.
+    fn step(tat: Option<Millis>, now: Millis, budget: u64, window: Millis) -> (Option<Millis>, Verdict) {
+        Rate::new(budget, window).step(tat, now)
+    }
 
     fn put(o: &Outcome) -> Option<crate::Entry> {
         match &o.write {
@@ -178,11 +253,17 @@ mod tests {
 
     #[test]
     fn any_stored_integer_at_any_time_answers_without_overflow() {
+        let rate = Rate::new(10, 1_000);
+        let ends = [Millis::MIN, -1, 0, 1, 100, T0, Millis::MAX];
         for now in [Millis::MIN, -1, 0, T0, Millis::MAX] {
             for tat in [None, Some(Millis::MIN), Some(-1), Some(now), Some(Millis::MAX)] {
                 let (next, verdict) = step(tat, now, 10, 1_000);
                 assert!(verdict.allowed == next.is_some(), "{tat:?} at {now}");
                 assert!(verdict.retry_after.is_none_or(|r| r >= 1));
+            }
+            for (value, expires_at) in ends.iter().flat_map(|&v| ends.map(|e| (v, e))) {
+                let (next, verdict) = rate.step(rate.held(Some((value, expires_at)), now), now);
+                assert!(verdict.allowed == next.is_some(), "{value} until {expires_at} at {now}");
             }
         }
     }
@@ -225,10 +306,12 @@ mod tests {
         let verdict = if typed {
             let mut verdict = None;
             let counter = crate::IntegerCounts::counter(store, "api:client:");
-            let counted = counter.count("k", &mut |tat, now| {
-                let (next, seen) = step(tat.map(|(tat, _)| tat), now, budget, window);
+            let counted = counter.count("k", &mut |stored, now| {
+                let rate = Rate::new(budget, window);
+                let held = rate.held(stored, now);
+                let (next, seen) = rate.step(held, now);
                 verdict = Some(seen);
-                next.map(|next| (next, next))
+                rate.keep(stored, held, next)
             });
             counted.map(|()| verdict.expect("stepped"))
         } else {
@@ -245,18 +328,17 @@ mod tests {
 
     proptest::proptest! {
         /// The memory store's GCRA on the integer itself answers and writes
-        /// exactly as the JSON `check` does, through refills, expiry and a
-        /// key that held something else.
+        /// exactly as the JSON `check` does, through refills, expiry, a
+        /// key that held something else and budgets changed by a reload.
         #[test]
         fn the_integer_path_counts_as_the_json_path_does(
-            budget in 1u64..12,
             window in 1i64..3_000,
-            steps in proptest::collection::vec((0i64..400, 0u8..8), 1..60),
+            steps in proptest::collection::vec((0i64..400, 0u8..8, 1u64..12), 1..60),
         ) {
             use std::sync::Arc;
             let clock = crate::clock::ManualClock::new(T0);
             let stores = [true, false].map(|_| crate::MemoryStore::with_clock(100, Arc::new(clock.clone())));
-            for (advance, other) in steps {
+            for (advance, other, budget) in steps {
                 clock.set(crate::clock::Clock::now(&clock) + advance);
                 if other == 0 {
                     // Another writer left something that is not a TAT.

@@ -165,7 +165,7 @@ impl Limits {
         };
         let decided = counted.settle(answered, cost);
         match &overridden {
-            Some(algorithms) => decided.map(|d| counted.with_budget_of(d, algorithms)),
+            Some(algorithms) => counted.with_budgets_of(decided, algorithms),
             None => decided,
         }
     }

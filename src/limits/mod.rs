@@ -54,8 +54,7 @@ pub mod window;
 
 pub use algorithm::Algorithm;
 pub use attempt::Attempt;
-pub use builder::{LimitsBuilder, KIND_NOT_SHARED};
-pub use counted::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
+pub use builder::LimitsBuilder;
 pub use decision::{Decision, LimitCounters, PartLeft};
 pub use error::LimitError;
 pub use handle::Limits;

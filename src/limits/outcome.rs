@@ -26,7 +26,9 @@ pub struct Outcome {
     /// For a refused attempt: how long until it would be allowed, in ms;
     /// `None` when it never would (its cost is over the budget).
     pub retry_after: Option<Millis>,
-    /// What to write when the attempt is counted; `Keep` when refused.
+    /// What to write when the attempt is counted; `Keep` when refused, but
+    /// for a GCRA whose budget or window a reload changed: what it holds,
+    /// kept on the new interval (counting nothing).
     pub write: Write,
 }
 
@@ -86,7 +88,8 @@ impl Verdict {
 }
 
 /// Joins the parts' outcomes of one attempt into the writes (every part's
-/// write when all allow, else `Keep` everywhere) and one verdict.
+/// write when all allow, else only what a refusing part keeps: see
+/// [`Outcome::write`]) and one verdict.
 pub fn join(outcomes: Vec<Outcome>, now: Millis) -> (Vec<Write>, Verdict) {
     join_all(outcomes, now)
 }
@@ -101,7 +104,9 @@ where
     if verdict.allowed {
         writes.extend(outcomes.into_iter().map(|o| o.write));
     } else {
-        writes.resize(outcomes.as_ref().len(), Write::Keep);
+        // A part that would have counted counts nothing; a refusing part
+        // writes only what it keeps.
+        writes.extend(outcomes.into_iter().map(|o| if o.allowed { Write::Keep } else { o.write }));
     }
     (writes, verdict)
 }

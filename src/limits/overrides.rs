@@ -139,6 +139,25 @@ impl Counted {
         chosen.map(Arc::from)
     }
 
+    /// `decided` with the budgets `algorithms` count by (an overridden
+    /// value's own): a decision's as [`with_budget_of`](Self::with_budget_of)
+    /// gives them, and a cost over the budget with the budget that refused it.
+    pub(super) fn with_budgets_of(
+        &self,
+        decided: Result<Decision, LimitError>,
+        algorithms: &[Algorithm],
+    ) -> Result<Decision, LimitError> {
+        match decided {
+            Ok(decision) => Ok(self.with_budget_of(decision, algorithms)),
+            Err(LimitError::CostOverBudget { limit, part, cost, budget }) => {
+                let i = self.limit.parts.iter().position(|p| p.name == part);
+                let budget = i.and_then(|i| algorithms.get(i)).map_or(budget, Algorithm::budget);
+                Err(LimitError::CostOverBudget { limit, part, cost, budget })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `decision` with the budget and window of the part that answered as
     /// `algorithms` count it (an overridden value's own), and each part's
     /// budget in its [`parts`](Decision::parts) likewise.
@@ -193,6 +212,32 @@ mod tests {
         assert_eq!(allowed("small").await, 2);
         // Folded as the part folds it: `BIG-CO` is `big-co`.
         assert_eq!(allowed("BIG-CO").await, 4);
+    }
+
+    /// A cost over an overridden value's budget is refused with that
+    /// budget, not the part's; one over the part's but within the value's
+    /// is counted.
+    #[tokio::test]
+    async fn a_cost_over_the_budget_says_the_budget_that_applied() {
+        let guarded = crate::Guarded::new(Arc::new(MemoryStore::new()));
+        for store in [Arc::new(MemoryStore::new()) as Arc<dyn crate::LimitStore>, Arc::new(guarded)] {
+            let limit = Limit::new("tokens").part(
+                Part::new("user", Algorithm::gcra(37, Duration::from_secs(3600))).with_override("big-co", 61, None),
+            );
+            let limits =
+                Limits::builder().store(store).single_instance(true).without_presets().limit(limit).build().unwrap();
+            let over = |user: &'static str, cost| {
+                let limits = limits.clone();
+                async move { limits.attempt_cost("tokens", &[("user", user)], cost).await }
+            };
+            let budget_of = |e: LimitError| match e {
+                LimitError::CostOverBudget { budget, .. } => budget,
+                e => panic!("{e}"),
+            };
+            assert_eq!(budget_of(over("small", 38).await.unwrap_err()), 37);
+            assert_eq!(budget_of(over("big-co", 62).await.unwrap_err()), 61, "the override's budget");
+            assert!(over("big-co", 40).await.unwrap().allowed);
+        }
     }
 
     #[test]

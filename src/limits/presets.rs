@@ -1,5 +1,5 @@
 //! The limits every app gets without configuring anything. Their budgets are
-//! the table in the README; change them in code or in `limit-store.toml`.
+//! the table in the guide (`docs/guide/limits.md`); change them in code or in `limit-store.toml`.
 
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ pub const CODE_VERIFY: &str = "code-verify";
 /// should not become an outage of the API.
 pub const API: &str = "api";
 
-/// Every preset, in the order of the README's table.
+/// Every preset, in the order of the guide's table.
 pub fn all() -> Vec<Limit> {
     vec![
         Limit::new(SIGN_IN)

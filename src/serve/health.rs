@@ -21,8 +21,7 @@ const REUSE: Duration = Duration::from_secs(1);
 const GIVE_UP: Duration = Duration::from_secs(30);
 /// The key a probe reads.
 const KEY: &str = "limit-store:health";
-/// `kind` of the log line when the store stops or starts answering probes.
-pub const KIND_HEALTH: &str = "limit-store-health";
+use crate::log::KIND_HEALTH;
 
 /// The store's health, probed one read at a time.
 pub(super) struct Health {

@@ -16,12 +16,7 @@ use tokio::sync::Semaphore;
 use super::connection::connection;
 use crate::config::ServeSettings;
 
-/// `kind` of the warning that every connection place is taken.
-pub const KIND_CONNECTIONS_FULL: &str = "limit-store-connections-full";
-/// `kind` of the warning that accepting a connection failed.
-pub const KIND_ACCEPT_FAILED: &str = "limit-store-accept-failed";
-/// `kind` of the warning that the drain's grace ran out with requests in flight.
-pub const KIND_DRAIN_CUT: &str = "limit-store-drain-cut";
+use crate::log::{KIND_ACCEPT_FAILED, KIND_CONNECTION, KIND_CONNECTIONS_FULL, KIND_DRAINING, KIND_DRAIN_CUT};
 
 /// How long to wait before accepting again after an accept fails.
 const AFTER_ACCEPT_ERROR: Duration = Duration::from_millis(100);
@@ -75,7 +70,7 @@ pub async fn run(
         let served = graceful.watch(connection(stream, router.clone(), settings.request_timeout));
         tokio::spawn(async move {
             if let Err(error) = served.await {
-                tracing::debug!(kind = "limit-store-connection", %error, "a connection ended");
+                tracing::debug!(kind = KIND_CONNECTION, %error, "a connection ended");
             }
             drop(place);
         });
@@ -83,7 +78,7 @@ pub async fn run(
     drop(listener);
     let open = graceful.count();
     tracing::info!(
-        kind = "limit-store-draining",
+        kind = KIND_DRAINING,
         open,
         grace_ms = u64::try_from(settings.shutdown_grace.as_millis()).unwrap_or(u64::MAX),
         "no new connections; the requests in flight have the shutdown grace to finish"

@@ -104,13 +104,18 @@ impl Metrics {
         Call { metrics: self, started: std::time::Instant::now() }
     }
 
-    /// Counts one decision of limit `limit`.
-    pub fn decided(&self, limit: &str, d: &Decision) {
+    /// Counts one decision of limit `limit` on an attempt of `cost`: a
+    /// check (cost 0) counts nothing, so it is no attempt allowed or
+    /// limited; only a store that could not answer it is counted.
+    pub fn decided(&self, limit: &str, d: &Decision, cost: u64) {
+        if let Some(reason) = d.degraded {
+            self.unavailable.get_or_create(&Reason { reason: reason.as_str() }).inc();
+        }
+        if cost == 0 {
+            return;
+        }
         let outcome = match (d.degraded, d.shadow_refused, d.allowed) {
-            (Some(reason), _, _) => {
-                self.unavailable.get_or_create(&Reason { reason: reason.as_str() }).inc();
-                "degraded"
-            }
+            (Some(_), _, _) => "degraded",
             (None, true, _) => "shadow",
             (None, false, true) => "allowed",
             (None, false, false) => "limited",

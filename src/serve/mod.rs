@@ -37,8 +37,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use connection::MAX_HEAD;
-pub use health::KIND_HEALTH;
-pub use listener::{run, KIND_ACCEPT_FAILED, KIND_CONNECTIONS_FULL, KIND_DRAIN_CUT};
+pub use listener::run;
 pub use routes::MAX_BODY;
 pub use token::{ApiToken, TokenError, MIN_TOKEN_BYTES};
 
@@ -144,7 +143,7 @@ async fn log_request(State(app): State<App>, request: Request, next: Next) -> Re
     let response = next.run(request).await;
     app.metrics.answered(&route, response.status().as_u16());
     tracing::debug!(
-        kind = "limit-store-request",
+        kind = crate::log::KIND_REQUEST,
         %method,
         path,
         status = response.status().as_u16(),

@@ -60,7 +60,7 @@ pub async fn attempt(
     let decision = limits.attempt_cost(&name, &refs, cost).await;
     drop(call);
     let decision = decision?;
-    app.metrics.decided(&name, &decision);
+    app.metrics.decided(&name, &decision, cost);
     let count = limits.limit(&name).map_or(1, |l| l.parts().len());
     Ok(answer(&name, count, &decision))
 }

@@ -11,26 +11,12 @@ use sqlx::AnyPool;
 
 pub const SECRET: &str = "limit-store-tests-secret-0123456789abcdefghijklmnop";
 
-/// The URL in `var`, or `None` after saying the test is skipped.
-pub fn server(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("{var} is not set: skipping this database test (.ci/run sets it)");
-            None
-        }
-    }
-}
+pub use super::{rand_suffix, server};
 
 /// A fresh SQLite file URL in the temp folder.
 pub fn sqlite_url(name: &str) -> String {
     let path = std::env::temp_dir().join(format!("limit-store-{name}-{}-{}.db", std::process::id(), rand_suffix()));
     format!("sqlite://{}", path.display())
-}
-
-pub fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// The databases this run can reach (SQLite, and the servers the

@@ -1,5 +1,7 @@
-//! What several test files share: capturing the log lines a test causes, and
-//! the database tests' servers and stores.
+//! What the test binaries share (each includes this folder as `mod common`):
+//! the servers' URLs from the environment, capturing the log lines a test
+//! causes, and in the modules below the stores, servers and processes the
+//! tests run on.
 #![allow(dead_code)]
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
@@ -17,6 +19,26 @@ pub mod servers;
 use std::cell::RefCell;
 use std::io::Write;
 use std::sync::{Arc, Mutex, Once};
+
+/// The URL of a server the tests share, in the variable `var`
+/// (`LIMIT_STORE_TEST_POSTGRES`, `_MYSQL`, `_REDIS`), or `None` after saying
+/// the test is skipped.
+pub fn server(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("{var} is not set: skipping this test (.ci/run sets it)");
+            None
+        }
+    }
+}
+
+/// A number no other test of this run is likely to draw: for names of
+/// tables, keys and files of a test's own.
+pub fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
 
 /// The formatted log lines written on this thread while it lives.
 pub struct Logs {

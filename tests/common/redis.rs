@@ -9,11 +9,7 @@ use std::time::{Duration, Instant};
 /// The shared server's URL, or `None` (the test says it was skipped) when
 /// `LIMIT_STORE_TEST_REDIS` is not set.
 pub fn server() -> Option<String> {
-    let url = std::env::var("LIMIT_STORE_TEST_REDIS").ok().filter(|u| !u.is_empty());
-    if url.is_none() {
-        eprintln!("skipped: LIMIT_STORE_TEST_REDIS is not set");
-    }
-    url
+    super::server("LIMIT_STORE_TEST_REDIS")
 }
 
 /// A site secret for tests.

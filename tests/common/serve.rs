@@ -1,5 +1,6 @@
-//! Runs `limit-store serve` as a child process on a free port, and speaks
-//! plain HTTP/1.1 to it over a real socket.
+//! Runs `limit-store serve` as a child process on a free port (one, or the
+//! several instances of one site), and speaks plain HTTP/1.1 to it over a
+//! real socket.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub use super::http::{parse, request, Reply};
+
+/// The `limit-store` binary of this build.
+const BIN: &str = env!("CARGO_BIN_EXE_limit-store");
+
+/// The `limit-store` binary of this build, as a command to run.
+pub fn limit_store() -> Command {
+    Command::new(BIN)
+}
 
 /// A running `serve`; killed when dropped.
 pub struct Serve {
@@ -27,6 +36,13 @@ impl Drop for Serve {
 /// A port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Writes `text` to a settings file of its own in the temp folder; its path.
+pub fn settings_file(text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("limit-store-{}.toml", super::rand_suffix()));
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// A folder of this test's own in the temp folder, empty.
@@ -69,14 +85,13 @@ impl Serve {
     /// Starts `serve` as `start` says, and waits until it answers.
     pub async fn start_with(start: Start<'_>) -> Serve {
         let addr = format!("127.0.0.1:{}", free_port());
-        let bin = env!("CARGO_BIN_EXE_limit-store");
         let mut command = match start.open_files {
             Some(n) => {
                 let mut sh = Command::new("sh");
-                sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), bin]);
+                sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), BIN]);
                 sh
             }
-            None => Command::new(bin),
+            None => limit_store(),
         };
         let stderr = match start.log {
             Some(log) => Stdio::from(std::fs::File::create(log).unwrap()),
@@ -102,6 +117,16 @@ impl Serve {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("serve did not answer on {} within 20 s", serve.addr);
+    }
+
+    /// `n` processes on the settings file `config`, each started with
+    /// `env`: the instances of one site.
+    pub async fn start_many(n: usize, config: &Path, env: &[(&str, &str)]) -> Vec<Serve> {
+        let mut instances = Vec::new();
+        for _ in 0..n {
+            instances.push(Serve::start(Some(config), env, &[]).await);
+        }
+        instances
     }
 
     /// One request; `headers` as `(name, value)`.
@@ -139,6 +164,29 @@ impl Serve {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// POSTs each of `bodies` as JSON to `path`, all at once, spread over
+/// `instances` (body `i` to instance `i` mod their number); the statuses, in
+/// the bodies' order.
+pub async fn post_at_once(instances: &[Serve], path: &str, bodies: impl IntoIterator<Item = String>) -> Vec<u16> {
+    let calls: Vec<_> = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let addr = instances[i % instances.len()].addr.clone();
+            let path = path.to_owned();
+            tokio::spawn(async move {
+                let json = [("content-type", "application/json")];
+                request(&addr, "POST", &path, &json, body.as_bytes()).await.unwrap().status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap());
+    }
+    statuses
 }
 
 /// Sends `bytes` as they are and reads what comes back until the server

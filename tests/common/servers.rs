@@ -26,6 +26,15 @@ pub fn wait_for_postgres() {
     wait_until(|| succeeds(Command::new("pg_isready").args(["-h", "127.0.0.1", "-q"])));
 }
 
+/// Stops PostgreSQL (`pg_ctlcluster stop -m fast`), failing the test if it
+/// can't; the guard returned starts it again when dropped.
+#[must_use = "the server starts again when the guard is dropped"]
+pub fn stop_postgres() -> RestartsPostgres {
+    let restarts = RestartsPostgres;
+    assert!(postgres("stop", &["-m", "fast"]), "pg_ctlcluster stop");
+    restarts
+}
+
 /// Starts PostgreSQL again when dropped, and waits until it answers.
 pub struct RestartsPostgres;
 
@@ -41,14 +50,19 @@ fn mariadb_answers() -> bool {
 }
 
 /// Shuts MariaDB down (`mysqladmin shutdown`) and waits until it no longer
-/// answers; true if it went down.
-pub fn stop_mariadb() -> bool {
-    succeeds(Command::new("mysqladmin").args(["-h", "127.0.0.1", "-u", "root", "shutdown"]))
-        && wait_until(|| !mariadb_answers())
+/// answers, failing the test if it can't; the guard returned starts it again
+/// when dropped.
+#[must_use = "the server starts again when the guard is dropped"]
+pub fn stop_mariadb() -> RestartsMariadb {
+    let restarts = RestartsMariadb;
+    let down = succeeds(Command::new("mysqladmin").args(["-h", "127.0.0.1", "-u", "root", "shutdown"]))
+        && wait_until(|| !mariadb_answers());
+    assert!(down, "mysqladmin shutdown");
+    restarts
 }
 
 /// Starts MariaDB as `.ci/run` does, and waits until it answers.
-pub fn start_mariadb() -> bool {
+fn start_mariadb() -> bool {
     succeeds(Command::new("start-stop-daemon").args([
         "--start",
         "--oknodo",
@@ -64,7 +78,12 @@ pub struct RestartsMariadb;
 
 impl Drop for RestartsMariadb {
     fn drop(&mut self) {
-        start_mariadb();
+        // The old server may still be on its way out when the first start is
+        // tried (then it does nothing): try again.
+        let started = (0..3).any(|_| start_mariadb());
+        if !started && !std::thread::panicking() {
+            panic!("mariadbd did not start again");
+        }
     }
 }
 

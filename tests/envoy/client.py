@@ -1,6 +1,6 @@
 """A client from outside the project: Envoy's published data-plane API for
 Python (envoy-data-plane) over grpcio, against a running `limit-store serve
---grpc-listen`. tests/envoy.rs starts the servers and runs one scenario:
+--grpc-listen`. tests/serve/envoy.rs starts the servers and runs one scenario:
 
     client.py SCENARIO --grpc ADDR[,ADDR...] [--http ADDR] [--token T] [--tag TAG]
 

@@ -2,9 +2,12 @@
 //! then limited with its fields, the policy under an unavailable store, the
 //! client's address behind trusted and untrusted proxies, a missing key, and
 //! stacked layers. Here the helpers both halves share: `answers.rs`, what
-//! the layer answers; `keys.rs`, what it counts by.
+//! the layer answers; `keys.rs`, what it counts by. `app.rs` serves the
+//! example app on a real socket.
 
 mod answers;
+#[cfg(feature = "sqlite")]
+mod app;
 #[path = "../common/mod.rs"]
 mod common;
 mod keys;

@@ -68,12 +68,12 @@ impl EnvoyRules {
     pub fn reload_logged(&self, path: &Path) {
         match self.reload(path) {
             Ok(()) => tracing::info!(
-                kind = "limit-store-envoy-reloaded",
+                kind = crate::log::KIND_ENVOY_RELOADED,
                 rules = self.current().len(),
                 "reloaded the Envoy rules; the counts are kept"
             ),
             Err(e) => tracing::error!(
-                kind = "limit-store-envoy-refused",
+                kind = crate::log::KIND_ENVOY_REFUSED,
                 error = %e,
                 "the changed Envoy rules were refused; the running ones stay"
             ),

@@ -122,7 +122,7 @@ pub(super) async fn count<B: Attempts>(
     match count_once(backend, tally, hashes, generation, decide).await {
         Err(Failure::Db(e)) if ended_before_applied(&e) => {
             tracing::info!(
-                kind = "limit-store-session-ended",
+                kind = crate::log::KIND_SESSION_ENDED,
                 error = %e,
                 "the database had ended a pooled connection's session (a restart?); the count runs again on a fresh one"
             );

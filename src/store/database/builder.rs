@@ -203,10 +203,17 @@ impl DatabaseStoreBuilder {
         migrate::check_table_name(&self.table)?;
         let db = self.open().await?;
         on_backend!(&db, b => b.check_table().await)?;
+        on_backend!(&db, b => b.check_family_column().await)?;
         let live = on_backend!(&db, b => b.count_live(secret.generation()).await)?;
         let bound = SharedBound::new("database", self.max_entries, live);
-        let shared =
-            Arc::new(Shared { db, tally: attempt::Tally::default(), secret, bound, sweeper: Default::default() });
+        let shared = Arc::new(Shared {
+            db,
+            tally: attempt::Tally::default(),
+            secret,
+            bound,
+            families: crate::bound::FamilyTags::new(),
+            sweeper: Default::default(),
+        });
         if let Some(every) = self.sweep_every {
             // The sweeper holds a `Weak`, so `Arc::get_mut` would fail here:
             // the handle goes in a cell that is set once.

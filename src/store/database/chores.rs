@@ -22,16 +22,36 @@ impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
     fn release(self) {}
 }
 
-/// Generates `migrate`, `count_live`, `count_expiring` and `generations`
-/// inside a backend's `impl`. The backend has `pool` (`conns::Conns`) and
-/// `table` fields and a `NOW` constant (its clock in ms) in scope.
+/// Runs one statement of a migration on `$conn`: a change that is there
+/// already is no error, and one that raced another process's same change
+/// (PostgreSQL's catalogs answer a unique violation) runs once more, and then
+/// finds it there.
+macro_rules! migration_statement {
+    ($conn:expr, $sql:expr) => {{
+        let mut raced = false;
+        loop {
+            match sqlx::query($sql).execute(&mut *$conn).await {
+                Ok(_) => break Ok(()),
+                Err(e) if super::error::there_already(&e) => break Ok(()),
+                Err(e) if !raced && super::error::raced(&e) => raced = true,
+                Err(e) => break Err(e),
+            }
+        }
+    }};
+}
+pub(super) use migration_statement;
+
+/// Generates `migrate`, `check_family_column`, `count_live`,
+/// `count_families`, `count_expiring` and `generations` inside a backend's
+/// `impl`. The backend has `pool` (`conns::Conns`), `table` and `url_hint`
+/// fields and a `NOW` constant (its clock in ms) in scope.
 macro_rules! chores {
     (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
         pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
             let failed = |e| db_error("migrate", e);
             let mut conn = self.pool.acquire().await.map_err(failed)?;
             let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version {} PRIMARY KEY)", $ty);
-            sqlx::query(&log).execute(&mut *conn).await.map_err(failed)?;
+            super::chores::migration_statement!(conn, &log).map_err(failed)?;
             let applied = format!("SELECT version FROM {table}_migrations WHERE version = {}", $p);
             for migration in $migrations {
                 let done: Option<i64> = sqlx::query_scalar(&applied)
@@ -43,7 +63,7 @@ macro_rules! chores {
                     continue;
                 }
                 for statement in migrate::statements(migration, table) {
-                    sqlx::query(&statement).execute(&mut *conn).await.map_err(failed)?;
+                    super::chores::migration_statement!(conn, &statement).map_err(failed)?;
                 }
                 sqlx::query(&format!($record, table = table))
                     .bind(migration.version)
@@ -53,6 +73,42 @@ macro_rules! chores {
             }
             conn.release();
             Ok(())
+        }
+
+        /// Refuses a table whose migrations stop before the `family` column
+        /// (a store of an older version made it): every insert writes it.
+        pub(super) async fn check_family_column(&self) -> Result<(), StoreError> {
+            let sql = format!("SELECT family FROM {} WHERE 1 = 0", self.table);
+            let look = async {
+                let mut conn = self.pool.acquire().await?;
+                let found = sqlx::query(&sql).fetch_all(&mut *conn).await;
+                conn.release();
+                Ok::<_, sqlx::Error>(found.is_ok())
+            };
+            if look.await.map_err(|e| db_error("look for the family column", e))? {
+                Ok(())
+            } else {
+                Err(migrate::not_migrated(&self.table, &self.url_hint))
+            }
+        }
+
+        /// This generation's live rows, in all and per family tag: for the
+        /// bound and each family's share of it.
+        pub(super) async fn count_families(&self, generation: i64) -> Result<super::Census, StoreError> {
+            let t = &self.table;
+            let sql = format!(
+                "SELECT family, count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW} GROUP BY family",
+                $p
+            );
+            let count = async {
+                let mut conn = self.pool.acquire().await?;
+                let groups: Vec<(Option<i16>, i64)> =
+                    sqlx::query_as(&sql).bind(generation).fetch_all(&mut *conn).await?;
+                conn.release();
+                Ok(groups)
+            };
+            let groups = count.await.map_err(|e| db_error("count live entries", e))?;
+            Ok(super::Census::of(groups))
         }
 
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
@@ -267,8 +323,8 @@ macro_rules! write_if {
             let [insert, replace, delete] = statements;
             Some(match conditional {
                 Conditional::Nothing => return None,
-                Conditional::Insert { value, expires_at } => {
-                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at)
+                Conditional::Insert { value, expires_at, family } => {
+                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(family)
                 }
                 Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
                     .bind(generation)

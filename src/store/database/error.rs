@@ -22,6 +22,30 @@ fn code(e: &sqlx::Error) -> Option<String> {
     db.code().map(|c| c.into_owned())
 }
 
+/// Codes of a migration statement whose change is there already (another
+/// process ran the migration at the same time, or its record was lost):
+/// MySQL duplicate column (1060), duplicate key name (1061) and a dropped
+/// index gone already (1091); SQLite answers a duplicate column in words.
+const THERE_ALREADY_CODES: &[&str] = &["1060", "1061", "1091"];
+
+/// True when a migration statement met `e` because its change is there
+/// already, so the migration goes on.
+pub(super) fn there_already(e: &sqlx::Error) -> bool {
+    code(e).is_some_and(|c| THERE_ALREADY_CODES.contains(&c.as_str()))
+        || e.as_database_error().is_some_and(|db| db.message().starts_with("duplicate column name"))
+}
+
+/// Codes of a migration statement that raced the same statement of another
+/// process: PostgreSQL's unique_violation (on its catalogs), duplicate_table,
+/// duplicate_column and duplicate_object.
+const RACED_CODES: &[&str] = &["23505", "42P07", "42701", "42710"];
+
+/// True when a migration statement met `e` racing another process's same
+/// change: run again, it finds the change there.
+pub(super) fn raced(e: &sqlx::Error) -> bool {
+    code(e).is_some_and(|c| RACED_CODES.contains(&c.as_str()))
+}
+
 /// True for a failure that a fresh attempt of the same transaction may not meet.
 pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| RETRY_CODES.contains(&c.as_str()))

@@ -16,17 +16,21 @@ pub(super) struct Migration {
 pub(super) type Migrations = &'static [Migration];
 
 #[cfg(feature = "sqlite")]
-pub(super) const SQLITE: Migrations =
-    &[Migration { version: 1, sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql") }];
+pub(super) const SQLITE: Migrations = &[
+    Migration { version: 1, sql: include_str!("../../../migrations/sqlite/0001_limit_store.sql") },
+    Migration { version: 2, sql: include_str!("../../../migrations/sqlite/0002_family.sql") },
+];
 #[cfg(feature = "postgres")]
 pub(super) const POSTGRES: Migrations = &[
     Migration { version: 1, sql: include_str!("../../../migrations/postgres/0001_limit_store.sql") },
     Migration { version: 2, sql: include_str!("../../../migrations/postgres/0002_heap_only_updates.sql") },
+    Migration { version: 3, sql: include_str!("../../../migrations/postgres/0003_family.sql") },
 ];
 #[cfg(feature = "mysql")]
 pub(super) const MYSQL: Migrations = &[
     Migration { version: 1, sql: include_str!("../../../migrations/mysql/0001_limit_store.sql") },
     Migration { version: 2, sql: include_str!("../../../migrations/mysql/0002_value_bytes.sql") },
+    Migration { version: 3, sql: include_str!("../../../migrations/mysql/0003_family.sql") },
 ];
 
 /// Refuses a table name that is not a plain identifier, so that it can be
@@ -54,6 +58,15 @@ pub(super) fn statements(migration: &Migration, table: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.replace(DEFAULT_TABLE, table))
         .collect()
+}
+
+/// The error for a table that a newer version's migrations have not reached.
+pub(super) fn not_migrated(table: &str, url_hint: &str) -> StoreError {
+    StoreError::setup(format!(
+        "the table {table:?} lacks the `family` column this version writes: run `limit-store migrate \
+         --database-url {url_hint}` (or DatabaseStore::builder(url).migrate()) to upgrade it; the upgrade \
+         keeps every row, and instances of the older version keep counting meanwhile"
+    ))
 }
 
 /// The error for a database without the table.
@@ -90,5 +103,32 @@ mod tests {
         assert_eq!(sql.len(), 3);
         assert!(sql[0].starts_with("ALTER TABLE rl SET (fillfactor = 75,"), "{}", sql[0]);
         assert_eq!(sql[1..], ["DROP INDEX IF EXISTS rl_expires", "DROP INDEX IF EXISTS rl_generation"]);
+        assert_eq!(statements(&POSTGRES[2], "rl"), ["ALTER TABLE rl ADD COLUMN IF NOT EXISTS family SMALLINT"]);
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn the_family_column_comes_with_its_index_on_sqlite() {
+        assert_eq!(
+            statements(&SQLITE[1], "rl"),
+            [
+                "ALTER TABLE rl ADD COLUMN family INTEGER",
+                "CREATE INDEX IF NOT EXISTS rl_family ON rl (generation, expires_at, family)",
+                "DROP INDEX IF EXISTS rl_generation",
+            ]
+        );
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn the_family_column_comes_with_its_index_on_mysql() {
+        assert_eq!(
+            statements(&MYSQL[2], "rl"),
+            [
+                "ALTER TABLE rl ADD COLUMN family SMALLINT NULL",
+                "CREATE INDEX rl_family ON rl (generation, expires_at, family)",
+                "DROP INDEX rl_generation ON rl",
+            ]
+        );
     }
 }

@@ -48,8 +48,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use smallvec::SmallVec;
 
-use self::row::{decide, KeyHash, Stored};
-use crate::bound::{Admission, SharedBound};
+use self::row::{decide, Family, KeyHash, Stored};
+use crate::bound::{FamilyAdmission, FamilyTags, SharedBound, Short};
 use crate::error::Unavailable;
 use crate::keys::Secret;
 use crate::rules::check_keys;
@@ -89,6 +89,9 @@ struct Shared {
     tally: attempt::Tally,
     secret: Secret,
     bound: SharedBound,
+    /// The families' tags, and what each wrote (see `bound/tags.rs`): each
+    /// row's `family` column holds its key's tag.
+    families: FamilyTags,
     /// Set once, right after the sweeper is spawned with a `Weak` of this.
     sweeper: std::sync::OnceLock<tokio::task::AbortHandle>,
 }
@@ -215,12 +218,37 @@ impl DatabaseStore {
         Ok(keys.iter().map(|k| self.shared.secret.key_hash(k)).collect())
     }
 
+    /// The families of `keys` (checked by [`Self::hashes`]), and their tags.
+    fn families(&self, keys: &[&str]) -> SmallVec<[Family; 4]> {
+        let shared = &*self.shared;
+        keys.iter()
+            .map(|k| {
+                let (id, tag) = shared.families.of(shared.bound.counts(), &shared.secret, k);
+                Family::new(id, tag)
+            })
+            .collect()
+    }
+
     /// The answer of an update after its attempt number `attempt` came out as
-    /// `outcome`; `None` when the store was full and made room from expired
-    /// rows, so the update tries once more.
-    async fn answer(&self, outcome: Result<(), StoreError>, attempt: usize) -> Option<Result<(), StoreError>> {
+    /// `outcome` (refused for `short`, if it was); `None` when the store was
+    /// full and made room from expired rows, so the update tries once more.
+    /// A family at its share is answered at once: its entries are the ones
+    /// that would have to expire.
+    async fn answer(
+        &self,
+        outcome: Result<(), StoreError>,
+        attempt: usize,
+        short: Option<Short>,
+    ) -> Option<Result<(), StoreError>> {
         let shared = &*self.shared;
         match outcome {
+            Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && matches!(short, Some(Short::Share(_))) => {
+                if let Some(short) = short {
+                    shared.bound.counts().note_short("database", short);
+                }
+                self.refresh_bound_if_due();
+                Some(Err(e))
+            }
             Err(e) if e.unavailable_reason() == Some(Unavailable::Full) && attempt == 0 => {
                 if shared.bound.make_room(|| shared.sweep()).await {
                     return None;
@@ -247,10 +275,36 @@ impl DatabaseStore {
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            let at = shared.bound.begin_refresh();
-            let live = on_backend!(&shared.db, b => b.count_live(shared.secret.generation()).await).ok();
-            shared.bound.refreshed(at, live);
+            let (at, written) = (shared.bound.begin_refresh(), shared.families.written());
+            let census = on_backend!(&shared.db, b => b.count_families(shared.secret.generation()).await).ok();
+            if let Some(census) = &census {
+                shared.families.attribute(shared.bound.counts(), &census.by_tag, &written);
+            }
+            shared.bound.refreshed(at, census.map(|c| c.live));
         });
+    }
+}
+
+/// This generation's live rows as one count found them: in all, and per
+/// family tag (rows written before the `family` column count in all only).
+#[derive(Debug, Default)]
+struct Census {
+    live: u64,
+    by_tag: std::collections::HashMap<crate::bound::Tag, u64>,
+}
+
+impl Census {
+    /// The census of `(family column, rows)` pairs, as a `GROUP BY` answers.
+    fn of(groups: impl IntoIterator<Item = (Option<i16>, i64)>) -> Self {
+        let mut census = Census::default();
+        for (family, n) in groups {
+            let n = n.unsigned_abs();
+            census.live += n;
+            if let Some(family) = family {
+                *census.by_tag.entry(row::tag_of_column(family)).or_default() += n;
+            }
+        }
+        census
     }
 }
 
@@ -265,9 +319,10 @@ impl Shared {
     async fn sweep(&self) -> Result<u64, StoreError> {
         let removed = on_backend!(&self.db, b => b.sweep().await)?;
         self.bound.note_sweep(removed);
-        let at = self.bound.begin_refresh();
-        let live = on_backend!(&self.db, b => b.count_live(self.secret.generation()).await)?;
-        self.bound.refresh(at, live);
+        let (at, written) = (self.bound.begin_refresh(), self.families.written());
+        let census = on_backend!(&self.db, b => b.count_families(self.secret.generation()).await)?;
+        self.families.attribute(self.bound.counts(), &census.by_tag, &written);
+        self.bound.refresh(at, census.live);
         Ok(removed)
     }
 }
@@ -284,21 +339,24 @@ impl LimitStore for DatabaseStore {
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         let hashes = self.hashes(keys)?;
+        let families = self.families(keys);
         let shared = &*self.shared;
         let generation = shared.secret.generation();
         for attempt in 0.. {
-            let mut admission = Admission::new(shared.bound.counts());
-            let decide =
-                &mut |rows: &[Option<Stored>], now| decide(rows, &hashes, now, generation, apply, &mut admission);
+            let mut admission = FamilyAdmission::new(shared.bound.counts(), &shared.families);
+            let decide = &mut |rows: &[Option<Stored>], now| {
+                decide(rows, &hashes, &families, now, generation, apply, &mut admission)
+            };
             let outcome = on_backend!(&shared.db, b => bounded(attempt::count(b, &shared.tally, &hashes, generation, decide)).await);
             // Written: keep the new entries counted and give back the removed
             // ones. Failed (or this future dropped): the room goes back.
+            let short = admission.short();
             if outcome.is_ok() {
                 admission.commit();
             } else {
                 drop(admission);
             }
-            if let Some(done) = self.answer(outcome, attempt).await {
+            if let Some(done) = self.answer(outcome, attempt, short).await {
                 return done;
             }
         }

@@ -128,8 +128,10 @@ impl Mysql {
                 }
             }),
             delete: by_key_count(|n| format!("DELETE FROM {t} WHERE key_hash IN ({})", marks(n))),
-            update: format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ? WHERE key_hash = ?"),
-            insert_new: format!("INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?)"),
+            update: format!("UPDATE {t} SET generation = ?, value = ?, expires_at = ?, family = ? WHERE key_hash = ?"),
+            insert_new: format!(
+                "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at, family) VALUES (?, ?, ?, ?, ?)"
+            ),
             replace_if: format!(
                 "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
                  WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
@@ -145,8 +147,8 @@ impl Mysql {
                 "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ? AND {clock}"
             ),
             guess_insert: format!(
-                "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at) \
-                 SELECT ?, ?, ?, ? FROM DUAL WHERE {clock}"
+                "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at, family) \
+                 SELECT ?, ?, ?, ?, ? FROM DUAL WHERE {clock}"
             ),
             seen: Seen::new(remember),
             rows_there: RowsThere::default(),
@@ -258,11 +260,12 @@ impl Mysql {
         let mut deletes: SmallVec<[&KeyHash; 4]> = SmallVec::new();
         for (hash, write) in hashes.iter().zip(writes) {
             match write {
-                RowWrite::Put { value, expires_at } => {
+                RowWrite::Put { value, expires_at, family } => {
                     sqlx::query(&self.update)
                         .bind(generation)
                         .bind(value)
                         .bind(expires_at)
+                        .bind(family)
                         .bind(&hash[..])
                         .execute(&mut *tx)
                         .await?;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{DatabaseStore, Shared};
-use crate::bound::Bound;
+use crate::bound::{Bound, FamilyTags};
 use crate::{LimitStore, OwnedApply, StoreError};
 
 /// The bound of a store's shared part, held by an update's owned `decide`.
@@ -30,6 +30,19 @@ impl Deref for Counts {
 
     fn deref(&self) -> &Bound {
         self.0.bound.counts()
+    }
+}
+
+/// The family tags of a store's shared part, held by an update's owned `decide`.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+struct Tags(std::sync::Arc<Shared>);
+
+impl Deref for Tags {
+    type Target = FamilyTags;
+
+    fn deref(&self) -> &FamilyTags {
+        &self.0.families
     }
 }
 
@@ -55,19 +68,21 @@ impl DatabaseStore {
     ) -> Result<(), StoreError> {
         use super::attempt::Locked;
         use super::row::{decide, Stored};
-        use crate::bound::Admission;
+        use crate::bound::FamilyAdmission;
 
         let hashes = self.hashes(keys)?;
+        let families = self.families(keys);
         let shared = &self.shared;
         let generation = shared.secret.generation();
         // The room this attempt's writes hold, set by `decide` on the writer.
-        let held: Arc<Mutex<Option<Admission<Counts>>>> = Arc::new(Mutex::new(None));
+        let held: Arc<Mutex<Option<FamilyAdmission<Counts, Tags>>>> = Arc::new(Mutex::new(None));
         let owned = {
-            let (held, shared, hashes) = (held.clone(), shared.clone(), hashes.clone());
+            let (held, shared, hashes, families) = (held.clone(), shared.clone(), hashes.clone(), families.clone());
             move |rows: &[Option<Stored>], now| {
                 let mut held = held.lock();
-                let admission = held.get_or_insert_with(|| Admission::new(Counts(shared.clone())));
-                decide(rows, &hashes, now, generation, &mut *apply, admission)
+                let admission =
+                    held.get_or_insert_with(|| FamilyAdmission::new(Counts(shared.clone()), Tags(shared.clone())));
+                decide(rows, &hashes, &families, now, generation, &mut *apply, admission)
             }
         };
         let owned: super::row::OwnedDecide = Arc::new(Mutex::new(owned));
@@ -84,11 +99,12 @@ impl DatabaseStore {
             // Written: the new entries stay counted and the removed ones go
             // back; failed: the room goes back.
             let admission = held.lock().take();
+            let short = admission.as_ref().and_then(|a| a.short());
             match admission {
                 Some(admission) if outcome.is_ok() => admission.commit(),
                 other => drop(other),
             }
-            if let Some(done) = self.answer(outcome, attempt).await {
+            if let Some(done) = self.answer(outcome, attempt, short).await {
                 return done;
             }
         }

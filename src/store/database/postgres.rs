@@ -105,8 +105,8 @@ impl Postgres {
                  RETURNING key_hash, generation, value, expires_at, {NOW} AS now"
             ),
             write: format!(
-                "WITH w(k, v, e) AS (SELECT * FROM unnest($1::bytea[], $2::text[], $3::int8[])), \
-                 up AS (UPDATE {t} SET generation = $4, value = w.v, expires_at = w.e FROM w \
+                "WITH w(k, v, e, f) AS (SELECT * FROM unnest($1::bytea[], $2::text[], $3::int8[], $6::int2[])), \
+                 up AS (UPDATE {t} SET generation = $4, value = w.v, expires_at = w.e, family = w.f FROM w \
                         WHERE {t}.key_hash = w.k RETURNING 1), \
                  del AS (DELETE FROM {t} WHERE key_hash = ANY($5::bytea[]) RETURNING 1) \
                  SELECT (SELECT count(*) FROM up) + (SELECT count(*) FROM del)"
@@ -114,7 +114,7 @@ impl Postgres {
             read: read.clone(),
             pages: Pages::new(t, vacuum_options),
             insert_new: format!(
-                "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES ($1, $2, $3, $4) \
+                "INSERT INTO {t} (key_hash, generation, value, expires_at, family) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (key_hash) DO NOTHING"
             ),
             replace_if: format!(
@@ -166,12 +166,14 @@ impl Postgres {
         let writes = decide(&rows, now).map_err(Failure::Store)?;
         let after: Vec<_> = rows.iter().zip(&writes).map(|(row, write)| row_after(row, write, generation)).collect();
         let (mut put_keys, mut values, mut expiries, mut deletes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut families = Vec::new();
         for (key, write) in keys.iter().zip(writes) {
             match write {
-                RowWrite::Put { value, expires_at } => {
+                RowWrite::Put { value, expires_at, family } => {
                     put_keys.push(key.clone());
                     values.push(value);
                     expiries.push(expires_at);
+                    families.push(family);
                 }
                 RowWrite::Delete => deletes.push(key.clone()),
                 RowWrite::Keep => {}
@@ -184,6 +186,7 @@ impl Postgres {
                 .bind(expiries)
                 .bind(generation)
                 .bind(deletes)
+                .bind(families)
                 .execute(&mut *tx)
                 .await?;
         }

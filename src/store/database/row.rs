@@ -5,7 +5,7 @@ use crate::error::Unavailable;
 use crate::rules::run_apply;
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
-use crate::bound::Admission;
+use crate::bound::{Bound, FamilyAdmission, FamilyId, FamilyTags, Short, Tag};
 
 /// A row's name: HMAC-SHA-256 of the key.
 pub(super) type KeyHash = [u8; 32];
@@ -27,11 +27,31 @@ pub(super) type Decide<'a> = dyn FnMut(&[Option<Stored>], Millis) -> Result<Vec<
 #[cfg(feature = "sqlite")]
 pub(super) type OwnedDecide = std::sync::Arc<parking_lot::Mutex<Decide<'static>>>;
 
-/// What to do with one row.
+/// A key's family, and its tag as the `family` column holds it (the tag's
+/// 16 bits as a signed `smallint`; see `bound/tags.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Family {
+    pub(super) id: FamilyId,
+    pub(super) column: i16,
+}
+
+impl Family {
+    pub(super) fn new(id: FamilyId, tag: Tag) -> Self {
+        Family { id, column: i16::from_be_bytes(tag.to_be_bytes()) }
+    }
+}
+
+/// The tag of a `family` column's value.
+pub(super) fn tag_of_column(column: i16) -> Tag {
+    Tag::from_be_bytes(column.to_be_bytes())
+}
+
+/// What to do with one row. A put carries the key's family column, which
+/// every statement that inserts a row writes.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum RowWrite {
     Keep,
-    Put { value: String, expires_at: Millis },
+    Put { value: String, expires_at: Millis, family: i16 },
     Delete,
 }
 
@@ -70,42 +90,70 @@ pub(crate) fn decode_columns(
     live_entry(Some(&row), &[0; 32], now, store_generation)
 }
 
-/// Runs `apply` over the rows of one locked update and answers the row writes,
-/// or `unavailable (full)` when the writes need room the bound does not have.
-pub(super) fn decide(
+/// Runs `apply` over the rows of one locked update (of keys of `families`)
+/// and answers the row writes, or `unavailable (full)` when the writes need
+/// room the bound, or their family's share of it, does not have.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn decide<B, T>(
     rows: &[Option<Stored>],
     hashes: &[KeyHash],
+    families: &[Family],
     now: Millis,
     generation: i64,
     apply: &mut Apply<'_>,
-    admission: &mut Admission<impl std::ops::Deref<Target = crate::bound::Bound>>,
-) -> Result<Vec<RowWrite>, StoreError> {
+    admission: &mut FamilyAdmission<B, T>,
+) -> Result<Vec<RowWrite>, StoreError>
+where
+    B: std::ops::Deref<Target = Bound>,
+    T: std::ops::Deref<Target = FamilyTags>,
+{
     let entries = rows
         .iter()
         .zip(hashes)
         .map(|(row, hash)| live_entry(row.as_ref(), hash, now, generation))
         .collect::<Result<Vec<_>, _>>()?;
     let writes = run_apply(apply, &entries, now)?;
-    let new = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Put(_)) && e.is_none()).count();
-    // `run_apply` made an expired `Put` a `Delete`.
-    let removed = writes.iter().zip(&entries).filter(|(w, e)| matches!(w, Write::Delete) && e.is_some()).count();
-    if !admission.hold(new as u64, removed as u64) {
-        return Err(StoreError::unavailable(
-            Unavailable::Full,
-            format!("the database store holds its bound of {} live entries", admission.max()),
-        ));
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    for ((write, entry), family) in writes.iter().zip(&entries).zip(families) {
+        match write {
+            Write::Put(_) if entry.is_none() => added.push(family.id),
+            // `run_apply` made an expired `Put` a `Delete`.
+            Write::Delete if entry.is_some() => removed.push(family.id),
+            _ => {}
+        }
+    }
+    if let Err(short) = admission.hold(added, removed) {
+        return Err(full(admission.bound(), short));
     }
     Ok(writes
         .into_iter()
-        .zip(rows.iter().zip(&entries))
-        .map(|(write, (row, entry))| match write {
-            Write::Put(e) => RowWrite::Put { value: e.value.to_string(), expires_at: e.expires_at },
+        .zip(rows.iter().zip(&entries).zip(families))
+        .map(|(write, ((row, entry), family))| match write {
+            Write::Put(e) => {
+                RowWrite::Put { value: e.value.to_string(), expires_at: e.expires_at, family: family.column }
+            }
             Write::Delete if row.is_some() => RowWrite::Delete,
             // A row that is not live (a lock-only row, or an expired one) goes now.
             Write::Keep if row.is_some() && entry.is_none() => RowWrite::Delete,
             Write::Keep | Write::Delete => RowWrite::Keep,
         })
         .collect())
+}
+
+/// The answer of a store at its bound, or of a family at its share. Names
+/// the family, never a key.
+#[cold]
+fn full(bound: &Bound, short: Short) -> StoreError {
+    let max = bound.max();
+    let detail = match short {
+        Short::Bound => format!("the database store holds its bound of {max} live entries"),
+        Short::Share(family) => format!(
+            "the keys of the family `{}` hold their share of the database store's bound of {max} live entries \
+             (past 80% of it, a family adds new keys only while it holds no more than the room left)",
+            bound.family_name(family)
+        ),
+    };
+    StoreError::unavailable(Unavailable::Full, detail)
 }
 
 /// Runs `decide` over the one row of a single-key count, as read at `now`:
@@ -125,7 +173,7 @@ pub(super) enum Conditional {
     /// Nothing to write: the read alone was the update.
     Nothing,
     /// Insert the row, unless one has appeared since the read.
-    Insert { value: String, expires_at: Millis },
+    Insert { value: String, expires_at: Millis, family: i16 },
     /// Replace the row, if it still holds what was read.
     Replace { old: Stored, value: String, expires_at: Millis },
     /// Delete the row, if it still holds what was read.
@@ -137,8 +185,8 @@ impl Conditional {
     pub(super) fn new(row: Option<Stored>, write: RowWrite) -> Self {
         match (write, row) {
             (RowWrite::Keep, _) | (RowWrite::Delete, None) => Conditional::Nothing,
-            (RowWrite::Put { value, expires_at }, None) => Conditional::Insert { value, expires_at },
-            (RowWrite::Put { value, expires_at }, Some(old)) => Conditional::Replace { old, value, expires_at },
+            (RowWrite::Put { value, expires_at, family }, None) => Conditional::Insert { value, expires_at, family },
+            (RowWrite::Put { value, expires_at, .. }, Some(old)) => Conditional::Replace { old, value, expires_at },
             (RowWrite::Delete, Some(old)) => Conditional::Delete { old },
         }
     }
@@ -149,7 +197,7 @@ impl Conditional {
 pub(super) fn row_after(row: &Option<Stored>, write: &RowWrite, generation: i64) -> Option<Stored> {
     match write {
         RowWrite::Keep => row.clone(),
-        RowWrite::Put { value, expires_at } => {
+        RowWrite::Put { value, expires_at, .. } => {
             Some(Stored { generation, value: value.clone(), expires_at: *expires_at })
         }
         RowWrite::Delete => None,
@@ -186,6 +234,6 @@ pub(super) fn add_one(
     |rows, now| {
         nows.push(now);
         let n: u64 = rows[0].as_ref().map_or(0, |r| r.value.parse().unwrap());
-        Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000 }])
+        Ok(vec![RowWrite::Put { value: (n + 1).to_string(), expires_at: now + 60_000, family: 0 }])
     }
 }

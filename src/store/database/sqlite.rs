@@ -108,9 +108,9 @@ impl Sqlite {
                 )
             }),
             upsert: format!(
-                "INSERT INTO {t} (key_hash, generation, value, expires_at) VALUES (?, ?, ?, ?) \
+                "INSERT INTO {t} (key_hash, generation, value, expires_at, family) VALUES (?, ?, ?, ?, ?) \
                  ON CONFLICT (key_hash) DO UPDATE SET generation = excluded.generation, \
-                 value = excluded.value, expires_at = excluded.expires_at"
+                 value = excluded.value, expires_at = excluded.expires_at, family = excluded.family"
             ),
             set_value: format!("UPDATE {t} SET value = ? WHERE key_hash = ?"),
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
@@ -233,13 +233,13 @@ fn write(
 ) -> Result<(), Failure> {
     for ((hash, write), row) in hashes.iter().zip(writes).zip(rows) {
         match write {
-            RowWrite::Put { value, expires_at }
+            RowWrite::Put { value, expires_at, .. }
                 if row.as_ref().is_some_and(|r| r.generation == generation && r.expires_at == expires_at) =>
             {
                 conn.prepare_cached(&sql.set_value)?.execute(params![value, &hash[..]])?;
             }
-            RowWrite::Put { value, expires_at } => {
-                conn.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at])?;
+            RowWrite::Put { value, expires_at, family } => {
+                conn.prepare_cached(&sql.upsert)?.execute(params![&hash[..], generation, value, expires_at, family])?;
             }
             RowWrite::Delete => {
                 conn.prepare_cached(&sql.delete)?.execute([&hash[..]])?;

@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 
 use super::sip::{self, Started};
 use crate::bound::{Bound, FamilyId};
-use crate::error::Refusal;
+use crate::error::RefusedInput;
 use crate::StoreError;
 
 /// Shards of a store, each behind its own lock.
@@ -45,10 +45,10 @@ pub(super) fn low_half(key: u128) -> u64 {
 pub(super) fn located_after(start: &KeyStart, rest: &[u8]) -> Result<Located, StoreError> {
     let len = start.len() + rest.len();
     if len == 0 {
-        return Err(Refusal::EmptyKey { index: 0 }.into());
+        return Err(RefusedInput::EmptyKey { index: 0 }.into());
     }
     if len > crate::MAX_KEY_BYTES {
-        return Err(Refusal::KeyTooLong { index: 0, len }.into());
+        return Err(RefusedInput::KeyTooLong { index: 0, len }.into());
     }
     Ok(KeyHasher::locate_after(start, rest))
 }

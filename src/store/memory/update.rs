@@ -59,9 +59,9 @@ impl Inner {
     }
 
     /// The key at `k` counted by this crate's own `step` on its value as one
-    /// integer (`None`: no live entry, or one holding anything else). `step`
-    /// gives the integer to hold and when it expires, or nothing to write,
-    /// and an answer: no JSON at all. The caller checked the key, and
+    /// integer and its expiry (`None`: no live entry, or one holding anything
+    /// else). `step` gives the integer to hold and when it expires, or
+    /// nothing to write, and an answer: no JSON at all. The caller checked the key, and
     /// `family` gives its family, as for [`count_one`](Self::count_one).
     pub(super) fn count_number<T>(
         &self,
@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "found under its whole name");
         let long = "k".repeat(crate::MAX_KEY_BYTES);
         let refused = counter.count(&long, &mut |_, _| Some((3, LATER))).unwrap_err();
-        assert!(matches!(refused.refusal(), Some(crate::error::Refusal::KeyTooLong { .. })));
+        assert!(matches!(refused.refusal(), Some(crate::error::RefusedInput::KeyTooLong { .. })));
         counter.count("k", &mut |_, now| Some((4, now))).unwrap();
         assert_eq!(read(store.clone()).await, None, "an entry expired as it is written is a delete");
         assert_eq!(store.len(), 0);

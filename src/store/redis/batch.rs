@@ -96,6 +96,8 @@ pub(super) struct Batcher {
     /// What entries' keys start with, and claims' keys.
     names: String,
     claims: String,
+    /// On a cluster: a call carries only updates of one slot.
+    cluster: bool,
     waiting: Mutex<Vec<Pending>>,
     /// Updates sent in a call with others so far.
     batched: AtomicU64,
@@ -110,6 +112,7 @@ impl std::fmt::Debug for Batcher {
 impl Batcher {
     pub(super) fn new(link: Arc<Link>, names: String, claims: String, min_acked: u32) -> Arc<Self> {
         Arc::new(Batcher {
+            cluster: link.cluster().is_some(),
             link,
             min_acked,
             script: Script::new(WRITE),
@@ -151,18 +154,37 @@ impl Batcher {
         let mut batch: Vec<Pending> = std::mem::take(&mut *self.waiting.lock());
         batch.retain(|p| !p.reply.is_closed());
         let mut calls = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
-        while batch.len() > MAX_BATCH {
-            let rest = batch.split_off(MAX_BATCH);
-            calls.push(self.send(std::mem::replace(&mut batch, rest)));
-        }
-        if !batch.is_empty() {
-            calls.push(self.send(batch));
+        for mut batch in self.by_slot(batch) {
+            while batch.len() > MAX_BATCH {
+                let rest = batch.split_off(MAX_BATCH);
+                calls.push(self.send(std::mem::replace(&mut batch, rest)));
+            }
+            if !batch.is_empty() {
+                calls.push(self.send(batch));
+            }
         }
         match calls.len() {
             0 => {}
             1 => calls.pop().expect("one call").await,
             _ => drop(futures_util::future::join_all(calls).await),
         }
+    }
+
+    /// `batch` as one group, or on a cluster one group per slot (an update
+    /// sent here has every key in one slot).
+    fn by_slot(&self, batch: Vec<Pending>) -> Vec<Vec<Pending>> {
+        if !self.cluster {
+            return vec![batch];
+        }
+        let mut groups: Vec<(u16, Vec<Pending>)> = Vec::new();
+        for pending in batch {
+            let slot = pending.call.hashes.first().map_or(0, super::cluster::slot);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(pending),
+                None => groups.push((slot, vec![pending])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
     }
 
     /// One script call for `batch`, and each of its updates answered.
@@ -210,11 +232,7 @@ impl Batcher {
     /// Sends `cmd`, followed by `WAIT` for the replicas when the store asks
     /// for them; the script's answer, and how many replicas acknowledged
     /// (`u64::MAX` when none were asked for).
-    async fn call(
-        &self,
-        conn: &mut redis::aio::ConnectionManager,
-        cmd: &redis::Cmd,
-    ) -> redis::RedisResult<(Value, u64)> {
+    async fn call(&self, conn: &mut super::link::Conn, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
         if self.min_acked == 0 {
             return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
         }
@@ -236,23 +254,26 @@ impl Batcher {
                 name.clear();
                 name.push_str(&self.names);
                 push_tag(&mut name, tag);
-                crate::keys::push_hex(&mut name, hash);
+                super::cluster::push_hash(&mut name, hash, self.cluster);
                 cmd.arg(name.as_str());
             }
             for hash in &call.hashes {
                 name.clear();
                 name.push_str(&self.claims);
-                crate::keys::push_hex(&mut name, hash);
+                super::cluster::push_hash(&mut name, hash, self.cluster);
                 cmd.arg(name.as_str());
             }
         }
         for Pending { call, .. } in batch {
-            cmd.arg(call.hashes.len())
-                .arg(call.at)
-                .arg(call.lead)
-                .arg(call.lag.unwrap_or(-1))
-                .arg(call.token)
-                .arg(if call.claim { "1" } else { "0" });
+            cmd.arg(call.hashes.len()).arg(call.at).arg(call.lead).arg(call.lag.unwrap_or(-1)).arg(call.token).arg(
+                match (call.claim, self.cluster) {
+                    (false, false) => "0",
+                    (true, false) => "1",
+                    // On a cluster, mark the written update (see `script.rs`).
+                    (false, true) => "2",
+                    (true, true) => "3",
+                },
+            );
             for raw in &call.expected {
                 cmd.arg(raw.as_bytes());
             }

@@ -122,8 +122,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects, and checks the server (Redis 6.2 or later, or Valkey; not a
-    /// Cluster) and its eviction policy. This generation's entries are
+    /// Connects, and checks the server (Redis 6.2 or later, or Valkey; a
+    /// Cluster only through `redis+cluster://`) and its eviction policy (on a
+    /// cluster, every primary's). This generation's entries are
     /// counted for the bound right after, in the background.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         let url = redact(&self.url);
@@ -144,11 +145,17 @@ impl RedisStoreBuilder {
             detail: format!("can't reach Redis at {url}: check that it runs and that the URL is right"),
             source: Some(Box::new(e)),
         };
-        let mut conn = link.conn();
-        let info: String = redis::cmd("INFO").query_async(&mut conn).await.map_err(unreachable)?;
-        let info = ServerInfo::parse(&info);
-        info.check(&url)?;
-        info.warn_if_evicting(&url);
+        let info = match link.cluster() {
+            Some(mut cluster) => super::cluster::check_primaries(&mut cluster, &url).await?,
+            None => {
+                let info: String = redis::cmd("INFO").query_async(&mut link.conn()).await.map_err(unreachable)?;
+                let info = ServerInfo::parse(&info);
+                info.check(&url)?;
+                info.warn_if_evicting(&url);
+                info
+            }
+        };
+        let link_is_cluster = link.cluster().is_some();
         let names = format!("{}:{:x}:", self.prefix, secret.generation());
         let claims = format!("{}:claim:{:x}:", self.prefix, secret.generation());
         let shared = Arc::new(Shared {
@@ -168,6 +175,7 @@ impl RedisStoreBuilder {
             clock: ServerClock::new(),
             seen: Seen::new(self.remember),
             guess: self.remember > 0,
+            cluster: link_is_cluster,
             trips: super::Trips::default(),
             server: info,
             chores: std::sync::OnceLock::new(),

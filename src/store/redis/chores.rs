@@ -1,5 +1,5 @@
 //! Sweeping and the bound's estimate: a walk over this generation's keys with
-//! `SCAN`, in the background: counting only at start and near the bound, and
+//! `SCAN` (on a cluster, on every primary), in the background: counting only at start and near the bound, and
 //! removing what expired every 5 minutes.
 //!
 //! Redis drops an entry itself at its expiry plus a short grace
@@ -30,36 +30,46 @@ impl Shared {
     /// live keys (in all, and per family tag) and the removed ones.
     async fn walk(&self, remove: bool) -> Result<(Census, u64), StoreError> {
         let mut conn = self.link.conn();
+        let mut cluster = self.link.cluster();
+        // On a cluster, every primary's keys in turn (each holds its slots').
+        let nodes = match &mut cluster {
+            Some(cluster) => super::cluster::primaries(cluster).await.map_err(failed)?.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
         let pattern = format!("{}*", glob_escape(&self.names));
-        let (mut cursor, mut live, mut removed) = (0u64, 0u64, 0u64);
+        let (mut live, mut removed) = (0u64, 0u64);
         let mut by_tag: HashMap<Tag, u64> = HashMap::new();
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_STEP)
-                .query_async(&mut conn)
-                .await
-                .map_err(failed)?;
-            let gone = if remove && !keys.is_empty() {
-                self.scripts.sweep(&mut conn, &keys).await.map_err(failed)?
-            } else {
-                0
-            };
-            for key in &keys {
-                if let Some(tag) = tag_in(key, &self.names) {
-                    *by_tag.entry(tag).or_default() += 1;
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_STEP);
+                let (next, keys): (u64, Vec<Vec<u8>>) = match (node, &mut cluster) {
+                    (Some(node), Some(cluster)) => super::cluster::on(cluster, node, &scan)
+                        .await
+                        .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
+                        .map_err(failed)?,
+                    _ => scan.query_async(&mut conn).await.map_err(failed)?,
+                };
+                let gone = if remove && !keys.is_empty() {
+                    super::cluster::sweep(self, cluster.is_some(), &keys).await.map_err(failed)?
+                } else {
+                    0
+                };
+                for key in &keys {
+                    if let Some(tag) = tag_in(key, &self.names) {
+                        *by_tag.entry(tag).or_default() += 1;
+                    }
                 }
+                live += (keys.len() as u64).saturating_sub(gone);
+                removed += gone;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            live += (keys.len() as u64).saturating_sub(gone);
-            removed += gone;
-            if next == 0 {
-                return Ok((Census { live, by_tag }, removed));
-            }
-            cursor = next;
         }
+        Ok((Census { live, by_tag }, removed))
     }
 
     /// This generation's keys Redis holds (expired ones within their grace
@@ -143,7 +153,7 @@ pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task
         if let Some(shared) = store.upgrade() {
             match shared.count_for_bound().await {
                 Ok(()) => {}
-                Err(e) => tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
+                Err(e) => tracing::warn!(kind = crate::log::KIND_SWEEP_FAILED, error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
             }
         }
         let Some(every) = every else { return };
@@ -151,7 +161,7 @@ pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task
             tokio::time::sleep(every).await;
             let Some(shared) = store.upgrade() else { return };
             if let Err(e) = shared.sweep().await {
-                tracing::warn!(kind = "limit-store-sweep-failed", error = %e, "sweeping the Redis store failed; retrying at the next interval");
+                tracing::warn!(kind = crate::log::KIND_SWEEP_FAILED, error = %e, "sweeping the Redis store failed; retrying at the next interval");
             }
         }
     })

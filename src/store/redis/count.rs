@@ -31,10 +31,16 @@ struct Basis {
 impl Shared {
     /// The keys' entries and the clock, read from the server.
     async fn read_basis(&self, names: &[String]) -> Result<Basis, StoreError> {
-        let (now, held) = self.scripts.read(&mut self.link.conn(), names).await.map_err(|e| {
-            self.link.trouble(false, Some(&e));
-            failed(e)
-        })?;
+        let (now, held) = if self.cluster {
+            // A script per slot; locks of updates across slots resolved.
+            super::cluster::read(self, names).await?
+        } else {
+            let read = self.scripts.read(&mut self.link.conn(), names).await;
+            read.map_err(|e| {
+                self.link.trouble(false, Some(&e));
+                failed(e)
+            })?
+        };
         self.clock.reading(now);
         Ok(Basis { held, now, fresh: true })
     }
@@ -71,23 +77,23 @@ impl Shared {
     }
 
     /// A token no other update of any instance holds at the same time.
-    fn token(&self) -> u64 {
+    pub(super) fn token(&self) -> u64 {
         self.token_base.wrapping_add(self.tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
 
-    fn remember(&self, hash: &KeyHash, raw: &Raw) {
+    pub(super) fn remember(&self, hash: &KeyHash, raw: &Raw) {
         self.seen.set(hash, raw.is_some().then(|| raw.clone()));
     }
 }
 
 /// The live entries of `held` at `now`; a corrupt one fails under its hash.
-fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
+pub(super) fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
     held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::keys::hex(hash))).collect()
 }
 
 /// The operations for `writes` on keys of `families` that hold `held`, and
 /// the families of the entries they add and of those they remove.
-fn ops(
+pub(super) fn ops(
     writes: Vec<Write>,
     held: &[Raw],
     families: &[FamilyId],
@@ -127,6 +133,9 @@ impl RedisStore {
             keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k)).unzip();
         let token = shared.token();
         let _locks = shared.lock(&hashes).await;
+        if shared.cluster && super::cluster::txn::spans_slots(&hashes) {
+            return super::cluster::txn::count(self, &hashes, &tags, &families, apply).await;
+        }
         let mut basis = shared.first_basis(&hashes, || self.names(&tags, &hashes)).await?;
         let mut trips = u64::from(basis.fresh);
         let mut admission = FamilyAdmission::new(shared.bound.counts(), &shared.families);
@@ -134,8 +143,9 @@ impl RedisStore {
         while missed < MAX_TRIES {
             let entries = match decode(&basis.held, &hashes, basis.now) {
                 Ok(entries) => entries,
-                // A remembered entry is only a guess: ask the server.
-                Err(_) if !basis.fresh => {
+                // A remembered entry is only a guess: ask the server. A lock
+                // (of an update across slots) is resolved as the keys are read.
+                Err(_) if !basis.fresh || basis.held.iter().any(super::cluster::is_lock) => {
                     basis = shared.read_basis(&self.names(&tags, &hashes)).await?;
                     trips += 1;
                     continue;
@@ -218,7 +228,7 @@ impl RedisStore {
     /// The answer of a store at its bound, or of a family at its share,
     /// noted and logged. Names the family, never a key.
     #[cold]
-    fn full(&self, short: Short) -> StoreError {
+    pub(super) fn full(&self, short: Short) -> StoreError {
         let bound = self.shared.bound.counts();
         bound.note_short("redis", short);
         let max = bound.max();

@@ -1,6 +1,7 @@
 //! The store's connection to the server it writes to: one multiplexed
 //! connection that reconnects by itself, to the URL's server, or to the
-//! primary that Sentinel names (`sentinel.rs`).
+//! primary that Sentinel names (`sentinel.rs`); or a cluster connection that
+//! routes each call to its slot's primary (`cluster/`).
 //!
 //! With Sentinel the connection is replaced when the primary changes:
 //! - a `+switch-master` message from any Sentinel (each is watched on a
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 
 use super::builder::CALL_LIMIT;
 use super::sentinel::{switched_to, SentinelUrl};
@@ -29,9 +31,46 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(1);
 /// Ask the Sentinels again at most this often.
 const ASK_EVERY: Duration = Duration::from_millis(250);
 
+/// A connection to one server, or to a cluster.
+#[derive(Clone)]
+pub(super) enum Conn {
+    /// One server (or the primary Sentinel names).
+    One(ConnectionManager),
+    /// A Redis Cluster: each call goes to its keys' slot's primary.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::One(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::One(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::One(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The connection, and how to find the primary again.
 pub(super) struct Link {
-    conn: RwLock<ConnectionManager>,
+    conn: RwLock<Conn>,
     /// The URL the connection is on (the primary's, with Sentinel).
     url: Mutex<String>,
     sentinel: Option<SentinelUrl>,
@@ -63,6 +102,22 @@ impl Link {
     /// Connects to `url` (`redacted` is how errors name it): a Redis URL, or
     /// a Sentinel URL whose primary is asked for first.
     pub(super) async fn connect(url: &str, redacted: &str) -> Result<Arc<Link>, StoreError> {
+        if let Some(seeds) = super::cluster::seeds(url) {
+            let conn = super::cluster::connect(&seeds?, CALL_LIMIT, CONNECT_LIMIT).await.map_err(|e| {
+                StoreError::Setup {
+                    detail: format!(
+                        "can't reach the Redis Cluster at {redacted}: check that its nodes run, that the URL names                          some of them, and that the cluster is up (CLUSTER INFO says cluster_state:ok)"
+                    ),
+                    source: Some(Box::new(e)),
+                }
+            })?;
+            return Ok(Arc::new(Link {
+                conn: RwLock::new(Conn::Cluster(conn)),
+                url: Mutex::new(url.to_owned()),
+                sentinel: None,
+                asking: tokio::sync::Mutex::new(None),
+            }));
+        }
         let sentinel = SentinelUrl::parse(url).transpose()?;
         let target = match &sentinel {
             Some(sentinel) => sentinel.ask().await.map_err(|why| {
@@ -76,7 +131,7 @@ impl Link {
                 redis::Client::open(url).map_err(|e| StoreError::Setup {
                     detail: format!(
                         "{redacted} is not a Redis URL: use redis://[:password@]host[:port][/db], rediss:// for \
-                         TLS, or redis+sentinel://host:port,.../MASTER_NAME"
+                         TLS, redis+sentinel://host:port,.../MASTER_NAME or redis+cluster://host:port,..."
                     ),
                     source: Some(Box::new(e)),
                 })?;
@@ -88,7 +143,7 @@ impl Link {
             source: Some(Box::new(e)),
         })?;
         let link = Arc::new(Link {
-            conn: RwLock::new(conn),
+            conn: RwLock::new(Conn::One(conn)),
             url: Mutex::new(target),
             sentinel,
             asking: tokio::sync::Mutex::new(None),
@@ -102,8 +157,16 @@ impl Link {
     }
 
     /// The connection to use now (a cheap clone).
-    pub(super) fn conn(&self) -> ConnectionManager {
+    pub(super) fn conn(&self) -> Conn {
         self.conn.read().clone()
+    }
+
+    /// The cluster connection, on a cluster.
+    pub(super) fn cluster(&self) -> Option<ClusterConnection> {
+        match &*self.conn.read() {
+            Conn::Cluster(c) => Some(c.clone()),
+            Conn::One(_) => None,
+        }
     }
 
     /// Notes a failed call: with Sentinel, a `READONLY` answer or a broken
@@ -139,7 +202,7 @@ impl Link {
             None => match sentinel.ask().await {
                 Ok(url) => url,
                 Err(why) => {
-                    tracing::warn!(kind = "limit-store-redis-sentinel", %why, "no Sentinel named a primary; asking again at the next failed call");
+                    tracing::warn!(kind = crate::log::KIND_REDIS_SENTINEL, %why, "no Sentinel named a primary; asking again at the next failed call");
                     return;
                 }
             },
@@ -149,16 +212,16 @@ impl Link {
         }
         match manager(&target).await {
             Ok(conn) => {
-                *self.conn.write() = conn;
+                *self.conn.write() = Conn::One(conn);
                 tracing::warn!(
-                    kind = "limit-store-redis-failover",
+                    kind = crate::log::KIND_REDIS_FAILOVER,
                     primary = %crate::secret::redact(&target),
                     "the Redis primary moved (Sentinel): counting goes on at the new primary"
                 );
                 *self.url.lock() = target;
             }
             Err(e) => {
-                tracing::warn!(kind = "limit-store-redis-sentinel", error = %e, "can't reach the primary Sentinel named; asking again at the next failed call");
+                tracing::warn!(kind = crate::log::KIND_REDIS_SENTINEL, error = %e, "can't reach the primary Sentinel named; asking again at the next failed call");
             }
         }
     }

@@ -31,6 +31,7 @@
 mod batch;
 mod builder;
 mod chores;
+mod cluster;
 mod count;
 pub(crate) mod entry;
 mod family;
@@ -55,9 +56,7 @@ use crate::server_clock::ServerClock;
 use crate::StoreError;
 
 pub use self::builder::RedisStoreBuilder;
-pub use self::replica::KIND_REPLICA;
 use self::server::ServerInfo;
-pub use self::server::KIND_EVICTS;
 
 /// The default bound of a Redis store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
@@ -100,6 +99,8 @@ struct Shared {
     seen: Seen<Raw>,
     /// False: every update reads before it writes (`remember(0)`).
     guess: bool,
+    /// On a Redis Cluster (see `cluster/`).
+    cluster: bool,
     trips: Trips,
     /// What the server said of itself at connect.
     server: ServerInfo,
@@ -124,7 +125,10 @@ impl RedisStore {
     /// Starts building a store on `url`: `redis://` or `rediss://` (TLS),
     /// with a password and a database number as Redis URLs carry them; or
     /// `redis+sentinel://host:port,host:port,.../MASTER_NAME` (`rediss+sentinel://`),
-    /// which asks Sentinel for the primary and follows its failovers.
+    /// which asks Sentinel for the primary and follows its failovers; or
+    /// `redis+cluster://host:port,host:port,...` (`rediss+cluster://`), a
+    /// Redis or Valkey Cluster, where an update over keys in several hash
+    /// slots stays atomic and exact.
     pub fn builder(url: &str) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url)
     }
@@ -179,7 +183,7 @@ impl RedisStore {
         let mut name = String::with_capacity(names.len() + 69);
         name.push_str(names);
         family::push_tag(&mut name, tag);
-        crate::keys::push_hex(&mut name, hash);
+        cluster::push_hash(&mut name, hash, self.shared.cluster);
         name
     }
 }

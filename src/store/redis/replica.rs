@@ -7,9 +7,7 @@
 
 use crate::log::Throttle;
 
-/// `kind` of the error that the Redis server the store writes to is a
-/// replica (it answered `READONLY`), so counts are answered unavailable.
-pub const KIND_REPLICA: &str = "limit-store-redis-replica";
+use crate::log::KIND_REDIS_REPLICA as KIND_REPLICA;
 
 /// What a count answered unavailable for `READONLY` says.
 pub(super) const DETAIL: &str = "the Redis server is a replica (it answered READONLY, as the old primary does after a \

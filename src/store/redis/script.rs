@@ -6,7 +6,7 @@
 //! loaded again when the server answers `NOSCRIPT` (after a restart or a
 //! failover).
 
-use redis::aio::ConnectionManager;
+use super::link::Conn;
 use redis::{Script, Value};
 
 use super::entry::Raw;
@@ -41,6 +41,12 @@ return out
 /// for memory only before the script has written anything, so none of the
 /// update's keys changed. The answer is `{now_ms, answer of each update...}`.
 ///
+/// On a cluster (the claim field `2`, or `3` to claim), a written update
+/// leaves `done:<token>` in its first key's claim for 5 s, and an update that
+/// finds its own mark there was written already: `1`. The cluster client
+/// sends a call again after a lost connection, and the mark keeps a call
+/// that had been run from being counted twice.
+///
 /// Claims keep instances fair on a hot key: an update that missed before
 /// claims its keys for its next try (for at most 100 ms), and while another
 /// update's claim holds, a write is not tried: `2, raw...`, wait. Claims only
@@ -62,18 +68,23 @@ end
 while a < #ARGV do
   local n = tonumber(ARGV[a + 1])
   local at, lead, lag = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local token, claim = ARGV[a + 5], ARGV[a + 6] == '1'
+  local token, mode = ARGV[a + 5], ARGV[a + 6]
+  local claim, mark = mode == '1' or mode == '3', mode == '2' or mode == '3'
   a = a + 6
   err = nil
   local ok = now >= at - lead and (lag < 0 or now <= at + lag)
   local held, mine, status = {}, {}, 1
+  local done = mark and redis.pcall('GET', KEYS[k + n + 1]) == 'done:' .. token
   for i = 1, n do
     held[i] = try('GET', KEYS[k + i]) or ''
     if held[i] ~= ARGV[a + i] then ok = false end
     local owner = try('GET', KEYS[k + n + i])
-    if owner then
+    if owner and string.sub(owner, 1, 5) ~= 'done:' then
       if owner == token then mine[i] = true else status = 2 end
     end
+  end
+  if done then
+    status, ok = 1, true
   end
   if status == 1 and not ok then
     status = 0
@@ -81,7 +92,7 @@ while a < #ARGV do
       for i = 1, n do redis.pcall('SET', KEYS[k + n + i], token, 'PX', 100) end
     end
   end
-  if status == 1 and not err then
+  if status == 1 and not err and not done then
     for i = 1, n do
       local op = ARGV[a + n + i]
       if op == 'D' then
@@ -92,6 +103,7 @@ while a < #ARGV do
       if err then break end
       if mine[i] then redis.pcall('DEL', KEYS[k + n + i]) end
     end
+    if mark and not err then redis.pcall('SET', KEYS[k + n + 1], 'done:' .. token, 'PX', 5000) end
   end
   if err then
     out[#out + 1] = 3
@@ -138,11 +150,7 @@ impl Scripts {
     }
 
     /// The keys' raw entries and the server's clock.
-    pub(super) async fn read(
-        &self,
-        conn: &mut ConnectionManager,
-        names: &[String],
-    ) -> redis::RedisResult<(Millis, Vec<Raw>)> {
+    pub(super) async fn read(&self, conn: &mut Conn, names: &[String]) -> redis::RedisResult<(Millis, Vec<Raw>)> {
         let mut call = self.read.prepare_invoke();
         for name in names {
             call.key(name);
@@ -154,7 +162,7 @@ impl Scripts {
     }
 
     /// Removes those of `names` whose entry has expired; answers how many.
-    pub(super) async fn sweep(&self, conn: &mut ConnectionManager, names: &[Vec<u8>]) -> redis::RedisResult<u64> {
+    pub(super) async fn sweep(&self, conn: &mut Conn, names: &[Vec<u8>]) -> redis::RedisResult<u64> {
         let mut call = self.sweep.prepare_invoke();
         for name in names {
             call.key(name);

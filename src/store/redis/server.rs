@@ -3,8 +3,7 @@
 
 use crate::StoreError;
 
-/// `kind` of the error that the Redis server may evict entries.
-pub const KIND_EVICTS: &str = "limit-store-redis-evicts";
+use crate::log::KIND_REDIS_EVICTS as KIND_EVICTS;
 
 /// The oldest server with `SET … PXAT` (Redis 6.2; every Valkey).
 const OLDEST: (u32, u32) = (6, 2);
@@ -45,9 +44,10 @@ impl ServerInfo {
     pub(super) fn check(&self, url: &str) -> Result<(), StoreError> {
         if self.cluster {
             return Err(StoreError::setup(format!(
-                "{url} is a Redis Cluster node: the Redis store needs one primary (with replicas if you like), \
-                 because an update over several keys must run in one script on one node; point \
-                 redis_url at a standalone Redis or Valkey"
+                "{url} is a Redis Cluster node: through redis:// the Redis store would send an update over \
+                 several keys to one node, which a Cluster refuses; use \
+                 redis+cluster://host:port,host:port,... for a cluster, or point redis_url at a standalone Redis \
+                 or Valkey"
             )));
         }
         let mut parts = self.version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));

@@ -56,8 +56,8 @@ impl Guesses {
         let counted = then("(SELECT count(*) FROM w)");
         Guesses {
             insert: format!(
-                "WITH w AS (INSERT INTO {t} (key_hash, generation, value, expires_at) \
-                 SELECT $1::bytea, $2::int8, $3::text, $4::int8 WHERE {} \
+                "WITH w AS (INSERT INTO {t} (key_hash, generation, value, expires_at, family) \
+                 SELECT $1::bytea, $2::int8, $3::text, $4::int8, $6::int2 WHERE {} \
                  ON CONFLICT (key_hash) DO NOTHING RETURNING 1) {counted}",
                 clock("$5::int8")
             ),
@@ -148,10 +148,10 @@ impl Postgres {
         // rate-limiter-flexible, with eight at 0.80-0.83, and 32 callers' the
         // same (1.19-1.23), in runs side by side.
         let alone = self.replacer.alone();
-        if let (None, RowWrite::Put { value, expires_at }) = (&alone, &write) {
+        if let (None, RowWrite::Put { value, expires_at, family }) = (&alone, &write) {
             let after = row_after(&row, &write, generation);
-            let (value, expires_at) = (value.clone(), *expires_at);
-            let guess = Replace { hash: *hash, generation, value, expires_at, old: row.clone(), est: None };
+            let (value, expires_at, family) = (value.clone(), *expires_at, *family);
+            let guess = Replace { hash: *hash, generation, value, expires_at, family, old: row.clone(), est: None };
             match self.replacer.replace(guess).await {
                 Ok(Replaced::Done { now }) => {
                     self.clock.reading(now);
@@ -195,10 +195,11 @@ impl Postgres {
         let mut inserting = false;
         let g = &self.guess;
         let query = match (seen, write) {
-            (Some(old), RowWrite::Put { value, expires_at }) => {
+            (Some(old), RowWrite::Put { value, expires_at, family }) => {
                 alone = self.replacer.alone();
                 if alone.is_none() {
-                    let guess = Replace { hash: *hash, generation, value, expires_at, old: Some(old), est: Some(est) };
+                    let old = Some(old);
+                    let guess = Replace { hash: *hash, generation, value, expires_at, family, old, est: Some(est) };
                     return self.guess_with_others(guess, after).await;
                 }
                 sqlx::query(&g.replace)
@@ -211,7 +212,7 @@ impl Postgres {
                     .bind(old.expires_at)
                     .bind(est)
             }
-            (None, RowWrite::Put { value, expires_at }) => {
+            (None, RowWrite::Put { value, expires_at, family }) => {
                 if self.rows_there.likely() {
                     return Ok(Guess::NotTried); // read first: see `rows_there.rs`
                 }
@@ -225,7 +226,13 @@ impl Postgres {
                     return Ok(Guess::NotTried);
                 }
                 inserting = true;
-                sqlx::query(&g.insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(est)
+                sqlx::query(&g.insert)
+                    .bind(&hash[..])
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(est)
+                    .bind(family)
             }
             (Some(old), RowWrite::Delete) => sqlx::query(&g.delete)
                 .bind(&hash[..])

@@ -82,7 +82,7 @@ impl Postgres {
         if removed >= BATCH.unsigned_abs() {
             if let Err(e) = self.vacuum().await {
                 tracing::warn!(
-                    kind = "limit-store-vacuum-failed",
+                    kind = crate::log::KIND_VACUUM_FAILED,
                     error = %e,
                     "limit store could not vacuum its table after a sweep; autovacuum will"
                 );

@@ -51,6 +51,8 @@ pub(super) struct Replace {
     pub(super) generation: i64,
     pub(super) value: String,
     pub(super) expires_at: Millis,
+    /// The key's `family` column, for an insert.
+    pub(super) family: i16,
     pub(super) old: Option<Stored>,
     /// The clock estimate `apply` was given; `None` for a second try from
     /// the row and the clock a statement just read, which, like any write
@@ -113,8 +115,8 @@ impl Replacer {
         let t = table;
         let sql = format!(
             "WITH w AS (SELECT * FROM unnest($1::int4[], $2::bytea[], $3::int8[], $4::text[], $5::int8[], \
-                                             $6::int8[], $7::text[], $8::int8[], $9::int8[]) \
-                        AS w(i, k, g, v, e, og, ov, oe, est)), \
+                                             $6::int8[], $7::text[], $8::int8[], $9::int8[], $10::int2[]) \
+                        AS w(i, k, g, v, e, og, ov, oe, est, f)), \
              c AS (SELECT {NOW} AS now), \
              ok AS (SELECT * FROM w \
                     WHERE w.est IS NULL OR (SELECT now FROM c) BETWEEN w.est - {MAX_LEAD_MS} AND w.est + {MAX_LAG_MS}), \
@@ -123,8 +125,8 @@ impl Replacer {
                    FOR UPDATE OF t SKIP LOCKED), \
              up AS (UPDATE {t} AS t SET generation = w.g, value = w.v, expires_at = w.e FROM w \
                     WHERE t.key_hash = w.k AND t.key_hash IN (SELECT key_hash FROM l) RETURNING w.i), \
-             ins AS (INSERT INTO {t} (key_hash, generation, value, expires_at) \
-                     SELECT k, g, v, e FROM ok \
+             ins AS (INSERT INTO {t} (key_hash, generation, value, expires_at, family) \
+                     SELECT k, g, v, e, f FROM ok \
                      WHERE og IS NULL AND NOT EXISTS (SELECT 1 FROM {t} AS x WHERE x.key_hash = ok.k) ORDER BY k \
                      ON CONFLICT (key_hash) DO NOTHING RETURNING key_hash) \
              SELECT w.i, (up.i IS NOT NULL OR ins.key_hash IS NOT NULL) AS done, (SELECT now FROM c) AS now, \
@@ -246,6 +248,7 @@ impl Replacer {
             .bind(guesses.iter().map(|g| g.old.as_ref().map(|o| o.value.clone())).collect::<Vec<_>>())
             .bind(old(&|o| o.expires_at))
             .bind(guesses.iter().map(|g| g.est).collect::<Vec<_>>())
+            .bind(guesses.iter().map(|g| g.family).collect::<Vec<i16>>())
             .fetch_all(&mut *conn)
             .await?;
         conn.release();
@@ -288,7 +291,7 @@ mod tests {
     fn guess(key: u8, old: Option<Stored>, est: Millis) -> Replace {
         let value = (old.as_ref().map_or(0, |o| o.value.parse::<i64>().unwrap()) + 1).to_string();
         let expires_at = old.as_ref().map_or(9_000_000_000_000, |o| o.expires_at);
-        Replace { hash: [key; 32], generation: 1, value, expires_at, old, est: Some(est) }
+        Replace { hash: [key; 32], generation: 1, value, expires_at, family: 0, old, est: Some(est) }
     }
 
     /// One batch statement: the row still as remembered is written, and a

@@ -1,0 +1,130 @@
+//! The scripts of a cross-slot update (see `PROTOCOL.md`); each runs on one
+//! slot, and each is safe to run twice (a call the cluster client sends
+//! again after a lost connection changes nothing the first did not).
+
+/// Parses a lock and puts back its old or its new entry.
+const LOCKS: &str = r"
+local function parse(v)
+  local txn, lease, pold, pnew, plen, at =
+    string.match(v, '^~(%x+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|()')
+  if not txn then return nil end
+  at = at + tonumber(plen)
+  local olen, from = string.match(v, '^(%d+)|()', at)
+  if not olen then return nil end
+  local old = string.sub(v, from, from + tonumber(olen) - 1)
+  local new = string.sub(v, from + tonumber(olen))
+  return {lease = tonumber(lease), pold = pold, pnew = pnew, old = old, new = new}
+end
+local function settle(key, l, commit)
+  local target, px = l.old, l.pold
+  if commit then target, px = l.new, l.pnew end
+  if target == '' or tonumber(px) <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, target, 'PXAT', px)
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+";
+
+/// Prewrite: locks the keys of one slot if each holds what the update read.
+/// `KEYS`: the keys (the primary first on the primary's slot), then on the
+/// primary's slot the update's record. `ARGV`: the update's id, its lease in
+/// ms (0 off the primary's slot), then per key the entry expected, the
+/// lock's body and the lock's `PXAT`. Answers `{now, 1}` locked (or already
+/// locked by this update), `{now, 0, held...}` nothing written, `{now, 2}`
+/// the update was already decided (rolled back by a reader).
+const PREWRITE: &str = r"
+local txn, lease = ARGV[1], tonumber(ARGV[2])
+local n = (#ARGV - 2) / 3
+local mine = '~' .. txn .. '|'
+if lease > 0 and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {now, 2} end
+local held, ok = {}, true
+for i = 1, n do
+  held[i] = redis.call('GET', KEYS[i]) or ''
+  if held[i] ~= ARGV[3 * i] and string.sub(held[i], 1, #mine) ~= mine then ok = false end
+end
+if not ok then
+  local out = {now, 0}
+  for i = 1, n do out[#out + 1] = held[i] end
+  return out
+end
+local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
+for i = 1, n do
+  if string.sub(held[i], 1, #mine) ~= mine then
+    redis.call('SET', KEYS[i], head .. ARGV[3 * i + 1], 'PXAT', ARGV[3 * i + 2])
+  end
+end
+return {now, 1}
+";
+
+/// Settles the keys of one slot that hold the update's lock: to the new
+/// entry (`C`) or the old (`A`). `KEYS`: the keys, then the update's record
+/// when `ARGV[4]` (its `PXAT`) is not `0`. `ARGV`: the update's id, the
+/// outcome, `1` when the first key must still hold the lock (the commit
+/// point), the record's `PXAT`. With a record, the outcome is written there
+/// in the same step, and a record that already says otherwise changes
+/// nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
+const SETTLE: &str = r"
+local txn, outcome, must, rpx = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4]
+local n = #KEYS
+if rpx ~= '0' then
+  n = n - 1
+  local rec = redis.call('GET', KEYS[n + 1])
+  if rec and rec ~= outcome then return 0 end
+  if rec and must then return 1 end
+end
+local mine = '~' .. txn .. '|'
+if must and string.sub(redis.call('GET', KEYS[1]) or '', 1, #mine) ~= mine then return 0 end
+for i = 1, n do
+  local v = redis.call('GET', KEYS[i])
+  if v and string.sub(v, 1, #mine) == mine then
+    local l = parse(v)
+    if l then settle(KEYS[i], l, outcome == 'C') end
+  end
+end
+if rpx ~= '0' then redis.call('SET', KEYS[n + 1], outcome, 'PXAT', rpx) end
+return 1
+";
+
+/// Resolves an update for a reader that met its lock, on the primary's slot:
+/// `KEYS`: the primary key, the update's record; `ARGV`: its id, how long a
+/// record of a rollback lives (ms). Answers `{now, 'C'}` or `{now, 'A'}` when
+/// decided; while the primary holds the lock within its lease, `{now, 'W',
+/// ms left}`; past the lease the primary is rolled back and `A` recorded, in
+/// one step, and so is an update whose primary holds no lock and no record
+/// (never prewritten there: no later prewrite of it can land).
+const RESOLVE: &str = r"
+local rec = redis.call('GET', KEYS[2])
+if rec then return {now, rec} end
+local mine = '~' .. ARGV[1] .. '|'
+local v = redis.call('GET', KEYS[1]) or ''
+if string.sub(v, 1, #mine) == mine then
+  local l = parse(v)
+  if l and now < l.lease then return {now, 'W', l.lease - now} end
+  if l then settle(KEYS[1], l, false) end
+end
+redis.call('SET', KEYS[2], 'A', 'PX', ARGV[2])
+return {now, 'A'}
+";
+
+/// The scripts, hashed once per store.
+pub(super) struct TxnScripts {
+    pub(super) prewrite: redis::Script,
+    pub(super) settle: redis::Script,
+    pub(super) resolve: redis::Script,
+}
+
+impl TxnScripts {
+    fn new() -> Self {
+        let with = |body: &str| redis::Script::new(&format!("{LOCKS}{body}"));
+        TxnScripts { prewrite: with(PREWRITE), settle: with(SETTLE), resolve: with(RESOLVE) }
+    }
+}
+
+/// The scripts of every store of this process.
+pub(super) fn scripts() -> &'static TxnScripts {
+    static SCRIPTS: std::sync::OnceLock<TxnScripts> = std::sync::OnceLock::new();
+    SCRIPTS.get_or_init(TxnScripts::new)
+}

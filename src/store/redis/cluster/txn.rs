@@ -1,0 +1,241 @@
+//! An update over keys in several hash slots, in the steps `PROTOCOL.md`
+//! argues for: read every key (a script per slot), run `apply`, prewrite a
+//! lock with the new entry on every key (the primary key's slot first, then
+//! the others at once), commit at the primary key, then settle the other
+//! slots' locks to their new entries.
+
+use std::time::Instant;
+
+use super::super::builder::CALL_LIMIT;
+use super::super::count::{decode, ops};
+use super::super::entry::Raw;
+use super::super::family::{FamilyAdmission, Tag};
+use super::super::{failed, Op, RedisStore, Shared, MAX_TRIES};
+use super::lock::{body, expires_at};
+use super::read::{basis, by_slot};
+use super::resolve::{record, resolve, settle};
+use super::scripts::scripts;
+use crate::bound::FamilyId;
+use crate::error::Unavailable;
+use crate::rules::run_apply;
+use crate::seen::KeyHash;
+use crate::{Apply, Millis, StoreError};
+
+/// How long a prewritten update holds its primary key before a reader may
+/// roll it back (ms, on the primary's clock).
+pub(super) const LEASE_MS: u64 = 1_000;
+/// The least a lock key lives (ms): it outlives the update's steps even when
+/// both its entries have expired.
+const LOCK_LIFE_MS: Millis = 60_000;
+/// How much longer than every lock of an update its commit record lives
+/// (ms): the nodes' clocks may differ by less than this.
+const RECORD_MARGIN_MS: Millis = 60_000;
+
+/// True when the keys of `hashes` lie in more than one slot.
+pub(in crate::store::redis) fn spans_slots(hashes: &[KeyHash]) -> bool {
+    let mut slots = hashes.iter().map(super::slot);
+    let first = slots.next();
+    slots.any(|s| Some(s) != first)
+}
+
+/// How one try of the protocol ended.
+enum Tried {
+    Committed,
+    /// Nothing of it stays: try again on what the keys hold now.
+    Again,
+}
+
+/// Counts an update whose keys lie in several slots.
+pub(in crate::store::redis) async fn count(
+    store: &RedisStore,
+    hashes: &[KeyHash],
+    tags: &[Tag],
+    families: &[FamilyId],
+    apply: &mut Apply<'_>,
+) -> Result<(), StoreError> {
+    let shared = &*store.shared;
+    let names: Vec<String> = tags.iter().zip(hashes).map(|(&tag, h)| store.name(tag, h)).collect();
+    let groups = by_slot(hashes.iter().map(super::slot));
+    let mut admission = FamilyAdmission::new(shared.bound.counts(), &shared.families);
+    let started = Instant::now();
+    let mut trips = 0;
+    for attempt in 0..MAX_TRIES {
+        let (now, held) = basis(shared, &names).await?;
+        trips += 1;
+        let entries = decode(&held, hashes, now)?;
+        let writes = run_apply(apply, &entries, now)?;
+        let (ops, added, removed) = ops(writes, &held, families, shared.grace);
+        if ops.iter().all(|op| matches!(op, Op::Keep)) {
+            shared.trips.note(trips);
+            return Ok(());
+        }
+        if let Err(short) = admission.hold(added, removed) {
+            store.refresh_bound_if_due();
+            return Err(store.full(short));
+        }
+        let txn = format!("{:016x}", shared.token());
+        let step = Step { shared, names: &names, groups: &groups, txn: &txn };
+        trips += 3;
+        match step.run(&held, &ops, now).await? {
+            Tried::Committed => {
+                for ((hash, op), raw) in hashes.iter().zip(ops).zip(&held) {
+                    match op {
+                        Op::Keep => shared.remember(hash, raw),
+                        Op::Delete => shared.seen.set(hash, None),
+                        Op::Put { raw, .. } => shared.seen.set(hash, Some(raw)),
+                    }
+                }
+                admission.commit();
+                shared.trips.note(trips);
+                store.refresh_bound_if_due();
+                return Ok(());
+            }
+            Tried::Again if started.elapsed() > CALL_LIMIT => break,
+            Tried::Again => {
+                // Apart, so that updates racing for the same keys don't meet again.
+                let spread = 1 + (shared.token() % (1 << attempt.min(5)));
+                tokio::time::sleep(std::time::Duration::from_micros(200 * spread)).await;
+            }
+        }
+    }
+    Err(StoreError::unavailable(
+        Unavailable::StoreFailed,
+        "other updates kept changing these keys (in several hash slots) while this update ran; it wrote nothing",
+    ))
+}
+
+/// One try of update `txn` on `names`, grouped by slot (the primary key's,
+/// `names[0]`, first).
+struct Step<'a> {
+    shared: &'a Shared,
+    names: &'a [String],
+    groups: &'a [Vec<usize>],
+    txn: &'a str,
+}
+
+impl Step<'_> {
+    async fn run(&self, held: &[Raw], ops: &[Op], now: Millis) -> Result<Tried, StoreError> {
+        let shared = self.shared;
+        let primary = &self.names[0];
+        let record = record(shared, primary, self.txn);
+        let grace = shared.grace;
+        // Each key's lock, and the lock's own PXAT; the record outlives them all.
+        let mut locks = Vec::with_capacity(held.len());
+        for (old, op) in held.iter().zip(ops) {
+            let old_pxat = expires_at(old).map_or(0, |at| at.saturating_add(grace));
+            let (new, new_pxat) = match op {
+                Op::Keep => (old.clone(), old_pxat),
+                Op::Delete => (Raw::none(), 0),
+                Op::Put { raw, pxat } => (raw.clone(), *pxat),
+            };
+            let pxat = old_pxat.max(new_pxat).max(now.saturating_add(LOCK_LIFE_MS));
+            locks.push((body(primary, old, old_pxat, &new, new_pxat), pxat));
+        }
+        let record_pxat = locks.iter().map(|l| l.1).max().unwrap_or(now).saturating_add(RECORD_MARGIN_MS);
+        let prewrite = |group: &Vec<usize>, first: bool| {
+            let mut call = scripts().prewrite.prepare_invoke();
+            for &i in group {
+                call.key(&self.names[i]);
+            }
+            if first {
+                call.key(&record);
+            }
+            call.arg(self.txn).arg(if first { LEASE_MS } else { 0 });
+            for &i in group {
+                call.arg(held[i].as_bytes()).arg(&locks[i].0).arg(locks[i].1);
+            }
+            let mut conn = shared.link.conn();
+            async move { call.invoke_async::<Vec<redis::Value>>(&mut conn).await }
+        };
+        // The primary's slot first: updates racing for the same primary key
+        // meet there, before any of them has locked another slot.
+        match prewrite(&self.groups[0], true).await {
+            Ok(answer) if status(&answer) == Some(1) => {}
+            Ok(_) => return Ok(Tried::Again),
+            Err(e) => {
+                self.abort(&record, record_pxat).await;
+                return Err(failed(e));
+            }
+        }
+        let others = futures_util::future::join_all(self.groups[1..].iter().map(|g| prewrite(g, false))).await;
+        let (mut failure, mut missed) = (None, false);
+        let mut met = Vec::new();
+        for (group, answer) in self.groups[1..].iter().zip(others) {
+            match answer {
+                Ok(answer) if status(&answer) == Some(1) => {}
+                Ok(answer) => {
+                    missed = true;
+                    // Another update's lock on one of these keys: resolve it
+                    // after this one is rolled back, so neither waits on the other.
+                    for (&i, value) in group.iter().zip(answer.into_iter().skip(2)) {
+                        if let redis::Value::BulkString(bytes) = value {
+                            let raw = Raw::from_bytes(bytes);
+                            if super::is_lock(&raw) {
+                                met.push((self.names[i].clone(), raw));
+                            }
+                        }
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if failure.is_some() || missed {
+            self.abort(&record, record_pxat).await;
+            if let Some(e) = failure {
+                return Err(failed(e));
+            }
+            let started = Instant::now();
+            for (name, raw) in met {
+                resolve(shared, &name, &raw, started).await?;
+            }
+            return Ok(Tried::Again);
+        }
+        // The commit point: the primary key's lock becomes its new entry and
+        // the record says `C`, in one step on the primary's slot.
+        let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
+        match settle(shared, &group(&self.groups[0]), self.txn, "C", Some((&record, record_pxat))).await? {
+            true => {}
+            false => {
+                // A reader rolled it back (its lease was over): nothing of it stays.
+                self.abort(&record, record_pxat).await;
+                return Ok(Tried::Again);
+            }
+        }
+        // Committed: the other slots' locks become their new entries now, or
+        // at the next reader that meets them.
+        let settled = self.groups[1..].iter().map(|g| {
+            let names = group(g);
+            async move { settle(shared, &names, self.txn, "C", None).await }
+        });
+        for done in futures_util::future::join_all(settled).await {
+            if let Err(e) = done {
+                tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
+            }
+        }
+        Ok(Tried::Committed)
+    }
+
+    /// Rolls this try back: `A` on the primary's slot (which rolls back its
+    /// keys and keeps a late prewrite out), then the other slots. What fails
+    /// here is left to readers: the lease runs out and they roll it back.
+    async fn abort(&self, record: &str, record_pxat: Millis) {
+        let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
+        let first = settle(self.shared, &group(&self.groups[0]), self.txn, "A", Some((record, record_pxat))).await;
+        if !matches!(first, Ok(true)) {
+            return;
+        }
+        let rest = self.groups[1..].iter().map(|g| {
+            let names = group(g);
+            async move { settle(self.shared, &names, self.txn, "A", None).await }
+        });
+        drop(futures_util::future::join_all(rest).await);
+    }
+}
+
+/// The status of a prewrite's answer `{now, status, ...}`.
+fn status(answer: &[redis::Value]) -> Option<i64> {
+    match answer.get(1) {
+        Some(redis::Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}

@@ -1,0 +1,118 @@
+//! The earlier contract: an app's `RateLimitStore` keeps serving `sign-in` and
+//! `api`; every other limit counts in the limit store (memory by default).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use limit_store::error::{BoxError, Unavailable};
+use limit_store::limits::RateLimitStore;
+use limit_store::{Limits, Millis};
+
+const T0: Millis = 1_700_000_000_000;
+
+/// A counter per key, as apps implemented the earlier contract, on a clock of
+/// its own; it records every call.
+#[derive(Default)]
+struct AppStore {
+    counts: Mutex<HashMap<String, (u64, Millis)>>,
+    calls: Mutex<Vec<String>>,
+    failing: bool,
+    hanging: bool,
+}
+
+#[async_trait::async_trait]
+impl RateLimitStore for AppStore {
+    async fn increment(&self, key: &str, window: Duration) -> Result<(u64, Millis), BoxError> {
+        self.calls.lock().unwrap().push(format!("increment {key} {}", window.as_secs()));
+        if self.hanging {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+        }
+        if self.failing {
+            return Err("connection refused".into());
+        }
+        let mut counts = self.counts.lock().unwrap();
+        let window = Millis::try_from(window.as_millis()).unwrap();
+        let entry = counts.entry(key.to_owned()).or_insert((0, T0 + window));
+        entry.0 += 1;
+        Ok(*entry)
+    }
+
+    async fn reset(&self, key: &str) -> Result<(), BoxError> {
+        self.calls.lock().unwrap().push(format!("reset {key}"));
+        self.counts.lock().unwrap().remove(key);
+        Ok(())
+    }
+}
+
+fn calls(store: &AppStore) -> Vec<String> {
+    std::mem::take(&mut *store.calls.lock().unwrap())
+}
+
+#[tokio::test]
+async fn sign_in_and_api_keep_counting_in_the_apps_store() {
+    let app = Arc::new(AppStore::default());
+    let limits = Limits::builder().legacy_store(app.clone()).single_instance(true).build().unwrap();
+    let parts = [("account", "ada@example.com"), ("ip", "192.0.2.1")];
+    for remaining in (0..5).rev() {
+        let d = limits.attempt("sign-in", &parts).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, remaining);
+        assert_eq!(d.degraded, None);
+    }
+    assert_eq!(
+        calls(&app)[..2],
+        ["increment sign-in:account:ada@example.com 900".to_owned(), "increment sign-in:ip:192.0.2.1 900".to_owned()]
+    );
+    let d = limits.attempt("sign-in", &parts).await.unwrap();
+    assert!(d.is_limited());
+    assert_eq!(d.limited_by, Some("account"));
+    assert_eq!(d.reset_at, T0 + 900_000, "the app store's window end");
+    assert!(d.retry_after.is_some());
+
+    // A success resets the account in the app's store, not the IP.
+    limits.reset("sign-in", &parts).await.unwrap();
+    let c = calls(&app);
+    assert_eq!(c.last().unwrap(), "reset sign-in:account:ada@example.com");
+    assert!(!c.iter().any(|l| l.starts_with("reset sign-in:ip")));
+    assert!(limits.attempt("sign-in", &parts).await.unwrap().allowed);
+
+    let d = limits.attempt("api", &[("client", "k")]).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(calls(&app).last().unwrap(), "increment api:client:k 60");
+}
+
+#[tokio::test]
+async fn other_limits_count_in_memory() {
+    let app = Arc::new(AppStore::default());
+    let limits = Limits::builder().legacy_store(app.clone()).single_instance(true).build().unwrap();
+    for _ in 0..5 {
+        assert!(limits.attempt("code-verify", &[("code", "c")]).await.unwrap().allowed);
+    }
+    assert!(!limits.attempt("code-verify", &[("code", "c")]).await.unwrap().allowed);
+    limits.reset("code-verify", &[("code", "c")]).await.unwrap();
+    assert!(limits.attempt("password-reset", &[("account", "a"), ("ip", "192.0.2.2")]).await.unwrap().allowed);
+    assert!(calls(&app).is_empty(), "the app's store saw none of them");
+}
+
+#[tokio::test]
+async fn a_failing_app_store_is_unavailable_and_each_limit_applies_its_policy() {
+    let app = Arc::new(AppStore { failing: true, ..AppStore::default() });
+    let limits = Limits::builder().legacy_store(app).single_instance(true).build().unwrap();
+    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "192.0.2.2")]).await.unwrap();
+    assert_eq!((d.allowed, d.degraded), (false, Some(Unavailable::StoreFailed)));
+    let d = limits.attempt("api", &[("client", "k")]).await.unwrap();
+    assert_eq!((d.allowed, d.degraded), (true, Some(Unavailable::StoreFailed)));
+    assert_eq!(limits.degraded_total(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_app_store_is_answered_within_the_deadline() {
+    let app = Arc::new(AppStore { hanging: true, ..AppStore::default() });
+    let limits = Limits::builder().legacy_store(app).single_instance(true).build().unwrap();
+    let started = tokio::time::Instant::now();
+    let d = limits.attempt("sign-in", &[("account", "a"), ("ip", "192.0.2.2")]).await.unwrap();
+    assert_eq!(d.degraded, Some(Unavailable::Timeout));
+    assert!(!d.allowed);
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+}

@@ -1,0 +1,329 @@
+//! The contract suite is only worth what it catches: each store here breaks one
+//! rule on purpose, and the suite must fail it. The same store without a defect
+//! passes every case, so each failure is the defect's doing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use limit_store::clock::{Clock, SystemClock};
+use limit_store::rules::{check_keys, is_live, run_apply};
+use limit_store::testing::{contract, StorePair};
+use limit_store::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Defect {
+    None,
+    /// Reads, lets others run, then writes: a read-modify-write that isn't atomic.
+    LostUpdate,
+    /// Atomic for keys it holds, racy when it creates a key.
+    RacyFirstUpdate,
+    /// Writes the keys of one update one at a time, letting others in between.
+    TornMultiKey,
+    /// Hands out entries past their expiry.
+    IgnoresExpiry,
+    /// Takes values of any size.
+    AcceptsOversizedValues,
+    /// Takes more than 32 keys.
+    AcceptsTooManyKeys,
+    /// Takes the same key twice.
+    AcceptsDuplicateKeys,
+    /// Takes keys of any length.
+    AcceptsLongKeys,
+    /// Refuses keys that the contract allows (over 512 bytes).
+    RefusesLongAllowedKeys,
+    /// Writes what `apply` returned even when it was the wrong number of writes.
+    PartialWriteOnBadAnswer,
+    /// `sweep` removes every entry.
+    SweepRemovesLive,
+    /// `sweep` always answers 0.
+    SweepCountsNothing,
+    /// `sweep` answers how many entries expired, and removes none.
+    SweepDeletesNothing,
+    /// Optimistic: reads, runs `apply` unlocked, then writes if the value is
+    /// still "equal" under a collation that folds case and accents (as
+    /// MariaDB's default one did).
+    ComparesFolded,
+    /// Each handle has its own entries, though it says it is shared.
+    HandlesDontShare,
+    /// `read` answers keys in reverse.
+    ReadsOutOfOrder,
+    /// The second handle's clock runs ten minutes ahead.
+    SecondClockAhead,
+    /// The second handle's clock runs ten minutes behind.
+    SecondClockBehind,
+    /// Calls `apply` under a std lock without catching a panic: the lock poisons.
+    PoisonedByPanic,
+    /// `Keep` drops the entry.
+    KeepDeletes,
+    /// `Delete` does nothing.
+    DeleteIgnored,
+    /// Stores numbers as f64.
+    LossyNumbers,
+}
+
+struct Naive {
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+    clock_offset: Millis,
+    defect: Defect,
+}
+
+impl Naive {
+    fn pair(defect: Defect) -> StorePair {
+        let entries = Arc::new(Mutex::new(HashMap::new()));
+        let second_entries = if defect == Defect::HandlesDontShare { Arc::default() } else { entries.clone() };
+        let offset = match defect {
+            Defect::SecondClockAhead => 600_000,
+            Defect::SecondClockBehind => -600_000,
+            _ => 0,
+        };
+        StorePair {
+            first: Arc::new(Naive { entries, clock_offset: 0, defect }),
+            second: Arc::new(Naive { entries: second_entries, clock_offset: offset, defect }),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        SystemClock.now() + self.clock_offset
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        if self.defect == Defect::PoisonedByPanic {
+            self.entries.lock().expect("a poisoned lock")
+        } else {
+            self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<(), StoreError> {
+        let ok = match self.defect {
+            Defect::AcceptsTooManyKeys => keys.len() > 32,
+            Defect::AcceptsDuplicateKeys => {
+                keys.len() > 1 && keys.iter().all(|k| keys.iter().filter(|o| *o == k).count() <= 2)
+            }
+            Defect::AcceptsLongKeys => keys.iter().all(|k| !k.is_empty()),
+            _ => false,
+        };
+        if ok && !keys.is_empty() {
+            return Ok(());
+        }
+        if self.defect == Defect::RefusesLongAllowedKeys && keys.iter().any(|k| k.len() > 512) {
+            return Err(limit_store::error::RefusedInput::KeyTooLong { index: 0, len: 513 }.into());
+        }
+        check_keys(keys)
+    }
+
+    fn current(&self, map: &HashMap<String, Entry>, keys: &[&str], now: Millis) -> Vec<Option<Entry>> {
+        keys.iter()
+            .map(|k| map.get(*k).filter(|e| self.defect == Defect::IgnoresExpiry || is_live(e, now)).cloned())
+            .collect()
+    }
+
+    fn apply(&self, apply: &mut Apply<'_>, current: &[Option<Entry>], now: Millis) -> Result<Vec<Write>, StoreError> {
+        match self.defect {
+            Defect::PoisonedByPanic => Ok(apply(current, now)),
+            Defect::AcceptsOversizedValues => Ok(apply(current, now)),
+            Defect::PartialWriteOnBadAnswer => {
+                let writes = apply(current, now);
+                if writes.len() != current.len() {
+                    return Ok(writes); // written below, then the error comes too late
+                }
+                run_apply(&mut |_: &[Option<Entry>], _: Millis| writes.clone(), current, now)
+            }
+            _ => run_apply(apply, current, now),
+        }
+    }
+
+    fn write(&self, map: &mut HashMap<String, Entry>, key: &str, write: Write) {
+        match write {
+            Write::Put(mut entry) => {
+                if self.defect == Defect::LossyNumbers {
+                    entry.value = lossy(entry.value);
+                }
+                map.insert(key.to_owned(), entry);
+            }
+            Write::Keep if self.defect == Defect::KeepDeletes => {
+                map.remove(key);
+            }
+            Write::Keep => {}
+            Write::Delete if self.defect == Defect::DeleteIgnored => {}
+            Write::Delete => {
+                map.remove(key);
+            }
+        }
+    }
+}
+
+/// An entry as a case- and accent-insensitive collation sees it.
+fn folded(entry: &Option<Entry>) -> Option<String> {
+    entry.as_ref().map(|e| e.value.to_string().to_lowercase().replace('é', "e"))
+}
+
+fn lossy(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number),
+        Value::Array(a) => Value::Array(a.into_iter().map(lossy).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, lossy(v))).collect()),
+        other => other,
+    }
+}
+
+#[async_trait::async_trait]
+impl LimitStore for Naive {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        self.check(keys)?;
+        let now = self.now();
+        let racy = match self.defect {
+            Defect::LostUpdate | Defect::TornMultiKey | Defect::ComparesFolded => true,
+            Defect::RacyFirstUpdate => keys.iter().any(|k| !self.lock().contains_key(*k)),
+            _ => false,
+        };
+        if !racy {
+            let mut map = self.lock();
+            let current = self.current(&map, keys, now);
+            let writes = self.apply(apply, &current, now)?;
+            let wrong = writes.len() != keys.len();
+            for (key, write) in keys.iter().zip(writes) {
+                self.write(&mut map, key, write);
+            }
+            if wrong {
+                return Err(limit_store::error::RefusedInput::WrongWriteCount { keys: keys.len(), writes: 0 }.into());
+            }
+            return Ok(());
+        }
+        let current = self.current(&self.lock(), keys, now);
+        tokio::task::yield_now().await;
+        let mut writes = self.apply(apply, &current, now)?;
+        if self.defect == Defect::ComparesFolded {
+            // Compare-and-set, folding case and accents; run apply again on a miss.
+            let mut map = self.lock();
+            let mut seen = current;
+            loop {
+                let now_there = self.current(&map, keys, now);
+                if now_there.iter().map(folded).eq(seen.iter().map(folded)) {
+                    for (key, write) in keys.iter().zip(writes) {
+                        self.write(&mut map, key, write);
+                    }
+                    return Ok(());
+                }
+                seen = now_there;
+                writes = self.apply(apply, &seen, now)?;
+            }
+        }
+        for (key, write) in keys.iter().zip(writes) {
+            self.write(&mut self.lock(), key, write);
+            if self.defect == Defect::TornMultiKey {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        self.check(keys)?;
+        let mut got = self.current(&self.lock(), keys, self.now());
+        if self.defect == Defect::ReadsOutOfOrder {
+            got.reverse();
+        }
+        Ok(got)
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        let now = self.now();
+        let mut map = self.lock();
+        let before = map.len();
+        if self.defect == Defect::SweepRemovesLive {
+            map.clear();
+        } else if self.defect == Defect::SweepDeletesNothing {
+        } else {
+            map.retain(|_, e| is_live(e, now));
+        }
+        let removed = (before - map.len()) as u64;
+        if self.defect == Defect::SweepDeletesNothing {
+            let expired = map.values().filter(|e| !is_live(e, now)).count() as u64;
+            return Ok(expired);
+        }
+        Ok(if self.defect == Defect::SweepCountsNothing { 0 } else { removed })
+    }
+}
+
+/// Runs the case named `name` on a fresh pair with `defect`; true if it failed
+/// (a violation, or a panic that broke the case).
+async fn fails(defect: Defect, name: &str) -> bool {
+    let case = contract().into_iter().find(|c| c.name() == name).unwrap_or_else(|| panic!("no case {name}"));
+    let run = tokio::spawn(async move { case.run(Naive::pair(defect)).await });
+    match run.await {
+        Ok(Ok(())) => false,
+        Ok(Err(violation)) => {
+            eprintln!("{defect:?}: {violation}");
+            true
+        }
+        Err(panic) => {
+            eprintln!("{defect:?}: case {name} panicked: {panic}");
+            true
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_store_without_a_defect_passes_every_case() {
+    for case in contract() {
+        assert!(!fails(Defect::None, case.name()).await, "the correct store fails {}", case.name());
+    }
+}
+
+macro_rules! caught {
+    ($($test:ident: $defect:ident by $case:ident;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $test() {
+                assert!(
+                    fails(Defect::$defect, stringify!($case)).await,
+                    "the suite's case {} passed a store with the defect {:?}",
+                    stringify!($case),
+                    Defect::$defect
+                );
+            }
+        )*
+    };
+}
+
+caught! {
+    lost_update: LostUpdate by concurrent_counts_from_both_handles_are_exact;
+    racy_first_update: RacyFirstUpdate by first_update_of_a_key_is_never_lost;
+    torn_multi_key_update: TornMultiKey by multi_key_updates_are_never_seen_torn;
+    torn_multi_key_update_loses_counts: TornMultiKey by overlapping_multi_key_updates_are_exact;
+    ignored_expiry: IgnoresExpiry by entry_expires_on_the_store_clock;
+    oversized_values: AcceptsOversizedValues by oversized_value_is_refused;
+    too_many_keys: AcceptsTooManyKeys by too_many_keys_are_refused;
+    duplicate_keys: AcceptsDuplicateKeys by duplicate_keys_are_refused;
+    long_keys: AcceptsLongKeys by empty_and_long_keys_are_refused;
+    over_strict_keys: RefusesLongAllowedKeys by limits_of_the_contract_are_accepted;
+    partial_write_on_bad_answer: PartialWriteOnBadAnswer by wrong_number_of_writes_is_refused;
+    sweep_removing_live_entries: SweepRemovesLive by sweep_removes_expired_and_keeps_live;
+    sweep_counting_nothing: SweepCountsNothing by sweep_removes_expired_and_keeps_live;
+    sweep_deleting_nothing: SweepDeletesNothing by sweep_removes_expired_and_keeps_live;
+    values_compared_folded: ComparesFolded by values_differing_only_by_case_or_accent_are_not_confused;
+    handles_not_sharing: HandlesDontShare by written_entry_is_seen_by_both_handles;
+    handles_not_sharing_counts: HandlesDontShare by each_update_sees_the_last_write_of_either_handle;
+    reads_out_of_order: ReadsOutOfOrder by read_answers_in_key_order;
+    second_clock_ahead: SecondClockAhead by handles_agree_on_the_clock;
+    second_clock_behind: SecondClockBehind by handles_agree_on_the_clock;
+    poisoned_by_panic: PoisonedByPanic by panicking_apply_writes_nothing_and_store_keeps_working;
+    keep_deleting: KeepDeletes by keep_leaves_the_entry_as_it_was;
+    delete_ignored: DeleteIgnored by delete_removes_the_entry;
+    lossy_numbers: LossyNumbers by values_round_trip_exactly;
+    lost_update_history: LostUpdate by single_key_histories_are_linearizable;
+    lost_update_multi_key_history: LostUpdate by multi_key_histories_are_linearizable;
+    racy_first_update_history: RacyFirstUpdate by single_key_histories_are_linearizable;
+    racy_first_update_multi_key_history: RacyFirstUpdate by multi_key_histories_are_linearizable;
+    torn_multi_key_history: TornMultiKey by multi_key_histories_are_linearizable;
+    values_compared_folded_history: ComparesFolded by single_key_histories_are_linearizable;
+    values_compared_folded_multi_key_history: ComparesFolded by multi_key_histories_are_linearizable;
+    handles_not_sharing_history: HandlesDontShare by single_key_histories_are_linearizable;
+    handles_not_sharing_multi_key_history: HandlesDontShare by multi_key_histories_are_linearizable;
+}

@@ -1,0 +1,132 @@
+//! `redis+sentinel://` on a real Sentinel topology of the test's own
+//! (`.ci/redis-topologies sentinel`: a primary, a replica, three Sentinels):
+//! the store asks Sentinel for the primary, and through a `SENTINEL FAILOVER`
+//! under load every call is answered within 2.5 s, counting resumes on the
+//! same store with no restart, and with `min_replicas_acked = 1` no
+//! acknowledged count is lost.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::load::{add_one, check_after_outage, Load};
+use crate::common::redis::SECRET;
+use crate::common::serve::limit_store;
+use limit_store::{Guarded, LimitStore, RedisStore};
+
+/// A Sentinel topology, stopped when dropped.
+struct Topology {
+    dir: PathBuf,
+    base: u16,
+    url: String,
+}
+
+impl Topology {
+    fn start() -> Option<Topology> {
+        if Command::new("redis-server").arg("--version").output().is_err() {
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        }
+        let base = free_ports(5);
+        let dir = std::env::temp_dir().join(format!("lst-sentinel-{}-{base}", std::process::id()));
+        let out = Command::new(script()).args(["sentinel", dir.to_str().unwrap(), &base.to_string()]).output().unwrap();
+        let topology = Topology { dir, base, url: String::from_utf8(out.stdout).unwrap().trim().to_owned() };
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Some(topology)
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The primary's port, as the first Sentinel names it.
+    fn primary(&self) -> String {
+        let named = self.cli(self.base + 2, &["SENTINEL", "get-master-addr-by-name", "limit-store"]);
+        named.lines().last().unwrap_or_default().to_owned()
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["stop", self.dir.to_str().unwrap()]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/redis-topologies")
+}
+
+/// The first of `n` consecutive free ports.
+fn free_ports(n: u16) -> u16 {
+    // Two tests of this process start topologies at once: apart by a count.
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let nth = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start = 20_000 + u16::try_from(std::process::id() % 1_000).unwrap() * 30 + nth * 10;
+    (start..60_000)
+        .step_by(usize::from(n))
+        .find(|&base| (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()))
+        .expect("free ports")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_failover_under_load_loses_no_acknowledged_count() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let old = topology.primary();
+    assert_eq!(old, topology.base.to_string());
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    assert_eq!(add_one(&store, "first").await.unwrap(), 1, "Sentinel named the primary");
+    let store = Arc::new(Guarded::new(Arc::new(store) as Arc<dyn LimitStore>));
+    let load = Load::start(store.clone(), "sentinel");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
+    let began = Instant::now();
+    while topology.primary() == old {
+        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("failed over to {} in {:?}", topology.primary(), began.elapsed());
+    load.server_is_back();
+    let tallies = load.finish().await;
+    check_after_outage(&store, &tallies).await;
+    // The counts live on the new primary: the old one is its replica now.
+    assert_eq!(add_one(&*store, "first").await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_bad_sentinel_url_or_name_is_refused_with_what_to_fix() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let err = RedisStore::builder(&topology.url.replace("/limit-store", "/nobody")).secret(SECRET).connect().await;
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("nobody") && err.contains("primary"), "{err}");
+    let err = RedisStore::builder("redis+sentinel://127.0.0.1:1").secret(SECRET).connect().await.unwrap_err();
+    assert!(err.to_string().contains("MASTER_NAME"), "{err}");
+}
+
+/// The contract suite, as `limit-store contract` runs it, with two handles on
+/// a Sentinel URL.
+#[tokio::test(flavor = "current_thread")]
+async fn the_contract_holds_through_sentinel() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let out = limit_store().args(["contract", &topology.url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("FAIL"), "{text}");
+}
+
+#[test]
+fn min_replicas_acked_is_a_setting() {
+    let config = "[rate_limit]\nstore = \"redis\"\nredis_url = \"redis+sentinel://127.0.0.1:26379/limit-store\"\n";
+    let parsed = limit_store::config::Config::parse(&format!("{config}redis_min_replicas_acked = 1\n")).unwrap();
+    assert_eq!(parsed.redis_min_replicas_acked, 1);
+    assert_eq!(limit_store::config::Config::parse(config).unwrap().redis_min_replicas_acked, 0, "the default");
+    let err = limit_store::config::Config::parse(&format!("{config}redis_min_replicas_acked = -1\n")).unwrap_err();
+    assert!(err.to_string().contains("replicas"), "{err}");
+}

@@ -1,0 +1,27 @@
+//! `limit-store serve`, the real binary over real sockets: the HTTP API,
+//! limits of the site's own, cost, reload, hostile and slow clients, the
+//! status page, and Envoy's rate limit service. One test binary, its tests
+//! side by side, each with `serve` processes of its own; `serve` losing its
+//! database is in `tests/outage/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod api;
+mod bad_requests;
+#[cfg(feature = "sqlite")]
+mod cost;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy;
+mod openapi;
+mod reload;
+#[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
+mod shared;
+mod site_limits;
+mod site_limits_reload;
+mod site_limits_shared;
+mod slow_clients;
+#[cfg(feature = "postgres")]
+mod slow_store;
+mod status_page;
+mod token;
