@@ -115,13 +115,20 @@ fn count(algorithm: &Algorithm, entry: &Entry, now: Millis) {
         outcome.remaining < algorithm.budget() || !outcome.allowed && outcome.remaining <= algorithm.budget(),
         "{algorithm:?} on {entry:?} at {now}: {outcome:?}"
     );
+    let refused_in_place = || outcome.retry_after.is_some_and(|w| w >= 1);
     match (&outcome.write, outcome.allowed) {
-        (Write::Put(e), true) => {
+        (Write::Put(e), allowed) => {
             let size = serde_json::to_vec(&e.value).map_or(usize::MAX, |v| v.len());
             assert!(size <= MAX_VALUE_BYTES, "{algorithm:?}: a value of {size} bytes");
+            // A refusal writes only on a GCRA counted at another rate: the
+            // TAT it holds, rescaled to the rate now, so that it refills so.
+            assert!(
+                allowed || matches!(algorithm, Algorithm::Gcra { .. }) && refused_in_place(),
+                "{algorithm:?} on {entry:?} at {now}: {outcome:?}"
+            );
         }
         (Write::Keep, false) => {
-            assert!(outcome.retry_after.is_some_and(|w| w >= 1), "{algorithm:?} on {entry:?} at {now}: {outcome:?}")
+            assert!(refused_in_place(), "{algorithm:?} on {entry:?} at {now}: {outcome:?}")
         }
         _ => panic!("{algorithm:?} on {entry:?} at {now}: {outcome:?}"),
     }
