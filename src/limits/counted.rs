@@ -262,7 +262,7 @@ impl Counted {
     /// the decision is made, and the decision made only here, so that it is
     /// written once, where the caller wants it: one made before and shared
     /// with the refusal was copied on, with wider loads than the stores
-    /// that wrote it (a stall of about 4% of an attempt on the memory store).
+    /// that wrote it, and the load stalled (BENCHMARKS.md).
     #[inline(always)]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis, cost: u64) -> Decision {
         if cost != 0 {

@@ -143,9 +143,9 @@ impl DatabaseStoreBuilder {
     /// SQLite only: a caller that finds the writer idle runs the
     /// transaction (and up to 4 batches that queue meanwhile) on its own
     /// runtime thread (tokio's `block_in_place`) instead of handing it to a
-    /// blocking thread and back (default off). That saves the hop: about
-    /// 1.2 times the counts per second of one caller on a small machine,
-    /// and nothing with 8 or 32 (see BENCHMARKS.md). The cost: a
+    /// blocking thread and back (default off). That saves the hop, which
+    /// matters to one caller alone and not to 8 or 32 (see BENCHMARKS.md).
+    /// The cost: a
     /// count stuck on the disk (a stalled write or read) holds its caller,
     /// and the guard cannot answer it at its 2 s deadline; a wait for a
     /// locked file is still cut at 1.5 s. Needs a multi-thread runtime; on a

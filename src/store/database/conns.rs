@@ -3,8 +3,8 @@
 //! sqlx's pool tests every connection as it comes back: it spawns a task that
 //! pings the server (a `Sync` on PostgreSQL, `COM_PING` on MySQL) before the
 //! connection can be used again. That is one more round trip, and one more
-//! wake-up of the server, for every count: on a 2-core machine it cost a
-//! sixth to a third of the counts per second (BENCHMARKS.md). Here a call that ends cleanly
+//! wake-up of the server, for every count, which on a small machine costs a
+//! share of the counts per second (BENCHMARKS.md). Here a call that ends cleanly
 //! gives its connection back at once ([`Conn::release`]). Only a connection
 //! given back mid-call (its call failed or was dropped, perhaps with a
 //! transaction left open or an answer half read) is pinged first, as sqlx

@@ -111,9 +111,9 @@ impl Mysql {
                 if n == 1 {
                     // The usual count: an aggregate always answers one row,
                     // with NULLs when the key has none, and its primary-key
-                    // lookup is read while the statement is planned. The
-                    // server spends about a fifth less on it than on the
-                    // join below, which plans a derived table and a range.
+                    // lookup is read while the statement is planned, so the
+                    // server spends less on it than on the join below, which
+                    // plans a derived table and a range (BENCHMARKS.md).
                     format!(
                         "SELECT {NOW} AS now, MAX(key_hash) AS key_hash, MAX(generation) AS generation, \
                          MAX(CAST(value AS CHAR)) AS value, MAX(expires_at) AS expires_at \

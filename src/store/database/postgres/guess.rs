@@ -144,9 +144,8 @@ impl Postgres {
         write: RowWrite,
     ) -> Result<bool, Failure> {
         // Reading first (see `rows_there.rs`) too, as many go alone as
-        // guesses do: with two alone, 8 callers' first counts ran at 0.66 of
-        // rate-limiter-flexible, with eight at 0.80-0.83, and 32 callers' the
-        // same (1.19-1.23), in runs side by side.
+        // guesses do: with fewer alone, 8 callers' first counts queued behind
+        // the guesses, and 32 callers' gained nothing (BENCHMARKS.md).
         let alone = self.replacer.alone();
         if let (None, RowWrite::Put { value, expires_at, family }) = (&alone, &write) {
             let after = row_after(&row, &write, generation);
