@@ -84,6 +84,18 @@ impl Shared {
     pub(super) fn remember(&self, hash: &KeyHash, raw: &Raw) {
         self.seen.set(hash, raw.is_some().then(|| raw.clone()));
     }
+
+    /// Remembers what a written update left on each key: `held` where it
+    /// kept the entry, nothing where it deleted, the new entry where it put.
+    pub(super) fn remember_written(&self, hashes: &[KeyHash], ops: Vec<Op>, held: &[Raw]) {
+        for ((hash, op), raw) in hashes.iter().zip(ops).zip(held) {
+            match op {
+                Op::Keep => self.remember(hash, raw),
+                Op::Delete => self.seen.set(hash, None),
+                Op::Put { raw, .. } => self.seen.set(hash, Some(raw)),
+            }
+        }
+    }
 }
 
 /// The live entries of `held` at `now`; a corrupt one fails under its hash.
@@ -181,13 +193,7 @@ impl RedisStore {
             let (now, held) = match answer? {
                 Written::Done { now } => {
                     shared.clock.reading(now);
-                    for ((hash, op), raw) in hashes.iter().zip(call.ops).zip(&call.expected) {
-                        match op {
-                            Op::Keep => shared.remember(hash, raw),
-                            Op::Delete => shared.seen.set(hash, None),
-                            Op::Put { raw, .. } => shared.seen.set(hash, Some(raw)),
-                        }
-                    }
+                    shared.remember_written(&hashes, call.ops, &call.expected);
                     admission.commit();
                     shared.trips.note(trips);
                     self.refresh_bound_if_due();

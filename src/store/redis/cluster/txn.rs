@@ -78,13 +78,7 @@ pub(in crate::store::redis) async fn count(
         trips += 3;
         match step.run(&held, &ops, now).await? {
             Tried::Committed => {
-                for ((hash, op), raw) in hashes.iter().zip(ops).zip(&held) {
-                    match op {
-                        Op::Keep => shared.remember(hash, raw),
-                        Op::Delete => shared.seen.set(hash, None),
-                        Op::Put { raw, .. } => shared.seen.set(hash, Some(raw)),
-                    }
-                }
+                shared.remember_written(hashes, ops, &held);
                 admission.commit();
                 shared.trips.note(trips);
                 store.refresh_bound_if_due();
