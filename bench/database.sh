@@ -42,7 +42,7 @@ samples="$(mktemp)"
 sampler=$!
 trap 'kill "$sampler" 2>/dev/null; rm -f "$samples"' EXIT
 
-cargo bench --bench database -- "$@"
+cargo bench --features sqlite,postgres,mysql --bench database -- "$@"
 
 awk '{ n++; load += $1; if ($1 > max) max = $1; if ($2 > 0) pg++; if ($3 > 0) my++ }
      END { if (n) printf "\nNoise over %d samples (every 5 s): load average mean %.2f, max %.2f (2 cores); other limit-store queries active on PostgreSQL in %d samples, on MariaDB in %d.\n", n, load / n, max, pg, my }' "$samples"

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 SECS=${SECS:-10}
 PG=${LIMIT_STORE_BENCH_POSTGRES:-postgres://root@127.0.0.1:5432/test}
 command -v wrk >/dev/null || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
-cargo build --release -q --bin limit-store --example serve_ceiling --example grpc_ceiling --example grpc_load >&2
+cargo build --release -q --features cli --bin limit-store --example serve_ceiling --example grpc_ceiling --example grpc_load >&2
 bin=target/release/limit-store
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -38,7 +38,7 @@ command -v gnuplot >/dev/null || { apt-get update >/dev/null && apt-get install 
 csv="$OUT.csv"
 run() {
 bin=${LIMIT_STORE_BIN:-target/release/limit-store}
-[ -n "${LIMIT_STORE_BIN:-}" ] || cargo build --release -q --bin limit-store >&2
+[ -n "${LIMIT_STORE_BIN:-}" ] || cargo build --release -q --features cli --bin limit-store >&2
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; cp "$work/serve.log" "$OUT.serve.log" 2>/dev/null || true; rm -rf "$work"' EXIT
 export LIMIT_STORE_SECRET=${LIMIT_STORE_SECRET:-limit-store-soak-secret-0123456789abcdef}

@@ -39,16 +39,17 @@
 //!
 //! ## Features
 //!
-//! | feature | default | adds |
-//! | --- | --- | --- |
-//! | `testing` | yes | [`testing`]: the contract suite and `contract_tests!` |
-//! | `sqlite`, `postgres`, `mysql` | yes | `DatabaseStore` on that database |
-//! | `redis` | yes | `RedisStore` on Redis or Valkey |
-//! | `serve` | yes | `serve`: the HTTP service behind `limit-store serve` |
-//! | `axum` | no | `layer`: the tower layer and the handler helper |
+//! | feature | adds |
+//! | --- | --- |
+//! | `sqlite`, `postgres`, `mysql` | `DatabaseStore` on that database |
+//! | `redis` | `RedisStore` on Redis or Valkey |
+//! | `axum` | `layer`: the tower layer and the handler helper |
+//! | `testing` | [`testing`]: the contract suite and `contract_tests!`; not API-stable |
+//! | `serve` | `serve`: the HTTP service behind `limit-store serve` |
+//! | `cli` | the program `limit-store` (every store and `serve`, with clap) |
 //!
-//! Without default features the crate is the contract, the memory store, the
-//! guard and [`Limits`].
+//! No feature is on by default: the crate is then the contract, the memory
+//! store, the guard and [`Limits`].
 //!
 //! ## From one process to many instances
 //!

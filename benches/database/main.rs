@@ -27,7 +27,7 @@
 //!   table holding 10,000 rows, then 1,000,000 rows.
 //!
 //! Run everything with `bash bench/database.sh`, or
-//! `cargo bench --bench database -- [--secs 4] [--warmup 1] [--callers 1,8,32]
+//! `cargo bench --features sqlite,postgres,mysql --bench database -- [--secs 4] [--warmup 1] [--callers 1,8,32]
 //! [--rounds 3] [--only sqlite,postgres,mysql,size] [--no-node] [--no-pgbench]
 //! [--no-runlimit] [--no-raw]` (`--no-raw`: no raw loops on PostgreSQL and
 //! MariaDB).

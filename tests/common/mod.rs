@@ -11,7 +11,7 @@ pub mod load;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod relay;
-#[cfg(feature = "serve")]
+#[cfg(feature = "cli")]
 pub mod serve;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod servers;

@@ -24,9 +24,9 @@ mod postgres_sessions_ended;
 mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_outage;
-#[cfg(all(feature = "redis", feature = "testing", feature = "sqlite", feature = "serve"))]
+#[cfg(feature = "cli")]
 mod redis_sentinel;
-#[cfg(all(feature = "serve", feature = "postgres"))]
+#[cfg(feature = "cli")]
 mod serve_outage;
 
 /// Held by each test of this binary while it runs: the tests run one at a

@@ -8,7 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-#[cfg(all(feature = "testing", feature = "sqlite", feature = "serve"))]
+#[cfg(feature = "cli")]
 mod cluster;
 #[cfg(feature = "testing")]
 mod contract;
