@@ -100,10 +100,10 @@ async fn send_code(State(limits): State<Limits>, Json(form): Json<Phone>) -> Res
 /// The store: memory by default; the database at `LIMIT_STORE_DATABASE_URL`
 /// (with `LIMIT_STORE_SECRET`) when it is set.
 pub async fn store_from_env() -> Result<Arc<dyn LimitStore>, Box<dyn std::error::Error>> {
-    let Ok(url) = std::env::var(limit_store::config::ENV_DATABASE_URL) else {
+    let Ok(url) = std::env::var("LIMIT_STORE_DATABASE_URL") else {
         return Ok(Arc::new(MemoryStore::new()));
     };
-    let secret = std::env::var(limit_store::config::ENV_SECRET)
+    let secret = std::env::var("LIMIT_STORE_SECRET")
         .map_err(|_| "set LIMIT_STORE_SECRET (at least 32 bytes) with LIMIT_STORE_DATABASE_URL")?;
     limit_store::DatabaseStore::builder(&url).migrate().await?;
     Ok(Arc::new(limit_store::DatabaseStore::builder(&url).secret(&secret).connect().await?))

@@ -123,7 +123,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-pub mod transaction;
+mod transaction;
 
 pub use error::StoreError;
 pub use guard::Guarded;

@@ -8,8 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use limit_store::config::{Config, StoreKind};
-use limit_store::serve::envoy::EnvoyRules;
-use limit_store::serve::{ApiToken, LimitsHandle};
+use limit_store::serve::{ApiToken, EnvoyRules, LimitsHandle};
 use limit_store::{Limits, SecretString};
 
 use limit_store::log::{
@@ -84,11 +83,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     let rules = envoy.as_ref().map(|e| e.reload.clone());
     tokio::spawn(reload(path, signals.hangup, config, limits.clone(), rules));
-    let mut metrics = limit_store::serve::metrics::Metrics::new();
-    if let Some(envoy) = &envoy {
-        envoy.service.metrics().register(metrics.registry_mut());
-    }
-    let router = limit_store::serve::router_with_metrics(limits, token, metrics);
+    let router = limit_store::serve::router(limits, token, envoy.as_ref().map(|e| &e.service));
     match envoy {
         None => limit_store::serve::run(listener, router, &settings, signals.terminate).await?,
         Some(envoy) => {
@@ -103,7 +98,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let _ = stopping.wait_for(|&stop| stop).await;
             };
             let http = limit_store::serve::run(listener, router, &settings, stopped(stopping.clone()));
-            let grpc = limit_store::serve::envoy::serve(envoy.listener, envoy.service, stopped(stopping));
+            let grpc = limit_store::serve::run_envoy(envoy.listener, envoy.service, stopped(stopping));
             tokio::try_join!(async { http.await.context("serve HTTP") }, async { grpc.await.context("serve gRPC") })?;
         }
     }
@@ -281,7 +276,7 @@ async fn reload(
 /// `serve --grpc-listen`: Envoy's rate limit service beside HTTP.
 mod envoy {
     use super::*;
-    use limit_store::serve::envoy::EnvoyService;
+    use limit_store::serve::EnvoyService;
 
     /// The gRPC listener and service, and the rules' reload handle and path.
     pub(super) struct Envoy {
@@ -313,12 +308,6 @@ mod envoy {
             );
         }
         let rules = EnvoyRules::load(&path)?;
-        tracing::info!(
-            config = %path.display(),
-            domains = ?rules.current().domains(),
-            rules = rules.current().len(),
-            "loaded the Envoy rules"
-        );
         tokio::spawn(rules.clone().watch(path.clone()));
         let store: Arc<dyn limit_store::LimitStore> = limits.store().clone();
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listen on {addr} (gRPC)"))?;

@@ -56,20 +56,20 @@ use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
 pub use overrides::OverrideSettings;
-pub use serve::{ServeSettings, ENV_MAX_CONNECTIONS, ENV_REQUEST_TIMEOUT, ENV_SHUTDOWN_GRACE};
+pub use serve::ServeSettings;
 
 /// The file the settings are read from by default.
 pub const FILE: &str = "limit-store.toml";
 /// Overrides `rate_limit.database_url`.
-pub const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
+const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
 /// Overrides `rate_limit.redis_url`.
-pub const ENV_REDIS_URL: &str = "LIMIT_STORE_REDIS_URL";
+const ENV_REDIS_URL: &str = "LIMIT_STORE_REDIS_URL";
 /// Overrides `rate_limit.secret`.
-pub const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
+const ENV_SECRET: &str = "LIMIT_STORE_SECRET";
 /// Overrides `rate_limit.envoy_config`.
-pub const ENV_ENVOY_CONFIG: &str = "LIMIT_STORE_ENVOY_CONFIG";
+const ENV_ENVOY_CONFIG: &str = "LIMIT_STORE_ENVOY_CONFIG";
 /// The database URL when none is set.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://limit-store.db";
+const DEFAULT_DATABASE_URL: &str = "sqlite://limit-store.db";
 
 /// Which store the limits count in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,11 +8,11 @@ use super::parse::parse_duration;
 use super::ConfigError;
 
 /// Overrides `serve.max_connections`.
-pub const ENV_MAX_CONNECTIONS: &str = "LIMIT_STORE_MAX_CONNECTIONS";
+const ENV_MAX_CONNECTIONS: &str = "LIMIT_STORE_MAX_CONNECTIONS";
 /// Overrides `serve.request_timeout`.
-pub const ENV_REQUEST_TIMEOUT: &str = "LIMIT_STORE_REQUEST_TIMEOUT";
+const ENV_REQUEST_TIMEOUT: &str = "LIMIT_STORE_REQUEST_TIMEOUT";
 /// Overrides `serve.shutdown_grace`.
-pub const ENV_SHUTDOWN_GRACE: &str = "LIMIT_STORE_SHUTDOWN_GRACE";
+const ENV_SHUTDOWN_GRACE: &str = "LIMIT_STORE_SHUTDOWN_GRACE";
 
 /// The settings of `limit-store serve`. `ServeSettings::default()` is what an
 /// absent `[serve]` table means.

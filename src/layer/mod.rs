@@ -51,6 +51,6 @@ pub use extract::{HeaderKey, KeyExtractor, NeedsParts, PeerIp};
 pub use handler::{attempt, Admitted};
 pub use key::Key;
 pub use layer::LimitLayer;
-pub use proxies::{BadCidr, Cidr, ClientIp, ForwardedHeader};
+pub use proxies::{BadCidr, ClientIp, ForwardedHeader};
 pub use refusal::{MissingKey, Refusal, RefusalBody};
 pub use service::{LimitFuture, LimitService};

@@ -24,7 +24,7 @@ use crate::limits::normalize::DEFAULT_IPV6_PREFIX;
 
 /// A network of addresses, as `10.0.0.0/8`, `2001:db8::/32` or one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
+pub(crate) struct Cidr {
     network: IpAddr,
     bits: u8,
 }

@@ -77,7 +77,7 @@ struct Refused {
 impl Refusal {
     /// The refusal of `decision` on `limit` (counting `parts` parts), or
     /// `None` when the decision lets the request through.
-    pub fn of_decision(limit: &str, parts: usize, decision: Decision) -> Option<Refusal> {
+    pub(crate) fn of_decision(limit: &str, parts: usize, decision: Decision) -> Option<Refusal> {
         let status = refusal_status(&decision)?;
         let fields = fields(limit, parts, &decision);
         let (kind, error) = if status == StatusCode::TOO_MANY_REQUESTS {
@@ -98,7 +98,7 @@ impl Refusal {
     }
 
     /// The refusal of a request without a key.
-    pub fn missing_key(limit: &str, status: StatusCode, what: &str) -> Refusal {
+    pub(crate) fn missing_key(limit: &str, status: StatusCode, what: &str) -> Refusal {
         let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
         Refusal(Box::new(Refused {
             status,
@@ -114,7 +114,7 @@ impl Refusal {
     /// The answer to a limit call that failed: 400 for a value the part
     /// can't take, 503 for a store that failed, 500 for a limit misconfigured
     /// in code. Logged as a warning (`kind = "limit-layer-error"`).
-    pub fn of_error(limit: &str, error: &LimitError) -> Refusal {
+    pub(crate) fn of_error(limit: &str, error: &LimitError) -> Refusal {
         let (status, kind) = match error {
             LimitError::BadValue { .. } => (StatusCode::BAD_REQUEST, "bad-key"),
             LimitError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store-failed"),

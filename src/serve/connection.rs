@@ -25,7 +25,7 @@ use super::socket::{timed_out, Socket, Turn};
 /// The most a connection buffers of what it reads, so the most a request
 /// head may take: past it, 431. hyper's own is about 400 KiB, which at
 /// 10,000 connections is 4 GB of buffers held by heads that never end.
-pub const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
 /// hyper's connection over `stream`, answering with `router`.
 pub(super) fn connection(

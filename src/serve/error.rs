@@ -21,11 +21,6 @@ impl ApiError {
         ApiError { status, kind, error: error.into() }
     }
 
-    /// The status of the answer.
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
     /// The answer to a request that got `status` before it reached a route
     /// (a head that does not parse, a path that is not UTF-8): its `kind`
     /// and a message by the status alone.

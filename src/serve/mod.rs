@@ -13,14 +13,14 @@
 //! connections, and a bounded drain at shutdown.
 
 mod auth;
-pub mod bodies;
+mod bodies;
 mod connection;
-pub mod envoy;
-pub mod error;
+mod envoy;
+mod error;
 mod health;
 mod listener;
-pub mod metrics;
-pub mod openapi;
+mod metrics;
+mod openapi;
 mod routes;
 mod socket;
 mod status;
@@ -36,10 +36,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-pub use connection::MAX_HEAD;
+pub use envoy::{run_envoy, EnvoyRules, EnvoyService};
 pub use listener::run;
 pub use routes::MAX_BODY;
-pub use token::{ApiToken, TokenError, MIN_TOKEN_BYTES};
+pub use token::{ApiToken, TokenError};
 
 use crate::limits::LimitsBuilder;
 use crate::{Guarded, LimitError, Limits};
@@ -86,7 +86,7 @@ impl LimitsHandle {
 
 /// What every route shares.
 #[derive(Clone)]
-pub struct App {
+pub(crate) struct App {
     limits: LimitsHandle,
     token: Option<ApiToken>,
     metrics: Arc<metrics::Metrics>,
@@ -95,13 +95,12 @@ pub struct App {
 }
 
 /// The service's routes over `limits`; with `token`, callers must send it.
-pub fn router(limits: LimitsHandle, token: Option<ApiToken>) -> Router {
-    router_with_metrics(limits, token, metrics::Metrics::new())
-}
-
-/// [`router`], with `metrics` in `/metrics` (which may hold more: the
-/// Envoy service's, registered with [`Metrics::registry_mut`](metrics::Metrics::registry_mut)).
-pub fn router_with_metrics(limits: LimitsHandle, token: Option<ApiToken>, metrics: metrics::Metrics) -> Router {
+/// With `envoy`, `/metrics` also holds the Envoy service's counters.
+pub fn router(limits: LimitsHandle, token: Option<ApiToken>, envoy: Option<&EnvoyService>) -> Router {
+    let mut metrics = metrics::Metrics::new();
+    if let Some(envoy) = envoy {
+        envoy.register_metrics(metrics.registry_mut());
+    }
     let health = health::Health::new(limits.store());
     let app = App { limits, token, metrics: Arc::new(metrics), health, started: Instant::now() };
     Router::new()

@@ -7,10 +7,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// The fewest bytes a token may have.
-pub const MIN_TOKEN_BYTES: usize = 16;
+pub(crate) const MIN_TOKEN_BYTES: usize = 16;
 
 /// A token callers must send as `Authorization: Bearer <token>`: at least
-/// [`MIN_TOKEN_BYTES`] bytes, each a visible ASCII character (what a header
+/// 16 bytes, each a visible ASCII character (what a header
 /// carries). Its `Debug` shows `***`.
 #[derive(Clone)]
 pub struct ApiToken {
@@ -33,7 +33,7 @@ pub enum TokenError {
          random string of at least 16 bytes, as `openssl rand -hex 32` prints"
     )]
     Blank,
-    /// Fewer than [`MIN_TOKEN_BYTES`] bytes.
+    /// Fewer than 16 bytes.
     #[error(
         "the API token is {len} bytes: too short to resist guessing. Set LIMIT_STORE_API_TOKEN (or \
          --token-file) to a random string of at least 16 bytes, as `openssl rand -hex 32` prints"
@@ -69,7 +69,7 @@ impl ApiToken {
 
     /// True when `given` is the token. Compares the two digests in constant
     /// time: the work depends on `given`'s length only.
-    pub fn matches(&self, given: &[u8]) -> bool {
+    pub(crate) fn matches(&self, given: &[u8]) -> bool {
         bool::from(digest(given).ct_eq(&self.digest))
     }
 }

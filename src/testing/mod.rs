@@ -5,6 +5,12 @@
 //! already holds other data. Each case returns a [`ContractViolation`] naming
 //! the rule that broke, what was expected and what was seen.
 //!
+//! Two ways in: [`contract_tests!`](crate::contract_tests) writes one test per
+//! case, and [`contract()`] lists the cases to run by hand.
+//!
+//! Off by default (feature `testing`) and **not API-stable**: cases are added,
+//! and may be renamed, as rules are found, in any release.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use limit_store::{testing::StorePair, MemoryStore};
@@ -19,9 +25,8 @@
 //! limit_store::contract_tests!(pair);
 //! ```
 
-#[doc(hidden)]
-pub mod cases;
-pub mod linearizable;
+mod cases;
+mod linearizable;
 mod support;
 
 use std::fmt;
@@ -57,8 +62,7 @@ impl fmt::Debug for ContractCase {
 }
 
 impl ContractCase {
-    #[doc(hidden)]
-    pub const fn new(name: &'static str, run: fn(StorePair) -> CaseFuture) -> Self {
+    pub(crate) const fn new(name: &'static str, run: fn(StorePair) -> CaseFuture) -> Self {
         ContractCase { name, run }
     }
 
@@ -91,7 +95,7 @@ pub struct ContractViolation {
 
 impl ContractViolation {
     /// A violation of `rule`.
-    pub fn new(rule: &'static str, expected: impl Into<String>, seen: impl Into<String>) -> Self {
+    pub(crate) fn new(rule: &'static str, expected: impl Into<String>, seen: impl Into<String>) -> Self {
         ContractViolation { case: "", rule, expected: expected.into(), seen: seen.into() }
     }
 }

@@ -10,7 +10,6 @@ mod contract;
 mod contract_catches_broken;
 mod guard;
 mod guard_sound;
-mod linearizable_check;
 mod model;
 mod readme_example;
 mod shares;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use limit_store::config::{Config, ENV_DATABASE_URL, ENV_REDIS_URL, ENV_SECRET};
+use limit_store::config::Config;
 use limit_store::{Limits, MemoryStore};
 
 /// The text of `limit-store.toml` and the three environment overrides.
@@ -48,9 +48,9 @@ pub fn check(input: &Input<'_>) {
     };
     let [database_url, redis_url, secret] = input.env;
     let env = |var: &str| match var {
-        ENV_DATABASE_URL => database_url.map(str::to_owned),
-        ENV_REDIS_URL => redis_url.map(str::to_owned),
-        ENV_SECRET => secret.map(str::to_owned),
+        "LIMIT_STORE_DATABASE_URL" => database_url.map(str::to_owned),
+        "LIMIT_STORE_REDIS_URL" => redis_url.map(str::to_owned),
+        "LIMIT_STORE_SECRET" => secret.map(str::to_owned),
         _ => None,
     };
     config.apply_env(env);

@@ -63,7 +63,7 @@ impl Service {
         let store = Arc::new(MemoryStore::with_clock(1_000_000, Arc::new(clock.clone())));
         let guarded = Arc::new(Guarded::new(store.clone() as Arc<dyn LimitStore>));
         let limits = LimitsHandle::new(guarded, Limits::builder()).expect("the presets build");
-        let router = runtime.block_on(async { router(limits, None) });
+        let router = runtime.block_on(async { router(limits, None, None) });
         Service { runtime, router, store, clock, requests: 0 }
     }
 

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::db::{rand_suffix, server, sqlite_url, SECRET};
 use crate::common::serve::{free_port, limit_store, settings_file, Serve};
-use limit_store::serve::envoy::{key, Rules};
 use limit_store::DatabaseStore;
 
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy/rules.yaml");
@@ -211,23 +210,6 @@ fn wait_for(mut done: impl FnMut() -> bool, what: &str) {
     }
 }
 
-#[test]
-fn keys_are_one_per_descriptor_and_long_ones_are_hashed() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    let descriptor = |entries: &[(&str, &str)]| RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() }).collect(),
-        ..Default::default()
-    };
-    let a = key("d", &descriptor(&[("a", "b:c")]));
-    let b = key("d", &descriptor(&[("a:b", "c")]));
-    let c = key("d:a", &descriptor(&[("b", "c")]));
-    let d = key("d", &descriptor(&[("a", "b"), ("c", "")]));
-    assert!([&b, &c, &d].iter().all(|k| **k != a) && b != c && c != d && b != d, "{a} {b} {c} {d}");
-    let long = key("d", &descriptor(&[("k", &"v".repeat(2_000))]));
-    assert!(long.starts_with("envoy#") && long.len() == 6 + 64, "{long}");
-}
-
 /// The `n`th YAML block of the guide's Envoy page (`docs/guide/envoy.md`).
 fn guide_yaml(n: usize) -> String {
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide/envoy.md")).unwrap();
@@ -247,12 +229,6 @@ fn envoy_binary() -> PathBuf {
         envoy.display()
     );
     envoy
-}
-
-#[test]
-fn the_guide_rules_parse() {
-    let rules = Rules::parse(&guide_yaml(0), "docs/guide/envoy.md").unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((rules.domains(), rules.len()), (vec!["site"], 3));
 }
 
 /// A process killed when dropped.

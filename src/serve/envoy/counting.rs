@@ -241,3 +241,25 @@ fn status(rule: &Rule, said: Answered, remaining: u64, reset_in: Millis) -> Desc
         quota: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::key;
+
+    #[test]
+    fn keys_are_one_per_descriptor_and_long_ones_are_hashed() {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+        let descriptor = |entries: &[(&str, &str)]| RateLimitDescriptor {
+            entries: entries.iter().map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() }).collect(),
+            ..Default::default()
+        };
+        let a = key("d", &descriptor(&[("a", "b:c")]));
+        let b = key("d", &descriptor(&[("a:b", "c")]));
+        let c = key("d:a", &descriptor(&[("b", "c")]));
+        let d = key("d", &descriptor(&[("a", "b"), ("c", "")]));
+        assert!([&b, &c, &d].iter().all(|k| **k != a) && b != c && c != d && b != d, "{a} {b} {c} {d}");
+        let long = key("d", &descriptor(&[("k", &"v".repeat(2_000))]));
+        assert!(long.starts_with("envoy#") && long.len() == 6 + 64, "{long}");
+    }
+}

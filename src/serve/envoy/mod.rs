@@ -26,10 +26,8 @@ mod yaml;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use counting::key;
-pub use metrics::EnvoyMetrics;
-pub use rules::{Rule, Rules, Unit};
-pub use service::{serve, EnvoyService, MAX_REQUEST};
+pub(crate) use rules::Rules;
+pub use service::{run_envoy, EnvoyService};
 
 use crate::config::ConfigError;
 
@@ -39,25 +37,28 @@ use crate::config::ConfigError;
 pub struct EnvoyRules(Arc<parking_lot::RwLock<Arc<Rules>>>);
 
 impl EnvoyRules {
-    /// The rules of `path` (a YAML file or a directory of them).
+    /// The rules of `path` (a YAML file or a directory of them); logs their
+    /// domains and how many there are.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        Ok(EnvoyRules::new(Rules::load(path)?))
+        let rules = Rules::load(path)?;
+        tracing::info!(config = %path.display(), domains = ?rules.domains(), rules = rules.len(), "loaded the Envoy rules");
+        Ok(EnvoyRules::new(rules))
     }
 
     /// A handle on `rules`.
-    pub fn new(rules: Rules) -> Self {
+    pub(crate) fn new(rules: Rules) -> Self {
         EnvoyRules(Arc::new(parking_lot::RwLock::new(Arc::new(rules))))
     }
 
     /// The rules now.
-    pub fn current(&self) -> Arc<Rules> {
+    pub(crate) fn current(&self) -> Arc<Rules> {
         self.0.read().clone()
     }
 
     /// Reads `path` again: its rules answer from now on, and the counts are
     /// kept (a rule's key is its descriptor's, whatever its budget). A file
     /// that can't be used is refused, and the running rules stay.
-    pub fn reload(&self, path: &Path) -> Result<(), ConfigError> {
+    pub(crate) fn reload(&self, path: &Path) -> Result<(), ConfigError> {
         let rules = Rules::load(path)?;
         *self.0.write() = Arc::new(rules);
         Ok(())

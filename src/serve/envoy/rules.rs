@@ -173,7 +173,8 @@ impl Rules {
     }
 
     /// Reads the text of one YAML file (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str) -> Result<Rules, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Rules, ConfigError> {
         let mut rules = Rules::default();
         super::yaml::load(&mut rules, text, origin)?;
         Ok(rules)
@@ -190,9 +191,22 @@ impl Rules {
     pub fn len(&self) -> usize {
         self.count
     }
+}
 
-    /// True when there is no rule.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
+#[cfg(test)]
+mod tests {
+    use super::Rules;
+
+    /// The first YAML block of the guide's Envoy page (`docs/guide/envoy.md`).
+    fn guide_yaml() -> String {
+        let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide/envoy.md")).unwrap();
+        let block = page.split("```yaml\n").nth(1).and_then(|s| s.split("\n```").next());
+        block.expect("the guide's Envoy page has its YAML blocks").to_owned()
+    }
+
+    #[test]
+    fn the_guide_rules_parse() {
+        let rules = Rules::parse(&guide_yaml(), "docs/guide/envoy.md").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((rules.domains(), rules.len()), (vec!["site"], 3));
     }
 }

@@ -21,7 +21,7 @@ use crate::serve::ApiToken;
 use crate::LimitStore;
 
 /// The largest request taken, in bytes: far above any descriptor list envoy sends.
-pub const MAX_REQUEST: usize = 64 * 1024;
+pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 
 /// Envoy's rate limit service over the rules of an [`EnvoyRules`], counting
 /// in a store (give it the guarded store the HTTP limits count in).
@@ -46,9 +46,9 @@ impl EnvoyService {
         EnvoyService { rules, store, token, metrics: EnvoyMetrics::default() }
     }
 
-    /// Its counters, to register in serve's `/metrics`.
-    pub fn metrics(&self) -> &EnvoyMetrics {
-        &self.metrics
+    /// Registers its counters in serve's `/metrics`.
+    pub(crate) fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.metrics.register(registry);
     }
 
     /// Whether `metadata` carries the token (always, when none is set).
@@ -97,9 +97,9 @@ impl RateLimitService for EnvoyService {
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves, then finishes
-/// the calls in flight. Requests over [`MAX_REQUEST`] are refused, calls
+/// the calls in flight. Requests over 64 KiB are refused, calls
 /// time out after 10 s, and a connection carries at most 1024 streams at once.
-pub async fn serve(
+pub async fn run_envoy(
     listener: TcpListener,
     service: EnvoyService,
     shutdown: impl Future<Output = ()> + Send,

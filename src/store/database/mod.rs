@@ -66,15 +66,15 @@ pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
 /// (a connection that stopped answering), so that a call the guard stopped
 /// waiting for gives its in-flight place back instead of holding it until the
 /// operating system gives up on the connection.
-pub const CALL_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_LIMIT: Duration = Duration::from_secs(5);
 
 /// How many keys' last rows a store remembers by default, to count them in
 /// one round trip (PostgreSQL, MySQL; see [`DatabaseStoreBuilder::remember_rows`]).
-pub const DEFAULT_REMEMBER_ROWS: usize = 100_000;
+pub(crate) const DEFAULT_REMEMBER_ROWS: usize = 100_000;
 
 /// How often the sweeper runs after its first run at start; a fifth of it
 /// while many rows are about to expire (see the sweeper).
-pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 /// Counts in the app's SQL database. Cheap to clone; clones share one pool.
 /// `shared()` is true.

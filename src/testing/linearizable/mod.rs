@@ -37,5 +37,8 @@ mod check;
 mod history;
 mod model;
 
-pub use check::{check, NotLinearizable};
-pub use history::{Call, History, Operation};
+pub use check::check;
+pub use history::History;
+
+#[cfg(test)]
+mod tests;

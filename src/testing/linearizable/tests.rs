@@ -3,8 +3,9 @@
 //! the update's clock) and rejects stale reads, lost updates, torn multi-key
 //! updates and answers that break real-time order.
 
-use limit_store::testing::linearizable::{check, Call, Operation};
-use limit_store::{Entry, Write};
+use super::check::check;
+use super::history::{Call, Operation};
+use crate::{Entry, Write};
 use serde_json::json;
 
 fn entry(n: u64) -> Option<Entry> {
