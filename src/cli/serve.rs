@@ -241,7 +241,7 @@ async fn reload(
         }
         seen = modified(&path);
         if let Some((rules, yaml)) = &envoy {
-            rules.reload_logged(yaml);
+            rules.reload(yaml);
         }
         let config = match Config::load(&path) {
             Ok(config) => config,

@@ -57,17 +57,12 @@ impl EnvoyRules {
 
     /// Reads `path` again: its rules answer from now on, and the counts are
     /// kept (a rule's key is its descriptor's, whatever its budget). A file
-    /// that can't be used is refused, and the running rules stay.
-    pub(crate) fn reload(&self, path: &Path) -> Result<(), ConfigError> {
-        let rules = Rules::load(path)?;
-        *self.0.write() = Arc::new(rules);
-        Ok(())
-    }
-
-    /// [`reload`](Self::reload), logged: serve calls it when its settings
-    /// are reloaded, and [`watch`](Self::watch) when the YAML changes.
-    pub fn reload_logged(&self, path: &Path) {
-        match self.reload(path) {
+    /// that can't be used is refused, and the running rules stay. Logged
+    /// either way: serve calls it when its settings are reloaded, and
+    /// [`watch`](Self::watch) when the YAML changes.
+    pub fn reload(&self, path: &Path) {
+        let loaded = Rules::load(path).map(|rules| *self.0.write() = Arc::new(rules));
+        match loaded {
             Ok(()) => tracing::info!(
                 kind = crate::log::KIND_ENVOY_RELOADED,
                 rules = self.current().len(),
@@ -90,7 +85,7 @@ impl EnvoyRules {
             let now = fingerprint(&path);
             if now != seen {
                 seen = now;
-                self.reload_logged(&path);
+                self.reload(&path);
             }
         }
     }
