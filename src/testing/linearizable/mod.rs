@@ -10,7 +10,9 @@
 //! does, with Lowe's memo). Operations are split by the keys they touch, so a
 //! history of many keys with tens of operations each checks in milliseconds.
 //!
-//! ```no_run
+//! Crate-private: the cases `*_histories_are_linearizable` use it so.
+//!
+//! ```ignore
 //! use limit_store::testing::linearizable::{check, History};
 //! use limit_store::{Entry, LimitStore, Millis, Write};
 //!
