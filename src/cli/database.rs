@@ -95,12 +95,11 @@ impl StoreArgs {
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
         let config = self.config()?;
         let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
-        let max_entries =
-            self.max_entries.or(config.max_entries).unwrap_or(limit_store::store::database::DEFAULT_MAX_ENTRIES);
-        DatabaseStore::builder(config.database_url.expose())
-            .table(table(&config))
-            .secret(secret)
-            .max_entries(max_entries)
+        let mut builder = DatabaseStore::builder(config.database_url.expose()).table(table(&config)).secret(secret);
+        if let Some(n) = self.max_entries.or(config.max_entries) {
+            builder = builder.max_entries(n);
+        }
+        builder
             .sweep_every(None)
             .connect()
             .await

@@ -60,7 +60,7 @@ pub use self::builder::DatabaseStoreBuilder;
 pub use self::migrate::DEFAULT_TABLE;
 
 /// The default bound of a database store.
-pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+pub(crate) const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
 /// The longest a count or read may take in the store itself. The servers
 /// bound their own work near the guard's 2 s deadline; this bounds the rest
 /// (a connection that stopped answering), so that a call the guard stopped
