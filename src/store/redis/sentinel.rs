@@ -120,8 +120,8 @@ impl SentinelUrl {
     }
 
     async fn ask_one(&self, sentinel: &str) -> Result<String, String> {
-        let mut conn = self
-            .with_sentinel(sentinel, |url| async move {
+        let mut conn =
+            self.with_sentinel(sentinel, |url| async move {
                 redis::Client::open(url)?.get_multiplexed_async_connection().await
             })
             .await?;
