@@ -65,7 +65,10 @@ pub(in crate::store::redis) async fn count(
     // A basis read again that differed from the one `apply` saw: `apply`
     // runs on it next, and it is checked in its turn.
     let mut next = None;
-    for attempt in 0..MAX_TRIES {
+    // Tries that prewrote and missed; a basis read again is bounded by the
+    // call's time alone, as a read is (`read.rs`).
+    let mut missed = 0;
+    while missed < MAX_TRIES {
         let (now, held) = match next.take() {
             Some(read) => read,
             None => basis(shared, &names).await?,
@@ -110,7 +113,8 @@ pub(in crate::store::redis) async fn count(
             Tried::Again if started.elapsed() > CALL_LIMIT => break,
             Tried::Again => {
                 // Apart, so that updates racing for the same keys don't meet again.
-                let spread = 1 + (shared.token() % (1 << attempt.min(5)));
+                let spread = 1 + (shared.token() % (1 << missed.min(5)));
+                missed += 1;
                 tokio::time::sleep(std::time::Duration::from_micros(200 * spread)).await;
             }
         }
