@@ -2,8 +2,10 @@
 //! cluster` on free ports, stopped when the test ends): a process killed
 //! with SIGKILL in the middle of two-slot updates leaves no update
 //! half-applied and its keys usable again within the lock's lease; and a
-//! `CLUSTER FAILOVER` under load is answered within the guard's deadline,
-//! with counting resumed on the same store and no acknowledged count lost.
+//! `CLUSTER FAILOVER` under load with `min_replicas_acked = 1` is answered
+//! within the guard's deadline, with counting resumed on the same store and
+//! no acknowledged count lost; and so is a primary killed with SIGKILL
+//! (its replica promoted by the cluster), which rejoins when restarted.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::load::{add_one, Load};
+use crate::common::load::{add_one, check_after_outage, Load};
 use limit_store::{update_with, Entry, Guarded, LimitStore, RedisStore, StoreError, Write};
 use serde_json::json;
 
@@ -41,6 +43,30 @@ impl Topology {
     fn cli(&self, port: u16, args: &[&str]) -> String {
         let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+/// A cluster node killed by a test, started again (and rejoined) when
+/// dropped, even when the test fails: the cluster is left whole.
+struct Killed<'a> {
+    topology: &'a Topology,
+    port: u16,
+}
+
+impl Killed<'_> {
+    /// Starts the node again and waits until it has rejoined.
+    fn restart(&self) {
+        let dir = self.topology.dir.to_str().unwrap();
+        let out = Command::new(script()).args(["node", dir, &self.port.to_string()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Killed<'_> {
+    fn drop(&mut self) {
+        if self.topology.cli(self.port, &["PING"]) != "PONG" {
+            self.restart();
+        }
     }
 }
 
@@ -149,7 +175,7 @@ async fn a_process_killed_mid_update_leaves_no_update_half_applied() {
 async fn a_cluster_failover_under_load_is_answered_and_loses_no_acknowledged_count() {
     let _alone = crate::alone().await;
     let Some(topology) = Topology::start() else { return };
-    let store = RedisStore::builder(&topology.url).secret(SECRET).connect().await.unwrap();
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
     let store = Arc::new(Guarded::new(Arc::new(store) as Arc<dyn LimitStore>));
     let load = Load::start(store.clone(), "cluster");
     // Two-slot updates run beside the one-key load.
@@ -198,4 +224,46 @@ async fn a_cluster_failover_under_load_is_answered_and_loses_no_acknowledged_cou
     assert!((acked..=acked + failed).contains(&a), "stored {a}, acknowledged {acked}, failed {failed}");
     assert!(add_one(&*store, "after").await.is_ok(), "counting goes on after the failover");
     eprintln!("two-slot updates: {acked} acknowledged, {failed} failed, slowest {slowest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_killed_under_load_is_replaced_and_loses_no_acknowledged_count() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    let store = Arc::new(Guarded::new(Arc::new(store) as Arc<dyn LimitStore>));
+    // Sixteen keys: some live on every primary.
+    let load = Load::start(store.clone(), "killed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let port = topology.base;
+    assert!(topology.cli(port, &["ROLE"]).starts_with("master"));
+    let pid = std::fs::read_to_string(topology.dir.join(format!("redis-{port}.pid"))).unwrap();
+    let killed = Killed { topology: &topology, port };
+    assert!(Command::new("kill").args(["-KILL", pid.trim()]).status().unwrap().success());
+    // The cluster promotes the replica after cluster-node-timeout (2 s).
+    let began = Instant::now();
+    let replica = loop {
+        let promoted = (topology.base + 3..topology.base + 6)
+            .find(|&p| topology.cli(p, &["ROLE"]).starts_with("master") && cluster_ok(&topology, p));
+        if let Some(replica) = promoted {
+            break replica;
+        }
+        assert!(began.elapsed() < Duration::from_secs(30), "no replica took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("{replica} took over {:?} after the kill", began.elapsed());
+    // With min_replicas_acked = 1 the promoted primary acknowledges nothing
+    // until it has a replica again: the killed node, which comes back as one.
+    killed.restart();
+    assert!(topology.cli(port, &["ROLE"]).starts_with("slave"), "{}", topology.cli(port, &["ROLE"]));
+    eprintln!("{port} rejoined as a replica {:?} after the kill", began.elapsed());
+    load.server_is_back();
+    let tallies = load.finish().await;
+    check_after_outage(&store, &tallies).await;
+    assert!(add_one(&*store, "after").await.is_ok(), "counting goes on after the node rejoined");
+}
+
+/// True when the cluster is whole as the node on `port` sees it.
+fn cluster_ok(topology: &Topology, port: u16) -> bool {
+    topology.cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
 }

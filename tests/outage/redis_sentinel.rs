@@ -3,7 +3,8 @@
 //! the store asks Sentinel for the primary, and through a `SENTINEL FAILOVER`
 //! under load every call is answered within 2.5 s, counting resumes on the
 //! same store with no restart, and with `min_replicas_acked = 1` no
-//! acknowledged count is lost.
+//! acknowledged count is lost; Sentinels that require a password are asked
+//! with the URL's.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -21,24 +22,38 @@ struct Topology {
     dir: PathBuf,
     base: u16,
     url: String,
+    /// What every server and Sentinel requires, if anything.
+    password: Option<&'static str>,
 }
 
 impl Topology {
     fn start() -> Option<Topology> {
+        Topology::start_with(None)
+    }
+
+    /// With `password`, every server and Sentinel requires it.
+    fn start_with(password: Option<&'static str>) -> Option<Topology> {
         if Command::new("redis-server").arg("--version").output().is_err() {
             eprintln!("skipped: redis-server is not installed");
             return None;
         }
         let base = free_ports(5);
         let dir = std::env::temp_dir().join(format!("lst-sentinel-{}-{base}", std::process::id()));
-        let out = Command::new(script()).args(["sentinel", dir.to_str().unwrap(), &base.to_string()]).output().unwrap();
-        let topology = Topology { dir, base, url: String::from_utf8(out.stdout).unwrap().trim().to_owned() };
+        let mut args = vec!["sentinel".to_owned(), dir.to_str().unwrap().to_owned(), base.to_string()];
+        args.extend(password.map(str::to_owned));
+        let out = Command::new(script()).args(&args).output().unwrap();
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let topology = Topology { dir, base, url, password };
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         Some(topology)
     }
 
     fn cli(&self, port: u16, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
+        let mut cli = Command::new("redis-cli");
+        if let Some(password) = self.password {
+            cli.env("REDISCLI_AUTH", password);
+        }
+        let out = cli.args(["-p", &port.to_string()]).args(args).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
@@ -96,6 +111,43 @@ async fn a_sentinel_failover_under_load_loses_no_acknowledged_count() {
     check_after_outage(&store, &tallies).await;
     // The counts live on the new primary: the old one is its replica now.
     assert_eq!(add_one(&*store, "first").await.unwrap(), 2);
+}
+
+/// Sentinels (and servers) that require a password are asked with the URL's,
+/// before and after a failover; without it the store is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_require_a_password_are_asked_with_the_urls() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start_with(Some("sentinel-secret")) else { return };
+    assert!(topology.url.starts_with("redis+sentinel://:sentinel-secret@"), "{}", topology.url);
+    let old = topology.primary();
+    assert_eq!(old, topology.base.to_string(), "redis-cli asks with the password");
+    let bare = topology.url.replace(":sentinel-secret@", "");
+    let err = RedisStore::builder(&bare).secret(SECRET).connect().await.unwrap_err().to_string();
+    assert!(err.contains("primary"), "no password: refused, saying so: {err}");
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    assert_eq!(add_one(&store, "first").await.unwrap(), 1, "Sentinel named the primary");
+
+    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
+    let began = Instant::now();
+    while topology.primary() == old {
+        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The store finds the new primary by asking the Sentinels (with the
+    // password) or from their `+switch-master` message.
+    // Until the old primary is the new one's replica, counts are written but
+    // not acknowledged (min_replicas_acked): each may be stored.
+    let (began, mut failed) = (Instant::now(), 0);
+    let counted = loop {
+        match add_one(&store, "first").await {
+            Ok(n) => break n,
+            Err(e) => assert!(began.elapsed() < Duration::from_secs(30), "counting never resumed: {e}"),
+        }
+        failed += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!((2..=2 + failed).contains(&counted), "the acknowledged count survived: {counted}, {failed} failed");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -92,7 +92,7 @@ pub(super) struct Batcher {
     script: Script,
     /// Replicas that must acknowledge a batch before its counts are
     /// answered (`WAIT`); 0: none.
-    min_acked: u32,
+    pub(super) min_acked: u32,
     /// What entries' keys start with, and claims' keys.
     names: String,
     claims: String,
@@ -297,11 +297,11 @@ impl Batcher {
 
 /// How long a count waits for its replicas (`WAIT`), under the client's
 /// bound on a call.
-const WAIT_MS: u64 = 1_000;
+pub(super) const WAIT_MS: u64 = 1_000;
 
 /// The answer of a count written on the primary that too few replicas
 /// acknowledged in time.
-fn unacked(acked: u64, wanted: u32) -> StoreError {
+pub(super) fn unacked(acked: u64, wanted: u32) -> StoreError {
     StoreError::unavailable(
         crate::error::Unavailable::StoreFailed,
         format!(

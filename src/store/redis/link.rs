@@ -149,8 +149,8 @@ impl Link {
             asking: tokio::sync::Mutex::new(None),
         });
         if let Some(sentinel) = &link.sentinel {
-            for url in sentinel.sentinels() {
-                tokio::spawn(watch(Arc::downgrade(&link), url));
+            for host_port in sentinel.sentinels() {
+                tokio::spawn(watch(Arc::downgrade(&link), host_port.to_owned()));
             }
         }
         Ok(link)
@@ -227,14 +227,15 @@ impl Link {
     }
 }
 
-/// Follows `+switch-master` on the Sentinel at `url` while the link lives,
-/// resubscribing after a lost connection.
-async fn watch(link: Weak<Link>, url: String) {
+/// Follows `+switch-master` on the Sentinel at `host_port` while the link
+/// lives, resubscribing after a lost connection.
+async fn watch(link: Weak<Link>, host_port: String) {
     loop {
-        let Some(name) = link.upgrade().and_then(|l| l.sentinel.as_ref().map(|s| s.name.clone())) else { return };
+        let Some(sentinel) = link.upgrade().and_then(|l| l.sentinel.clone()) else { return };
+        let name = sentinel.name.clone();
         let subscribed = async {
-            let client = redis::Client::open(url.as_str()).ok()?;
-            let mut pubsub = tokio::time::timeout(CONNECT_LIMIT, client.get_async_pubsub()).await.ok()?.ok()?;
+            let open = |url: String| async move { redis::Client::open(url)?.get_async_pubsub().await };
+            let mut pubsub = sentinel.with_sentinel(&host_port, open).await.ok()?;
             pubsub.subscribe("+switch-master").await.ok()?;
             Some(pubsub)
         }

@@ -5,7 +5,9 @@
 //! message from any Sentinel, and when the server it writes to answers
 //! `READONLY` or stops answering (`link.rs`).
 //!
-//! A password in the URL is the primary's; Sentinels are asked without one.
+//! A password (or `user:password`) in the URL is the primary's and the
+//! Sentinels': a Sentinel is asked with it, and, if it refuses it as one it
+//! does not need (no `requirepass` there), without.
 
 use std::time::Duration;
 
@@ -65,14 +67,37 @@ impl SentinelUrl {
         })())
     }
 
-    /// The URL of the Sentinel `host_port`.
-    pub(super) fn sentinel(&self, host_port: &str) -> String {
-        format!("{}://{host_port}", self.scheme)
+    /// The URL of the Sentinel `host_port`, with the URL's password or not.
+    fn sentinel(&self, host_port: &str, password: bool) -> String {
+        let userinfo = if password { self.userinfo.as_str() } else { "" };
+        format!("{}://{userinfo}{host_port}", self.scheme)
     }
 
-    /// Every Sentinel's URL.
-    pub(super) fn sentinels(&self) -> impl Iterator<Item = String> + '_ {
-        self.sentinels.iter().map(|s| self.sentinel(s))
+    /// Every Sentinel's `host:port`.
+    pub(super) fn sentinels(&self) -> impl Iterator<Item = &str> + '_ {
+        self.sentinels.iter().map(String::as_str)
+    }
+
+    /// Opens what `open` makes of the Sentinel `host_port`'s URL: with the
+    /// URL's password, or, when that Sentinel refuses it (one that needs
+    /// none, or knows no such user), without.
+    pub(super) async fn with_sentinel<T, F, Fut>(&self, host_port: &str, open: F) -> Result<T, String>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, redis::RedisError>>,
+    {
+        let first = match tokio::time::timeout(ASK_LIMIT, open(self.sentinel(host_port, true))).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e,
+            Err(_) => return Err("no answer in time".to_owned()),
+        };
+        if self.userinfo.is_empty() || first.is_io_error() || first.is_timeout() {
+            return Err(first.to_string());
+        }
+        match tokio::time::timeout(ASK_LIMIT, open(self.sentinel(host_port, false))).await {
+            Ok(Ok(v)) => Ok(v),
+            _ => Err(first.to_string()),
+        }
     }
 
     /// The URL of the primary at `host:port`, with the URL's password.
@@ -86,16 +111,20 @@ impl SentinelUrl {
     pub(super) async fn ask(&self) -> Result<String, String> {
         let mut why = Vec::new();
         for sentinel in self.sentinels() {
-            match self.ask_one(&sentinel).await {
+            match self.ask_one(sentinel).await {
                 Ok(url) => return Ok(url),
-                Err(e) => why.push(format!("{}: {e}", crate::secret::redact(&sentinel))),
+                Err(e) => why.push(format!("{sentinel}: {e}")),
             }
         }
         Err(why.join("; "))
     }
 
     async fn ask_one(&self, sentinel: &str) -> Result<String, String> {
-        let mut conn = connect(sentinel).await?;
+        let mut conn =
+            self.with_sentinel(sentinel, |url| async move {
+                redis::Client::open(url)?.get_multiplexed_async_connection().await
+            })
+            .await?;
         let addr: Option<(String, u16)> =
             timed(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.name).query_async(&mut conn)).await?;
         let (host, port) = addr.ok_or_else(|| format!("knows no primary named {}", self.name))?;
@@ -141,7 +170,9 @@ mod tests {
     #[test]
     fn parses_the_url_forms() {
         let url = SentinelUrl::parse("redis+sentinel://:pw@a:1,b:2,c/prim").unwrap().unwrap();
-        assert_eq!(url.sentinels().collect::<Vec<_>>(), ["redis://a:1", "redis://b:2", "redis://c:26379"]);
+        assert_eq!(url.sentinels().collect::<Vec<_>>(), ["a:1", "b:2", "c:26379"]);
+        assert_eq!(url.sentinel("a:1", true), "redis://:pw@a:1");
+        assert_eq!(url.sentinel("a:1", false), "redis://a:1");
         assert_eq!(url.name, "prim");
         assert_eq!(url.primary("10.0.0.1", 6380), "redis://:pw@10.0.0.1:6380");
         let tls = SentinelUrl::parse("rediss+sentinel://a:1/prim").unwrap().unwrap();

@@ -3,12 +3,14 @@
 //! the way is resolved (`resolve.rs`) and the keys read again, so that no
 //! caller ever sees a lock.
 //!
-//! A read for a caller (not an update's basis, which its prewrite checks)
-//! is a snapshot: the keys are read twice, the second time after the first
-//! answered, until both agree. Then every key held what was read at one
-//! instant between the two reads: a committed update's new entries replace
-//! its locks, so a key read the same both times was neither locked nor
-//! changed by an update that committed in between.
+//! A read for a caller is a snapshot: the keys are read twice, the second
+//! time after the first answered, until both agree. Then every key held what
+//! was read at one instant between the two reads: a committed update's new
+//! entries replace its locks, so a key read the same both times was neither
+//! locked nor changed by an update that committed in between (unless an
+//! entry came back to the very same bytes: `PROTOCOL.md`). An update's basis
+//! is one pass: its prewrites check it, or, when it writes nothing, a second
+//! pass (`txn.rs`).
 
 use std::time::Instant;
 
@@ -46,7 +48,8 @@ pub(in crate::store::redis) async fn read(shared: &Shared, names: &[String]) -> 
 }
 
 /// The keys' entries, read as one update's basis: each key as its slot held
-/// it (no lock), not a snapshot of all.
+/// it (no lock), not a snapshot of all until a prewrite or a second pass
+/// checks it.
 pub(super) async fn basis(shared: &Shared, names: &[String]) -> Result<(Millis, Vec<Raw>), StoreError> {
     unlocked(shared, names, Instant::now()).await
 }

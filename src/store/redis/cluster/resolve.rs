@@ -11,7 +11,7 @@ use super::super::builder::CALL_LIMIT;
 use super::super::entry::Raw;
 use super::super::{failed, Shared};
 use super::lock::Lock;
-use super::scripts::scripts;
+use super::scripts::{scripts, Call};
 use crate::error::Unavailable;
 use crate::StoreError;
 
@@ -42,9 +42,9 @@ pub(super) async fn resolve(shared: &Shared, name: &str, raw: &Raw, started: Ins
     };
     let record = record(shared, &lock.primary, &lock.txn);
     let outcome = loop {
-        let mut call = scripts().resolve.prepare_invoke();
+        let mut call = Call::new(&scripts().resolve);
         call.key(&lock.primary).key(&record).arg(&lock.txn).arg(ABORTED_MS);
-        let answer: Vec<Value> = call.invoke_async(&mut shared.link.conn()).await.map_err(failed)?;
+        let answer: Vec<Value> = call.invoke(&mut shared.link.conn()).await.map_err(failed)?;
         match answer.get(1) {
             Some(Value::BulkString(b)) if b == b"C" => break "C",
             Some(Value::BulkString(b)) if b == b"A" => break "A",
@@ -81,7 +81,21 @@ pub(super) async fn settle(
     outcome: &str,
     commit: Option<(&str, i64)>,
 ) -> Result<bool, StoreError> {
-    let mut call = scripts().settle.prepare_invoke();
+    settle_acked(shared, names, txn, outcome, commit, 0).await.map(|(done, _)| done)
+}
+
+/// [`settle`], followed on the same node by `WAIT replicas` when
+/// `replicas` > 0: whether it was done, and how many replicas acknowledged
+/// it (`u64::MAX` when none were asked for).
+pub(super) async fn settle_acked(
+    shared: &Shared,
+    names: &[String],
+    txn: &str,
+    outcome: &str,
+    commit: Option<(&str, i64)>,
+    replicas: u32,
+) -> Result<(bool, u64), StoreError> {
+    let mut call = Call::new(&scripts().settle);
     for name in names {
         call.key(name);
     }
@@ -94,6 +108,6 @@ pub(super) async fn settle(
             call.arg("0").arg("0");
         }
     }
-    let done: i64 = call.invoke_async(&mut shared.link.conn()).await.map_err(failed)?;
-    Ok(done == 1)
+    let (done, acked) = call.send(&mut shared.link.conn(), replicas).await.map_err(failed)?;
+    Ok((matches!(done, Value::Int(1)), acked))
 }

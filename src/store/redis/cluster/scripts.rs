@@ -2,6 +2,9 @@
 //! slot, and each is safe to run twice (a call the cluster client sends
 //! again after a lost connection changes nothing the first did not).
 
+use super::super::batch::WAIT_MS;
+use super::super::link::Conn;
+
 /// Parses a lock and puts back its old or its new entry.
 const LOCKS: &str = r"
 local function parse(v)
@@ -108,6 +111,70 @@ end
 redis.call('SET', KEYS[2], 'A', 'PX', ARGV[2])
 return {now, 'A'}
 ";
+
+/// One call of a script on one slot's keys, sent as `EVALSHA` (the script
+/// loaded and sent again if the node lacks it).
+pub(super) struct Call {
+    script: &'static redis::Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    pub(super) fn new(script: &'static redis::Script) -> Self {
+        Call { script, keys: Vec::new(), args: Vec::new() }
+    }
+
+    pub(super) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(super) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// Sends the call; with `replicas` > 0, followed in one pipeline, on the
+    /// same connection to the same node, by `WAIT replicas`, whose count
+    /// covers this call's writes. The script's answer, and how many replicas
+    /// acknowledged (`u64::MAX` when none were asked for).
+    pub(super) async fn send(&self, conn: &mut Conn, replicas: u32) -> redis::RedisResult<(redis::Value, u64)> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key);
+        }
+        for arg in &self.args {
+            cmd.arg(arg);
+        }
+        let once = |conn: &mut Conn| {
+            let cmd = &cmd;
+            let mut conn = conn.clone();
+            async move {
+                if replicas == 0 {
+                    return Ok((cmd.query_async::<redis::Value>(&mut conn).await?, u64::MAX));
+                }
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(WAIT_MS);
+                pipe.query_async::<(redis::Value, u64)>(&mut conn).await
+            }
+        };
+        match once(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.load_async(conn).await?;
+                once(conn).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// Sends the call, asking no replica; its answer as a `T`.
+    pub(super) async fn invoke<T: redis::FromRedisValue>(&self, conn: &mut Conn) -> redis::RedisResult<T> {
+        let (answer, _) = self.send(conn, 0).await?;
+        Ok(redis::from_redis_value(answer)?)
+    }
+}
 
 /// The scripts, hashed once per store.
 pub(super) struct TxnScripts {

@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use super::super::batch::unacked;
 use super::super::builder::CALL_LIMIT;
 use super::super::count::{decode, ops};
 use super::super::entry::Raw;
@@ -13,8 +14,8 @@ use super::super::family::{FamilyAdmission, Tag};
 use super::super::{failed, Op, RedisStore, Shared, MAX_TRIES};
 use super::lock::{body, expires_at};
 use super::read::{basis, by_slot};
-use super::resolve::{record, resolve, settle};
-use super::scripts::scripts;
+use super::resolve::{record, resolve, settle, settle_acked};
+use super::scripts::{scripts, Call};
 use crate::bound::FamilyId;
 use crate::error::Unavailable;
 use crate::rules::run_apply;
@@ -40,7 +41,9 @@ pub(in crate::store::redis) fn spans_slots(hashes: &[KeyHash]) -> bool {
 
 /// How one try of the protocol ended.
 enum Tried {
-    Committed,
+    /// Applied; `acked` replicas of the primary's slot acknowledged the
+    /// commit (`u64::MAX` when none were asked for).
+    Committed { acked: u64 },
     /// Nothing of it stays: try again on what the keys hold now.
     Again,
 }
@@ -59,15 +62,36 @@ pub(in crate::store::redis) async fn count(
     let mut admission = FamilyAdmission::new(shared.bound.counts(), &shared.families);
     let started = Instant::now();
     let mut trips = 0;
-    for attempt in 0..MAX_TRIES {
-        let (now, held) = basis(shared, &names).await?;
+    // A basis read again that differed from the one `apply` saw: `apply`
+    // runs on it next, and it is checked in its turn.
+    let mut next = None;
+    // Tries that prewrote and missed; a basis read again is bounded by the
+    // call's time alone, as a read is (`read.rs`).
+    let mut missed = 0;
+    while missed < MAX_TRIES {
+        let (now, held) = match next.take() {
+            Some(read) => read,
+            None => basis(shared, &names).await?,
+        };
         trips += 1;
         let entries = decode(&held, hashes, now)?;
         let writes = run_apply(apply, &entries, now)?;
         let (ops, added, removed) = ops(writes, &held, families, shared.grace);
         if ops.iter().all(|op| matches!(op, Op::Keep)) {
-            shared.trips.note(trips);
-            return Ok(());
+            // Nothing to write, so no prewrite checks the basis: it stands
+            // only if it was a snapshot, which reading the keys again shows
+            // (as `read.rs` argues). Otherwise `apply` runs on what they hold.
+            let again = basis(shared, &names).await?;
+            trips += 1;
+            if again.1 == held {
+                shared.trips.note(trips);
+                return Ok(());
+            }
+            if started.elapsed() > CALL_LIMIT {
+                break;
+            }
+            next = Some(again);
+            continue;
         }
         if let Err(short) = admission.hold(added, removed) {
             store.refresh_bound_if_due();
@@ -77,17 +101,20 @@ pub(in crate::store::redis) async fn count(
         let step = Step { shared, names: &names, groups: &groups, txn: &txn };
         trips += 3;
         match step.run(&held, &ops, now).await? {
-            Tried::Committed => {
+            Tried::Committed { acked } => {
                 shared.remember_written(hashes, ops, &held);
                 admission.commit();
                 shared.trips.note(trips);
                 store.refresh_bound_if_due();
-                return Ok(());
+                // Written, but a failover now could lose it: not acknowledged.
+                let wanted = shared.batcher.min_acked;
+                return if acked < u64::from(wanted) { Err(unacked(acked, wanted)) } else { Ok(()) };
             }
             Tried::Again if started.elapsed() > CALL_LIMIT => break,
             Tried::Again => {
                 // Apart, so that updates racing for the same keys don't meet again.
-                let spread = 1 + (shared.token() % (1 << attempt.min(5)));
+                let spread = 1 + (shared.token() % (1 << missed.min(5)));
+                missed += 1;
                 tokio::time::sleep(std::time::Duration::from_micros(200 * spread)).await;
             }
         }
@@ -127,7 +154,7 @@ impl Step<'_> {
         }
         let record_pxat = locks.iter().map(|l| l.1).max().unwrap_or(now).saturating_add(RECORD_MARGIN_MS);
         let prewrite = |group: &Vec<usize>, first: bool| {
-            let mut call = scripts().prewrite.prepare_invoke();
+            let mut call = Call::new(&scripts().prewrite);
             for &i in group {
                 call.key(&self.names[i]);
             }
@@ -138,13 +165,20 @@ impl Step<'_> {
             for &i in group {
                 call.arg(held[i].as_bytes()).arg(&locks[i].0).arg(locks[i].1);
             }
+            // The other slots' locks must reach the replicas the store asks
+            // for before the commit point: a failover that lost one would
+            // leave that key's old entry beside a committed update.
+            let replicas = if first { 0 } else { shared.batcher.min_acked };
             let mut conn = shared.link.conn();
-            async move { call.invoke_async::<Vec<redis::Value>>(&mut conn).await }
+            async move {
+                let (answer, acked) = call.send(&mut conn, replicas).await?;
+                Ok::<_, redis::RedisError>((redis::from_redis_value::<Vec<redis::Value>>(answer)?, acked))
+            }
         };
         // The primary's slot first: updates racing for the same primary key
         // meet there, before any of them has locked another slot.
         match prewrite(&self.groups[0], true).await {
-            Ok(answer) if status(&answer) == Some(1) => {}
+            Ok((answer, _)) if status(&answer) == Some(1) => {}
             Ok(_) => return Ok(Tried::Again),
             Err(e) => {
                 self.abort(&record, record_pxat).await;
@@ -152,12 +186,16 @@ impl Step<'_> {
             }
         }
         let others = futures_util::future::join_all(self.groups[1..].iter().map(|g| prewrite(g, false))).await;
-        let (mut failure, mut missed) = (None, false);
+        let (mut failure, mut missed, mut short) = (None, false, None);
         let mut met = Vec::new();
         for (group, answer) in self.groups[1..].iter().zip(others) {
             match answer {
-                Ok(answer) if status(&answer) == Some(1) => {}
-                Ok(answer) => {
+                Ok((answer, acked)) if status(&answer) == Some(1) => {
+                    if acked < u64::from(shared.batcher.min_acked) {
+                        short = Some(short.map_or(acked, |s: u64| s.min(acked)));
+                    }
+                }
+                Ok((answer, _)) => {
                     missed = true;
                     // Another update's lock on one of these keys: resolve it
                     // after this one is rolled back, so neither waits on the other.
@@ -173,10 +211,13 @@ impl Step<'_> {
                 Err(e) => failure = Some(e),
             }
         }
-        if failure.is_some() || missed {
+        if failure.is_some() || missed || short.is_some() {
             self.abort(&record, record_pxat).await;
             if let Some(e) = failure {
                 return Err(failed(e));
+            }
+            if let Some(acked) = short {
+                return Err(unacked(acked, shared.batcher.min_acked));
             }
             let started = Instant::now();
             for (name, raw) in met {
@@ -187,14 +228,16 @@ impl Step<'_> {
         // The commit point: the primary key's lock becomes its new entry and
         // the record says `C`, in one step on the primary's slot.
         let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
-        match settle(shared, &group(&self.groups[0]), self.txn, "C", Some((&record, record_pxat))).await? {
-            true => {}
-            false => {
+        let commit = Some((record.as_str(), record_pxat));
+        let replicas = shared.batcher.min_acked;
+        let acked = match settle_acked(shared, &group(&self.groups[0]), self.txn, "C", commit, replicas).await? {
+            (true, acked) => acked,
+            (false, _) => {
                 // A reader rolled it back (its lease was over): nothing of it stays.
                 self.abort(&record, record_pxat).await;
                 return Ok(Tried::Again);
             }
-        }
+        };
         // Committed: the other slots' locks become their new entries now, or
         // at the next reader that meets them.
         let settled = self.groups[1..].iter().map(|g| {
@@ -206,7 +249,7 @@ impl Step<'_> {
                 tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
             }
         }
-        Ok(Tried::Committed)
+        Ok(Tried::Committed { acked })
     }
 
     /// Rolls this try back: `A` on the primary's slot (which rolls back its
