@@ -7,14 +7,8 @@
 //! A count hands its compare-and-set to the [`Batcher`] and waits for its
 //! answer. The first of a turn spawns a task that runs after the counts ready
 //! in the same turn of the runtime, and sends everything that waits then as
-//! one batch; a lone count goes alone, a task hop later. On one server at
-//! most [`MAX_OUT`] batches are out at once: counts that become ready while
-//! they are out wait for the first to come back and go together in the next
-//! one, so that the more callers there are, the more counts share a call
-//! (and Redis's `TIME`, the script call and the socket's reads and writes),
-//! while two batches out keep the client and the server busy at the same
-//! time. On a cluster a batch goes out as one call per slot, and there is
-//! no such bound (counts of different slots rarely share a call).
+//! one batch; a lone count goes alone, a task hop later. Batches do not wait
+//! for each other: several may be out at once on the one connection.
 //!
 //! In the script each update is checked and written on its own, exactly as
 //! if it were sent alone: its keys, its clock bounds, its claims; one update's
@@ -40,9 +34,6 @@ use crate::{Millis, StoreError};
 /// The most updates one script call carries; more that wait go in several
 /// calls, sent at once.
 const MAX_BATCH: usize = 64;
-
-/// The most batches out at once on one server.
-const MAX_OUT: usize = 2;
 
 /// What one key should become.
 #[derive(Debug)]
@@ -95,37 +86,6 @@ struct Pending {
     reply: oneshot::Sender<Sent>,
 }
 
-/// The compare-and-sets waiting for a batch, and how many batches are out
-/// (or about to be sent by a task spawned for them).
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Pending>,
-    out: usize,
-}
-
-/// A batch out, or a task spawned to send one: its place in
-/// [`Queue::out`], given back when it ends however it ends (a task dropped
-/// with its runtime as well).
-struct Slot {
-    batcher: Arc<Batcher>,
-    given_back: bool,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if !self.given_back {
-            let mut queue = self.batcher.queue.lock();
-            queue.out -= 1;
-            if queue.out == 0 {
-                // No batch is left to send what waits (its counts are most
-                // likely dropped with the same runtime): they are answered
-                // dropped, and the next count sends again.
-                queue.waiting.clear();
-            }
-        }
-    }
-}
-
 /// The compare-and-sets waiting for the next batch, and how to send one.
 pub(super) struct Batcher {
     link: Arc<Link>,
@@ -138,14 +98,14 @@ pub(super) struct Batcher {
     claims: String,
     /// On a cluster: a call carries only updates of one slot.
     cluster: bool,
-    queue: Mutex<Queue>,
+    waiting: Mutex<Vec<Pending>>,
     /// Updates sent in a call with others so far.
     batched: AtomicU64,
 }
 
 impl std::fmt::Debug for Batcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher").field("waiting", &self.queue.lock().waiting.len()).finish_non_exhaustive()
+        f.debug_struct("Batcher").field("waiting", &self.waiting.lock().len()).finish_non_exhaustive()
     }
 }
 
@@ -158,7 +118,7 @@ impl Batcher {
             script: Script::new(WRITE),
             names,
             claims,
-            queue: Mutex::new(Queue::default()),
+            waiting: Mutex::new(Vec::new()),
             batched: AtomicU64::new(0),
         })
     }
@@ -173,17 +133,13 @@ impl Batcher {
     /// stops waiting before its batch is sent is left out of it.
     pub(super) async fn write(self: &Arc<Self>, call: WriteCall) -> Result<Sent, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let spawn = {
-            let mut queue = self.queue.lock();
-            queue.waiting.push(Pending { call, reply });
-            // The first to wait sends, unless enough batches are out: then
-            // the first of them back sends what waits.
-            let spawn = queue.waiting.len() == 1 && (self.cluster || queue.out < MAX_OUT);
-            queue.out += usize::from(spawn);
-            spawn
+        let first = {
+            let mut waiting = self.waiting.lock();
+            waiting.push(Pending { call, reply });
+            waiting.len() == 1
         };
-        if spawn {
-            tokio::spawn(Self::flush(Slot { batcher: self.clone(), given_back: false }));
+        if first {
+            tokio::spawn(self.clone().flush());
         }
         answer.await.map_err(|_| {
             StoreError::unavailable(
@@ -193,34 +149,9 @@ impl Batcher {
         })
     }
 
-    /// Sends what waits now; once it is answered, on one server, what waits
-    /// then, until nothing does.
-    async fn flush(mut slot: Slot) {
-        loop {
-            let batch = {
-                let mut queue = slot.batcher.queue.lock();
-                if queue.waiting.is_empty() {
-                    // Given back under the lock a count that waits checks it
-                    // under: no count is left waiting with no batch to come.
-                    queue.out -= 1;
-                    slot.given_back = true;
-                    return;
-                }
-                std::mem::take(&mut queue.waiting)
-            };
-            slot.batcher.send_all(batch).await;
-            if slot.batcher.cluster {
-                // Each count of a cluster spawned a batch of its own.
-                let mut queue = slot.batcher.queue.lock();
-                queue.out -= 1;
-                slot.given_back = true;
-                return;
-            }
-        }
-    }
-
-    /// Sends `batch` in calls of at most [`MAX_BATCH`] updates.
-    async fn send_all(&self, mut batch: Vec<Pending>) {
+    /// Sends what waits now, in calls of at most [`MAX_BATCH`] updates.
+    async fn flush(self: Arc<Self>) {
+        let mut batch: Vec<Pending> = std::mem::take(&mut *self.waiting.lock());
         batch.retain(|p| !p.reply.is_closed());
         let mut calls = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
         for mut batch in self.by_slot(batch) {
