@@ -30,7 +30,9 @@
 //!   `sign-in` counts an account and an IP), the same two-key count on the one
 //!   server beside it, and `RateLimiterRedis` on an ioredis `Cluster`. Each
 //!   of these has a store (and keys) of its own, so that none crowds another's
-//!   keys out of the memory of the entries it last wrote.
+//!   keys out of the memory of the entries it last wrote. Their rounds follow
+//!   the one server's (set up then, so that their stores' background work
+//!   does not run on this thread during the one server's points).
 //!
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
@@ -77,8 +79,6 @@ pub(crate) const PAIR: &str = "limit-store `RedisStore`, two keys";
 pub(crate) const CLUSTER1: &str = "limit-store `RedisStore`, cluster, one slot";
 pub(crate) const CLUSTER2: &str = "limit-store `RedisStore`, cluster, two slots";
 pub(crate) const RLF_CLUSTER: &str = "rate-limiter-flexible `RateLimiterRedis`, cluster";
-/// The contenders that count at 8 callers and more only.
-pub(crate) const MANY_ONLY: [&str; 4] = [PAIR, CLUSTER1, CLUSTER2, RLF_CLUSTER];
 
 pub(crate) struct Opts {
     pub(crate) timing: Timing,
@@ -178,6 +178,41 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
     Ok(out)
 }
 
+/// Every round of `contenders` at each of `callers`, their figures added to `res`.
+async fn rounds(
+    contenders: &mut [Contender],
+    keys: &Arc<Vec<String>>,
+    o: &Opts,
+    callers: &[usize],
+    res: &mut Vec<Point>,
+) {
+    for round in 1..=o.timing.rounds {
+        eprintln!(" round {round}/{}", o.timing.rounds);
+        for &c in callers {
+            for k in contenders.iter_mut() {
+                let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
+                match k.point(keys, c, o, last).await {
+                    Ok((r, e)) => {
+                        eprintln!(
+                            "  {:<44} C={c:<3} {r:>9.0}/s{}",
+                            k.name,
+                            if e > 0 { format!("  ({e} errors)") } else { String::new() }
+                        );
+                        match res.iter_mut().find(|p| p.name == k.name && p.callers == c) {
+                            Some(p) => {
+                                p.rounds.push(r);
+                                p.errors += e;
+                            }
+                            None => res.push(Point { name: k.name, callers: c, rounds: vec![r], errors: e }),
+                        }
+                    }
+                    Err(e) => eprintln!("  {} C={c}: {e:#}", k.name),
+                }
+            }
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -258,37 +293,18 @@ fn main() -> Result<()> {
         if o.incr {
             contenders.push(Contender { name: INCR, runner: Runner::Incr });
         }
-        if let Some(cluster) = &o.cluster {
-            contenders.extend(cluster_contenders(&o, cluster, &keys, root).await?);
-        }
-
         // Rounds: for each caller count, every contender in turn, so a slow
         // spell of the shared machine hits all of them.
         let mut res: Vec<Point> = Vec::new();
-        for round in 1..=o.timing.rounds {
-            eprintln!(" round {round}/{}", o.timing.rounds);
-            for &c in &o.timing.callers {
-                for k in contenders.iter_mut().filter(|k| c >= 8 || !MANY_ONLY.contains(&k.name)) {
-                    let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
-                    match k.point(&keys, c, &o, last).await {
-                        Ok((r, e)) => {
-                            eprintln!(
-                                "  {:<44} C={c:<3} {r:>9.0}/s{}",
-                                k.name,
-                                if e > 0 { format!("  ({e} errors)") } else { String::new() }
-                            );
-                            match res.iter_mut().find(|p| p.name == k.name && p.callers == c) {
-                                Some(p) => {
-                                    p.rounds.push(r);
-                                    p.errors += e;
-                                }
-                                None => res.push(Point { name: k.name, callers: c, rounds: vec![r], errors: e }),
-                            }
-                        }
-                        Err(e) => eprintln!("  {} C={c}: {e:#}", k.name),
-                    }
-                }
-            }
+        rounds(&mut contenders, &keys, &o, &o.timing.callers, &mut res).await;
+        // The cluster rows after the one server's: their stores' background
+        // work (the bound's first count on every primary) runs on this one
+        // thread and would slow the one server's points, a lone caller most.
+        if let Some(cluster) = &o.cluster {
+            let mut more = cluster_contenders(&o, cluster, &keys, root).await?;
+            let many: Vec<usize> = o.timing.callers.iter().copied().filter(|&c| c >= 8).collect();
+            rounds(&mut more, &keys, &o, &many, &mut res).await;
+            contenders.extend(more);
         }
         let names: Vec<&'static str> = contenders.iter().map(|k| k.name).collect();
         drop(contenders);
