@@ -3,22 +3,43 @@
 # rate-limiter-flexible's RateLimiterRedis, limitador's AsyncRedisStorage and
 # redis-benchmark's INCR (the ceiling), at 1, 8 and 32 callers, rounds
 # interleaved, and prints one side-by-side table (markdown) on stdout with
-# limit-store's ratios against issue 13's aim; progress goes to stderr.
+# limit-store's ratios against issues 13's and 38's aims; progress goes to
+# stderr. With the cluster rows (issue 38): on a local 3-primary Redis Cluster,
+# one-slot and two-slot counts and rate-limiter-flexible on an ioredis Cluster,
+# with the same two-key count on the one server, at 8 and 32 callers.
 #
 #   bash bench/redis.sh                       # 2 rounds of 4 s points, about 3 minutes
 #   bash bench/redis.sh --secs 2 --warmup 1   # a rough pass
 #   bash bench/redis.sh --fresh               # also limit-store on brand-new keys
-#   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node, --no-limitador, --no-incr)
+#   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node,
+#    --no-limitador (then not built either), --no-incr, --no-cluster)
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's
 # namespace lsbench_limitador, lsbench:incr:*) and removes them all after the
 # run: hundreds of thousands of keys left to expire would slow every SCAN of the
 # server (the store's sweep and count) for an hour. It never flushes.
+# Cluster: LIMIT_STORE_BENCH_REDIS_CLUSTER (a redis+cluster:// URL); by default
+# the one `.ci/redis-topologies cluster /tmp/limit-store-ci-cluster 27100`
+# starts (or finds up) on ports 27100-27105; its lsbench keys go as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 URL="${LIMIT_STORE_BENCH_REDIS:-redis://127.0.0.1:6379}"
+cluster=1 limitador=1
+args=()
+for a in "$@"; do
+  case "$a" in
+    --no-cluster) cluster=0 ;;
+    --no-limitador) limitador=0; args+=("$a") ;;
+    *) args+=("$a") ;;
+  esac
+done
+CLUSTER_URL=""
+if [ "$cluster" = 1 ]; then
+  CLUSTER_URL="${LIMIT_STORE_BENCH_REDIS_CLUSTER:-$(.ci/redis-topologies cluster /tmp/limit-store-ci-cluster 27100)}"
+  args+=(--cluster "$CLUSTER_URL")
+fi
 for tool in cargo node npm redis-benchmark redis-cli; do
   command -v "$tool" >/dev/null || { echo "bench/redis.sh: $tool is not installed" >&2; exit 1; }
 done
@@ -30,17 +51,19 @@ fi
 # crate needs RocksDB; link Debian's rather than build RocksDB's C++ for an hour.
 libdir=/usr/lib/x86_64-linux-gnu
 have_clang() { compgen -G "$libdir/libclang*.so*" >/dev/null || compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null; }
-if [ ! -e "$libdir/librocksdb.so" ] || [ ! -e "$libdir/libsnappy.so" ] || ! have_clang; then
-  echo "bench/redis.sh: limitador needs librocksdb-dev, libsnappy-dev and libclang-dev; installing" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librocksdb-dev libsnappy-dev libclang-dev >&2
+if [ "$limitador" = 1 ]; then
+  if [ ! -e "$libdir/librocksdb.so" ] || [ ! -e "$libdir/libsnappy.so" ] || ! have_clang; then
+    echo "bench/redis.sh: limitador needs librocksdb-dev, libsnappy-dev and libclang-dev; installing" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librocksdb-dev libsnappy-dev libclang-dev >&2
+  fi
+  (cd bench/limitador && ROCKSDB_LIB_DIR=$libdir SNAPPY_LIB_DIR=$libdir cargo build --release --locked -q >&2)
 fi
-(cd bench/limitador && ROCKSDB_LIB_DIR=$libdir SNAPPY_LIB_DIR=$libdir cargo build --release --locked -q >&2)
 # Build the bench before the header, so the load it shows is the run's.
 cargo bench --features redis --bench redis --no-run >&2
 
 {
   echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
-  echo "# $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); redis $(redis-cli -u "$URL" info server | tr -d '\r' | sed -n 's/^redis_version://p') ($(redis-cli -u "$URL" config get maxmemory-policy | tr -d '\r' | tail -1)); $(redis-benchmark --version); node $(node --version)"
+  echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); redis $(redis-cli -u "$URL" info server | tr -d '\r' | sed -n 's/^redis_version://p') ($(redis-cli -u "$URL" config get maxmemory-policy | tr -d '\r' | tail -1)); $(redis-benchmark --version); node $(node --version)"
 } >&2
 
 # Noise: every 5 s, the load average and the other clients connected to Redis
@@ -58,10 +81,19 @@ cleanup() {
   for pattern in 'lsbench*' '*lsbench_limitador*'; do
     redis-cli -u "$URL" --scan --pattern "$pattern" | xargs -d '\n' -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
   done
+  if [ -n "$CLUSTER_URL" ]; then
+    # Each primary's own keys, one UNLINK each (a cluster refuses one over several slots).
+    local seed=${CLUSTER_URL#*://}
+    seed=${seed%%,*}
+    for node in $(redis-cli -h "${seed%:*}" -p "${seed##*:}" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); print a[1] }'); do
+      redis-cli -h "${node%:*}" -p "${node##*:}" --scan --pattern 'lsbench*' | sed 's/^/UNLINK /' \
+        | redis-cli -h "${node%:*}" -p "${node##*:}" >/dev/null || true
+    done
+  fi
 }
 trap cleanup EXIT
 
-cargo bench --features redis --bench redis -- "$@"
+cargo bench --features redis --bench redis -- "${args[@]}"
 
 awk '{ n++; load += $1; if ($1 > max) max = $1; cl += $2; if ($2 > clmax) clmax = $2 }
      END { if (n) printf "\nNoise over %d samples (every 5 s): load average mean %.2f, max %.2f (2 cores); Redis clients connected: mean %.1f, max %d (this bench holds about 4, and 32 more during the INCR points at 32).\n", n, load / n, max, cl / n, clmax }' "$samples"

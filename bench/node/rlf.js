@@ -3,7 +3,7 @@
 // uniformly from the same 100,000 strings, C callers (promises) in flight, a
 // fixed time per point.
 //
-//   node rlf.js --db postgres|mysql|redis --url URL --callers 1,8,32 --secs 5 --warmup 2
+//   node rlf.js --db postgres|mysql|redis|redis-cluster --url URL --callers 1,8,32 --secs 5 --warmup 2
 //   node rlf.js --db postgres|mysql|redis --url URL --callers 32 --serve 1 [--fill 0]
 //     (as the benches run it: one point per stdin line "C WARMUP SECS";
 //     --fill 0: another process made and filled the table)
@@ -14,7 +14,9 @@
 // Redis (RateLimiterRedis on one ioredis connection, keys under
 // "lsbench:rlf:"): before the points it consumes every key once, 64 in
 // flight, not timed. Either way every measured count updates an existing
-// entry, as in the Rust contenders.
+// entry, as in the Rust contenders. redis-cluster: the same on an ioredis
+// Cluster (URL redis+cluster://host:port,host:port,...), each count sent to
+// its key's primary.
 'use strict';
 
 const crypto = require('crypto');
@@ -41,10 +43,16 @@ async function open(a, poolSize, ks) {
   // --fill 0: count on the table another process made and filled.
   const fillTable = a.fill !== '0';
   const opts = { points: 1e9, duration: 3600, tableName: a.table, keyPrefix: 'rlflx' };
-  if (a.db === 'redis') {
-    // One connection, as every Redis client here multiplexes its callers on one.
+  if (a.db === 'redis' || a.db === 'redis-cluster') {
+    // One connection (one per primary on a cluster), as every Redis client here
+    // multiplexes its callers on one.
     const Redis = require('ioredis');
-    const client = new Redis(a.url || 'redis://127.0.0.1:6379', { enableOfflineQueue: true });
+    const client = a.db === 'redis'
+      ? new Redis(a.url || 'redis://127.0.0.1:6379', { enableOfflineQueue: true })
+      : new Redis.Cluster(a.url.replace(/^redis\+cluster:\/\//, '').split(',').map((hp) => {
+        const [host, port] = hp.split(':');
+        return { host, port: Number(port || 6379) };
+      }), { scaleReads: 'master' });
     const limiter = new RateLimiterRedis({ points: 1e9, duration: 3600, keyPrefix: 'lsbench:rlf', storeClient: client });
     let next = 0;
     const fill = async () => {

@@ -8,15 +8,17 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use limit_store::{update_with, LimitStore};
 
-use super::{count, Opts, Rng, HOUR_MS, MINUTE_MS};
+use super::{count, count_all, Opts, Rng, HOUR_MS, MINUTE_MS};
 
 /// Which keys a store contender counts on.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) enum Keys {
     /// The 100,000 pre-filled keys, uniformly.
     Live,
     /// A key no one counted before: the run's tag and a sequence number.
     Fresh,
+    /// Two keys at once: one of the list's and the same index of these.
+    Pair(Arc<Vec<String>>),
 }
 
 /// Runs `callers` tasks, each counting one at a time, for `warmup` then
@@ -38,17 +40,25 @@ pub(crate) async fn drive(
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..callers)
         .map(|c| {
-            let (store, keys, tag) = (store.clone(), keys.clone(), tag.clone());
+            let (store, keys, tag, which) = (store.clone(), keys.clone(), tag.clone(), which.clone());
             let (done, errors, stop) = (done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
                 let mut rng = Rng::for_caller(c);
                 while !stop.load(Ordering::Relaxed) {
                     let fresh;
-                    let key = match which {
+                    let key = match &which {
                         Keys::Live => keys[rng.next(keys.len())].as_str(),
                         Keys::Fresh => {
                             fresh = format!("new:{tag}:{}", SEQ.fetch_add(1, Ordering::Relaxed));
                             fresh.as_str()
+                        }
+                        Keys::Pair(seconds) => {
+                            let i = rng.next(keys.len());
+                            let pair = [keys[i].as_str(), seconds[i].as_str()];
+                            let counted =
+                                update_with(&*store, &pair, |cur, now| (count_all(cur, now, HOUR_MS), ())).await;
+                            tally(counted, &done, &errors);
+                            continue;
                         }
                     };
                     let window = if matches!(which, Keys::Fresh) { MINUTE_MS } else { HOUR_MS };
@@ -57,15 +67,7 @@ pub(crate) async fn drive(
                     } else {
                         update_with(&*store, &[key], |cur, now| count(cur, now, window)).await.map(drop)
                     };
-                    match counted {
-                        Ok(()) => done.fetch_add(1, Ordering::Relaxed),
-                        Err(e) => {
-                            if errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                                eprintln!("  error: {e}");
-                            }
-                            0
-                        }
-                    };
+                    tally(counted, &done, &errors);
                 }
             })
         })
@@ -81,15 +83,39 @@ pub(crate) async fn drive(
     ((n1 - n0) as f64 / (t1 - t0).as_secs_f64(), e1 - e0)
 }
 
-/// Counts every key once, 32 in flight, untimed.
-pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>) -> Result<()> {
+/// A count done, or an error (the first one printed).
+fn tally(counted: Result<(), limit_store::StoreError>, done: &AtomicU64, errors: &AtomicU64) {
+    match counted {
+        Ok(()) => {
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!("  error: {e}");
+            }
+        }
+    }
+}
+
+/// Counts every key (or pair, with [`Keys::Pair`]) once, 32 in flight, untimed.
+pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>, which: Keys) -> Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..32)
         .map(|_| {
-            let (store, keys, next) = (store.clone(), keys.clone(), next.clone());
+            let (store, keys, next, which) = (store.clone(), keys.clone(), next.clone(), which.clone());
             tokio::spawn(async move {
-                while let Some(key) = keys.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    update_with(&*store, &[key.as_str()], |cur, now| count(cur, now, HOUR_MS)).await?;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(key) = keys.get(i) else { break };
+                    match &which {
+                        Keys::Pair(seconds) => {
+                            let pair = [key.as_str(), seconds[i].as_str()];
+                            update_with(&*store, &pair, |cur, now| (count_all(cur, now, HOUR_MS), ())).await?;
+                        }
+                        _ => {
+                            update_with(&*store, &[key.as_str()], |cur, now| count(cur, now, HOUR_MS)).await?;
+                        }
+                    }
                 }
                 Ok::<_, anyhow::Error>(())
             })

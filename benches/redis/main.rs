@@ -24,11 +24,20 @@
 //! - `redis-benchmark -P 1 -c C -r 100000 INCR lsbench:incr:__rand_int__`:
 //!   one plain command per round trip, the ceiling for anything that counts
 //!   with one round trip per count.
+//! - With `--cluster URL` (a `redis+cluster://` URL; bench/redis.sh passes
+//!   the local 3-primary cluster's), at 8 and 32 callers: `RedisStore` on the
+//!   cluster counting one key (one slot) and two keys (two slots, as
+//!   `sign-in` counts an account and an IP), the same two-key count on the one
+//!   server beside it, and `RateLimiterRedis` on an ioredis `Cluster`. Each
+//!   of these has a store (and keys) of its own, so that none crowds another's
+//!   keys out of the memory of the entries it last wrote. Their rounds follow
+//!   the one server's (set up then, so that their stores' background work
+//!   does not run on this thread during the one server's points).
 //!
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
-//! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]`. Server:
-//! `LIMIT_STORE_BENCH_REDIS` (default redis://127.0.0.1:6379). Every key the
+//! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]
+//! [--cluster URL]`. Server: `LIMIT_STORE_BENCH_REDIS` (default redis://127.0.0.1:6379). Every key the
 //! bench writes has an expiry; only `redis-benchmark`'s `lsbench:incr:*` keys
 //! have none, and bench/redis.sh removes them after the run.
 
@@ -66,6 +75,10 @@ pub(crate) const FRESH: &str = "limit-store `RedisStore`, new keys";
 pub(crate) const RLF: &str = "rate-limiter-flexible `RateLimiterRedis`";
 pub(crate) const LIMITADOR: &str = "limitador `AsyncRedisStorage`";
 pub(crate) const INCR: &str = "`redis-benchmark` INCR (ceiling)";
+pub(crate) const PAIR: &str = "limit-store `RedisStore`, two keys";
+pub(crate) const CLUSTER1: &str = "limit-store `RedisStore`, cluster, one slot";
+pub(crate) const CLUSTER2: &str = "limit-store `RedisStore`, cluster, two slots";
+pub(crate) const RLF_CLUSTER: &str = "rate-limiter-flexible `RateLimiterRedis`, cluster";
 
 pub(crate) struct Opts {
     pub(crate) timing: Timing,
@@ -80,6 +93,8 @@ pub(crate) struct Opts {
     /// runtime, as Node's one event loop runs rate-limiter-flexible) or more.
     pub(crate) threads: usize,
     pub(crate) url: String,
+    /// A `redis+cluster://` URL: the cluster rows.
+    pub(crate) cluster: Option<String>,
 }
 
 impl Opts {
@@ -93,6 +108,7 @@ impl Opts {
             remember: None,
             threads: 1,
             url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+            cluster: None,
         };
         parse_args(&mut o.timing, |flag, value| {
             match flag {
@@ -102,6 +118,7 @@ impl Opts {
                 "--no-incr" => o.incr = false,
                 "--remember" => o.remember = Some(value()?.parse()?),
                 "--threads" => o.threads = value()?.parse()?,
+                "--cluster" => o.cluster = Some(value()?),
                 _ => return Ok(false),
             }
             Ok(true)
@@ -117,6 +134,83 @@ pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (
         None => (0, now + window),
     };
     (vec![Write::Put(Entry { value: (n + 1).into(), expires_at })], n + 1)
+}
+
+/// The fixed-window count of every key of `current` at once.
+pub(crate) fn count_all(current: &[Option<Entry>], now: Millis, window: Millis) -> Vec<Write> {
+    current.iter().flat_map(|e| count(std::slice::from_ref(e), now, window).0).collect()
+}
+
+/// The cluster rows: `RedisStore` on `cluster` on one key and on two (keys
+/// of their own, counted once first), the same two-key count on the one
+/// server, and rate-limiter-flexible on the cluster.
+async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, root: &Path) -> Result<Vec<Contender>> {
+    let pairs = Arc::new(keys.iter().map(|k| format!("ip:{k}")).collect::<Vec<_>>());
+    let firsts = Arc::new(keys.iter().map(|k| format!("acct:{k}")).collect::<Vec<_>>());
+    let builder = |url: &str| {
+        let b = RedisStore::builder(url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
+        // A pair store remembers both keys of every pair.
+        b.remember(o.remember.unwrap_or(0).max(2 * KEY_COUNT))
+    };
+    let mut out = Vec::new();
+    for (name, url, two) in [(PAIR, o.url.as_str(), true), (CLUSTER1, cluster, false), (CLUSTER2, cluster, true)] {
+        eprintln!("{name}: connecting, counting every key once");
+        let store = Arc::new(builder(url).connect().await.with_context(|| format!("connect to {url}"))?);
+        let bare: Arc<dyn LimitStore> = store.clone();
+        let (which, list) = if two { (Keys::Pair(pairs.clone()), firsts.clone()) } else { (Keys::Live, keys.clone()) };
+        prefill(bare.clone(), list.clone(), which.clone()).await.with_context(|| format!("{name}'s fill"))?;
+        out.push(Contender {
+            name,
+            runner: Runner::Store { store: bare, redis: store, keys: which, list: Some(list), owned: false },
+        });
+    }
+    if o.node {
+        eprintln!("rate-limiter-flexible on the cluster: starting, consuming every key once");
+        let dir = root.join("bench").join("node");
+        let n = KEY_COUNT.to_string();
+        out.push(Contender::child(
+            RLF_CLUSTER,
+            &dir,
+            "node",
+            &["rlf.js", "--db", "redis-cluster", "--url", cluster, "--keys", &n],
+        )?);
+    }
+    Ok(out)
+}
+
+/// Every round of `contenders` at each of `callers`, their figures added to `res`.
+async fn rounds(
+    contenders: &mut [Contender],
+    keys: &Arc<Vec<String>>,
+    o: &Opts,
+    callers: &[usize],
+    res: &mut Vec<Point>,
+) {
+    for round in 1..=o.timing.rounds {
+        eprintln!(" round {round}/{}", o.timing.rounds);
+        for &c in callers {
+            for k in contenders.iter_mut() {
+                let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
+                match k.point(keys, c, o, last).await {
+                    Ok((r, e)) => {
+                        eprintln!(
+                            "  {:<44} C={c:<3} {r:>9.0}/s{}",
+                            k.name,
+                            if e > 0 { format!("  ({e} errors)") } else { String::new() }
+                        );
+                        match res.iter_mut().find(|p| p.name == k.name && p.callers == c) {
+                            Some(p) => {
+                                p.rounds.push(r);
+                                p.errors += e;
+                            }
+                            None => res.push(Point { name: k.name, callers: c, rounds: vec![r], errors: e }),
+                        }
+                    }
+                    Err(e) => eprintln!("  {} C={c}: {e:#}", k.name),
+                }
+            }
+        }
+    }
 }
 
 fn main() -> Result<()> {
@@ -141,15 +235,21 @@ fn main() -> Result<()> {
         }
         let store = Arc::new(builder.clone().connect().await?);
         let bare: Arc<dyn LimitStore> = store.clone();
-        prefill(bare.clone(), keys.clone()).await.context("limit-store's fill")?;
+        prefill(bare.clone(), keys.clone(), Keys::Live).await.context("limit-store's fill")?;
         contenders.push(Contender {
             name: STORE,
-            runner: Runner::Store { store: bare.clone(), redis: store.clone(), keys: Keys::Live, owned: false },
+            runner: Runner::Store {
+                store: bare.clone(),
+                redis: store.clone(),
+                keys: Keys::Live,
+                list: None,
+                owned: false,
+            },
         });
         let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
         contenders.push(Contender {
             name: GUARDED,
-            runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, owned: true },
+            runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, list: None, owned: true },
         });
         if o.fresh {
             // A store of its own: the new keys it remembers would otherwise
@@ -158,7 +258,13 @@ fn main() -> Result<()> {
             let fresh = Arc::new(builder.connect().await?);
             contenders.push(Contender {
                 name: FRESH,
-                runner: Runner::Store { store: fresh.clone(), redis: fresh, keys: Keys::Fresh, owned: false },
+                runner: Runner::Store {
+                    store: fresh.clone(),
+                    redis: fresh,
+                    keys: Keys::Fresh,
+                    list: None,
+                    owned: false,
+                },
             });
         }
         if o.node {
@@ -187,34 +293,18 @@ fn main() -> Result<()> {
         if o.incr {
             contenders.push(Contender { name: INCR, runner: Runner::Incr });
         }
-
         // Rounds: for each caller count, every contender in turn, so a slow
         // spell of the shared machine hits all of them.
         let mut res: Vec<Point> = Vec::new();
-        for round in 1..=o.timing.rounds {
-            eprintln!(" round {round}/{}", o.timing.rounds);
-            for &c in &o.timing.callers {
-                for k in contenders.iter_mut() {
-                    let last = res.iter().find(|p| p.name == k.name && p.callers == c).map(|p| median(&p.rounds));
-                    match k.point(&keys, c, &o, last).await {
-                        Ok((r, e)) => {
-                            eprintln!(
-                                "  {:<44} C={c:<3} {r:>9.0}/s{}",
-                                k.name,
-                                if e > 0 { format!("  ({e} errors)") } else { String::new() }
-                            );
-                            match res.iter_mut().find(|p| p.name == k.name && p.callers == c) {
-                                Some(p) => {
-                                    p.rounds.push(r);
-                                    p.errors += e;
-                                }
-                                None => res.push(Point { name: k.name, callers: c, rounds: vec![r], errors: e }),
-                            }
-                        }
-                        Err(e) => eprintln!("  {} C={c}: {e:#}", k.name),
-                    }
-                }
-            }
+        rounds(&mut contenders, &keys, &o, &o.timing.callers, &mut res).await;
+        // The cluster rows after the one server's: their stores' background
+        // work (the bound's first count on every primary) runs on this one
+        // thread and would slow the one server's points, a lone caller most.
+        if let Some(cluster) = &o.cluster {
+            let mut more = cluster_contenders(&o, cluster, &keys, root).await?;
+            let many: Vec<usize> = o.timing.callers.iter().copied().filter(|&c| c >= 8).collect();
+            rounds(&mut more, &keys, &o, &many, &mut res).await;
+            contenders.extend(more);
         }
         let names: Vec<&'static str> = contenders.iter().map(|k| k.name).collect();
         drop(contenders);

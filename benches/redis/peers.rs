@@ -15,8 +15,15 @@ use super::{Opts, KEY_COUNT};
 /// How a contender runs one point.
 pub(crate) enum Runner {
     /// In this process.
-    /// `redis` is the store under `store`, which says how many round trips its updates took.
-    Store { store: Arc<dyn LimitStore>, redis: Arc<RedisStore>, keys: Keys, owned: bool },
+    /// `redis` is the store under `store`, which says how many round trips its updates took;
+    /// `list`: the keys it counts, when not the bench's own.
+    Store {
+        store: Arc<dyn LimitStore>,
+        redis: Arc<RedisStore>,
+        keys: Keys,
+        list: Option<Arc<Vec<String>>>,
+        owned: bool,
+    },
     /// A child speaking rlf.js's `--serve 1` protocol: one stdin line "C WARMUP SECS", one JSON line back.
     Child { child: Child, out: BufReader<ChildStdout> },
     /// One `redis-benchmark` run per point.
@@ -58,9 +65,10 @@ impl Contender {
     ) -> Result<(f64, u64)> {
         let name = self.name;
         match &mut self.runner {
-            Runner::Store { store, redis, keys: which, owned } => {
+            Runner::Store { store, redis, keys: which, list, owned } => {
                 let before = redis.round_trips();
-                let r = drive(store.clone(), keys.clone(), *which, *owned, c, o).await;
+                let keys = list.as_ref().unwrap_or(keys);
+                let r = drive(store.clone(), keys.clone(), which.clone(), *owned, c, o).await;
                 let after = redis.round_trips();
                 let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
                 let all = (one + two + more).max(1) as f64;

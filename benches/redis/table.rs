@@ -15,6 +15,8 @@ pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
     let callers = &o.timing.callers;
     let find = |name: &str, c: usize| res.iter().find(|p| p.name == name && p.callers == c);
     println!();
+    println!("Host: {} ({} cores).", cpu_model(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!();
     println!(
         "Counts per second: median of {} rounds (lowest-highest), {} s per point after {} s of warm-up, keys uniform over 100,000; limit-store's callers on {}.",
         o.timing.rounds,
@@ -52,16 +54,40 @@ pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
         format!("**{:.2}** ({lo:.2}-{hi:.2})", median(&r))
     };
     let cols: Vec<(&str, usize, f64)> =
-        [(RLF, 8, 1.0), (RLF, 32, 1.0), (LIMITADOR, 8, 1.0), (LIMITADOR, 32, 1.0), (INCR, 32, 0.4)]
+        [(RLF, 1, 1.0), (RLF, 8, 1.0), (RLF, 32, 1.0), (LIMITADOR, 8, 1.0), (LIMITADOR, 32, 1.0), (INCR, 32, 0.4)]
             .into_iter()
             .filter(|(n, c, _)| names.contains(n) && callers.contains(c))
             .collect();
-    if cols.is_empty() {
+    if !cols.is_empty() {
+        versus(&ratio, &cols, names);
+    }
+    // The cluster's: ours over the one server's and over the peer's, at 8 and 32.
+    let pairs: Vec<(&str, &str, f64)> =
+        [(CLUSTER1, STORE, 0.8), (CLUSTER2, PAIR, 0.4), (CLUSTER2, STORE, 0.4), (CLUSTER1, RLF_CLUSTER, 1.0)]
+            .into_iter()
+            .filter(|(a, b, _)| names.contains(a) && names.contains(b))
+            .collect();
+    let many: Vec<usize> = callers.iter().copied().filter(|&c| c >= 8).collect();
+    if pairs.is_empty() || many.is_empty() {
         return;
     }
     println!();
+    println!("The cluster's counts/s over one server's and over the peer's on the cluster, per round: median (lowest-highest). Issue 38's aim in the second column.");
+    println!();
+    let head: Vec<String> = many.iter().map(|c| format!("at {c}")).collect();
+    println!("| ratio | aim | {} |", head.join(" | "));
+    println!("|---|---:|{}", "---:|".repeat(many.len()));
+    for (ours, theirs, aim) in pairs {
+        let cells: Vec<String> = many.iter().map(|&c| ratio(ours, theirs, c)).collect();
+        println!("| {ours} ÷ {theirs} | ≥ {aim:.1} | {} |", cells.join(" | "));
+    }
+}
+
+/// limit-store's ratios over the peers, one column per peer and caller count.
+fn versus(ratio: &dyn Fn(&str, &str, usize) -> String, cols: &[(&str, usize, f64)], names: &[&'static str]) {
+    println!();
     println!(
-        "limit-store's counts/s over the peer's, per round: median (lowest-highest). Issue 13's aim in the header."
+        "limit-store's counts/s over the peer's, per round: median (lowest-highest). Issues 13's and 38's aim in the header."
     );
     println!();
     let head: Vec<String> = cols
@@ -77,4 +103,17 @@ pub(crate) fn print_table(o: &Opts, res: &[Point], names: &[&'static str]) {
         let cells: Vec<String> = cols.iter().map(|(n, c, _)| ratio(ours, n, *c)).collect();
         println!("| {ours} | {} |", cells.join(" | "));
     }
+}
+
+/// The CPU's model name, as /proc/cpuinfo gives it.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
 }

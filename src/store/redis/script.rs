@@ -41,6 +41,13 @@ return out
 /// for memory only before the script has written anything, so none of the
 /// update's keys changed. The answer is `{now_ms, answer of each update...}`.
 ///
+/// The script is kept short, since Redis runs it for every count on the
+/// cores the clients share: `TIME` once per call, one `MGET` of an update's
+/// keys and claims, and one `SET` per key written. `MGET` reads a key that
+/// holds no string as none; a put on a key read as none is `SET ... NX`,
+/// which fails on such a key, and the update is answered `3, WRONGTYPE`
+/// with nothing written, as a `GET` of it would have failed.
+///
 /// On a cluster (the claim field `2`, or `3` to claim), a written update
 /// leaves `done:<token>` in its first key's claim for 5 s, and an update that
 /// finds its own mark there was written already: `1`. The cluster client
@@ -54,56 +61,62 @@ return out
 /// the server refuses is let go (it expires by itself).
 pub(super) const WRITE: &str = r"
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out, k, a = {now}, 0, 0
-local err
-local function try(...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    err = err or r.err
-    return nil
-  end
-  return r
-end
-while a < #ARGV do
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local out, k, a, na = {now}, 0, 0, #ARGV
+while a < na do
   local n = tonumber(ARGV[a + 1])
-  local at, lead, lag = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local at, lag = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 4])
+  local ok = now >= at - tonumber(ARGV[a + 3]) and (lag < 0 or now <= at + lag)
   local token, mode = ARGV[a + 5], ARGV[a + 6]
-  local claim, mark = mode == '1' or mode == '3', mode == '2' or mode == '3'
   a = a + 6
-  err = nil
-  local ok = now >= at - lead and (lag < 0 or now <= at + lag)
-  local held, mine, status = {}, {}, 1
-  local done = mark and redis.pcall('GET', KEYS[k + n + 1]) == 'done:' .. token
+  local got = redis.call('MGET', unpack(KEYS, k + 1, k + 2 * n))
+  local status, done, mine = 1, false, nil
   for i = 1, n do
-    held[i] = try('GET', KEYS[k + i]) or ''
-    if held[i] ~= ARGV[a + i] then ok = false end
-    local owner = try('GET', KEYS[k + n + i])
-    if owner and string.sub(owner, 1, 5) ~= 'done:' then
-      if owner == token then mine[i] = true else status = 2 end
+    local held = got[i] or ''
+    got[i] = held
+    if held ~= ARGV[a + i] then ok = false end
+    local owner = got[n + i]
+    if owner then
+      if string.sub(owner, 1, 5) == 'done:' then
+        done = done or (i == 1 and (mode == '2' or mode == '3') and owner == 'done:' .. token)
+      elseif owner == token then
+        mine = mine or {}
+        mine[i] = true
+      else
+        status = 2
+      end
     end
   end
+  local err
   if done then
-    status, ok = 1, true
-  end
-  if status == 1 and not ok then
+    status = 1
+  elseif status == 1 and not ok then
     status = 0
-    if claim and not err then
+    if mode == '1' or mode == '3' then
       for i = 1, n do redis.pcall('SET', KEYS[k + n + i], token, 'PX', 100) end
     end
-  end
-  if status == 1 and not err and not done then
+  elseif status == 1 then
     for i = 1, n do
-      local op = ARGV[a + n + i]
+      local op, r = ARGV[a + n + i], nil
       if op == 'D' then
-        if held[i] ~= '' then try('DEL', KEYS[k + i]) end
+        if got[i] ~= '' then r = redis.pcall('DEL', KEYS[k + i]) end
       elseif op ~= 'K' then
-        try('SET', KEYS[k + i], op, 'PXAT', ARGV[a + 2 * n + i])
+        if got[i] == '' then
+          r = redis.pcall('SET', KEYS[k + i], op, 'PXAT', ARGV[a + 2 * n + i], 'NX')
+          if not r then r = {err = 'WRONGTYPE the key holds a value that is not a string'} end
+        else
+          r = redis.pcall('SET', KEYS[k + i], op, 'PXAT', ARGV[a + 2 * n + i])
+        end
       end
-      if err then break end
-      if mine[i] then redis.pcall('DEL', KEYS[k + n + i]) end
+      if type(r) == 'table' and r.err then
+        err = r.err
+        break
+      end
+      if mine and mine[i] then redis.pcall('DEL', KEYS[k + n + i]) end
     end
-    if mark and not err then redis.pcall('SET', KEYS[k + n + 1], 'done:' .. token, 'PX', 5000) end
+    if not err and (mode == '2' or mode == '3') then
+      redis.pcall('SET', KEYS[k + n + 1], 'done:' .. token, 'PX', 5000)
+    end
   end
   if err then
     out[#out + 1] = 3
@@ -111,7 +124,7 @@ while a < #ARGV do
   else
     out[#out + 1] = status
     if status ~= 1 then
-      for i = 1, n do out[#out + 1] = held[i] end
+      for i = 1, n do out[#out + 1] = got[i] end
     end
   end
   k, a = k + 2 * n, a + 3 * n
