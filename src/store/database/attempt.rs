@@ -4,7 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::error::{ended_before_applied, is_retryable, settle, Failure};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use super::error::{ended_before_applied, is_retryable};
+use super::error::{settle, Failure};
 use super::row::{Decide, KeyHash};
 use super::CountPaths;
 use crate::StoreError;
@@ -69,6 +71,7 @@ pub(super) trait Attempts {
 
     /// The server ended the sessions of the backend's connections (a restart):
     /// closes the unused ones at once, so the next attempt runs on a fresh one.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     fn sessions_ended(&self) {}
 }
 
@@ -120,6 +123,7 @@ pub(super) async fn count<B: Attempts>(
     decide: &mut Decide<'_>,
 ) -> Result<(), StoreError> {
     match count_once(backend, tally, hashes, generation, decide).await {
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         Err(Failure::Db(e)) if ended_before_applied(&e) => {
             tracing::info!(
                 kind = crate::log::KIND_SESSION_ENDED,
@@ -152,6 +156,7 @@ async fn count_once<B: Attempts>(
                 return Ok(());
             }
             Some(Ok(Tried::Changed)) | None => {} // the row changed under us, or no such path: lock
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
             Some(Err(failure)) => return Err(failure),
         }
@@ -159,6 +164,7 @@ async fn count_once<B: Attempts>(
     let mut locked = Locked::new(tally);
     loop {
         match backend.locked(hashes, generation, decide).await {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Err(Failure::Db(e)) if ended_before_applied(&e) => return Err(Failure::Db(e)),
             done => {
                 if let Some(done) = locked.settle(done) {

@@ -1,6 +1,6 @@
 //! `DatabaseStore`: counts in the app's own SQL database, so every instance of
-//! a site shares one budget. SQLite, PostgreSQL and MySQL/MariaDB, on sqlx
-//! (SQLite's counts and reads on rusqlite: see `sqlite`).
+//! a site shares one budget. SQLite on rusqlite (see `sqlite`), PostgreSQL
+//! and MySQL/MariaDB on sqlx.
 //!
 //! - Every update is one short transaction of its own with the rows of its keys
 //!   locked, a key's first update included (a missing row is created locked),
@@ -23,7 +23,6 @@
 
 mod attempt;
 mod builder;
-mod chores;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod conns;
 mod error;
@@ -41,6 +40,7 @@ mod rows_there;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweep;
+mod upkeep;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,15 +22,15 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
 use super::attempt::{attempts, Attempts, Guess, Tried};
-use super::chores::{
-    by_key_count, chores, latest_now, marks, match_rows, optimistic, read, sweep_in_batches, write_if,
-};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::rows_there::RowsThere;
 use super::sweep::BATCH;
+use super::upkeep::{
+    by_key_count, latest_now, marks, match_rows, optimistic, read, sweep_in_batches, upkeep, write_if,
+};
 use crate::seen::Seen;
 use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
@@ -321,7 +321,7 @@ impl Mysql {
         format!("DELETE FROM {} WHERE expires_at <= {NOW} LIMIT {BATCH}", self.table)
     }
 
-    chores!(
+    upkeep!(
         migrations: MYSQL,
         param: "?",
         version_type: "BIGINT",

@@ -27,11 +27,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
 use super::attempt::{attempts, Attempts, Tried};
-use super::chores::{chores, latest_now, match_rows, read, write_if};
 use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::upkeep::{latest_now, match_rows, read, upkeep, write_if};
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
@@ -225,7 +225,7 @@ impl Postgres {
         self.reader.together()
     }
 
-    chores!(
+    upkeep!(
         migrations: POSTGRES,
         param: "$1",
         version_type: "BIGINT",

@@ -16,9 +16,9 @@
 use sqlx::Row;
 
 use super::super::attempt::{Guess, Tried};
-use super::super::chores::{latest_now, match_rows};
 use super::super::error::Failure;
 use super::super::row::{decide_one, row_after, Decide, KeyHash, RowWrite, Stored};
+use super::super::upkeep::{latest_now, match_rows};
 use super::replace::{Replace, Replaced};
 use super::{Postgres, NOW};
 use crate::error::Unavailable;

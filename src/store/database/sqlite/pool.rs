@@ -1,17 +1,19 @@
-//! The SQLite store's own connections for reads: a few rusqlite connections,
-//! each call run whole on a blocking thread, so that a read costs one hop
-//! from the async caller and back instead of one per statement. (Counts go
-//! through the writer, on a connection of its own.)
+//! The SQLite store's connections for everything but counts: reads, and the
+//! upkeep (sweeps, counts of live rows, the checks at connect). A few
+//! rusqlite connections, each call run whole on a blocking thread, so that a
+//! call costs one hop from the async caller and back instead of one per
+//! statement. (Counts go through the writer, on a connection of its own;
+//! migrations open one of their own.)
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
 use super::super::error::{is_busy, Failure};
+use super::file::DbFile;
 use crate::error::Unavailable;
 use crate::StoreError;
 
@@ -27,10 +29,6 @@ pub(super) const WAIT: Duration = Duration::from_millis(1_500);
 /// caller whose count was just answered usually sends its next one within
 /// this, and then finds the writer still there.
 pub(super) const LINGER: Duration = Duration::from_micros(150);
-
-/// Prepared statements kept per connection: the common key counts, the
-/// upsert and the delete.
-const CACHED_STATEMENTS: usize = 48;
 
 /// At most `size` connections, opened when first needed. A connection whose
 /// call failed with anything but busy is closed rather than used again.
@@ -112,52 +110,5 @@ impl Pool {
             self.idle.lock().push(conn);
         }
         result
-    }
-}
-
-/// The store's SQLite file, and whether its commits wait for the disk
-/// (`DatabaseStoreBuilder::durable_commits`).
-#[derive(Clone, Debug)]
-pub(super) struct DbFile {
-    pub(super) path: PathBuf,
-    pub(super) durable: bool,
-}
-
-impl DbFile {
-    /// Opens one connection the way the store's sqlx pool opens its own: WAL,
-    /// `synchronous = NORMAL` (`FULL` when durable), the busy timeout.
-    pub(super) fn open(&self) -> rusqlite::Result<Connection> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
-        let conn = Connection::open_with_flags(&self.path, flags)?;
-        conn.busy_timeout(WAIT)?;
-        // This pragma answers the mode it set: a row to read, not to execute.
-        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
-        conn.pragma_update(None, "synchronous", if self.durable { "full" } else { "normal" })?;
-        conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
-        Ok(conn)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Commits wait for the disk (`FULL`) only when the store is durable;
-    /// otherwise `NORMAL`, which in WAL mode does not sync on commit.
-    #[test]
-    fn synchronous_follows_durable() {
-        let path = std::env::temp_dir().join(format!("limit-store-sync-{}.db", std::process::id()));
-        for (durable, level) in [(false, 1), (true, 2)] {
-            let conn = DbFile { path: path.clone(), durable }.open().unwrap();
-            let got: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
-            assert_eq!(got, level, "durable: {durable}");
-        }
-        for end in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{end}", path.display()));
-        }
     }
 }
