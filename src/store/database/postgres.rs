@@ -5,7 +5,7 @@
 //!
 //! A one-key count first tries one statement from the row this store
 //! remembers, or none for a key it has not seen, and its estimate of the
-//! database's clock (`guess.rs`): a writing `WITH` that writes only if both
+//! database's clock (`optimistic.rs`): a writing `WITH` that writes only if both
 //! hold, and reads the row and the clock as they were before it. On a miss,
 //! that read is the first half of the optimistic path (a write only if the
 //! row is still as read); if the row changed again, the locked transaction
@@ -15,7 +15,7 @@
 //! force_generic_plan`, PostgreSQL 12 or later): the batch statement's custom
 //! plans cost more to make than to run.
 
-mod guess;
+mod optimistic;
 mod pages;
 mod reader;
 mod replace;
@@ -36,11 +36,11 @@ use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
-use self::guess::Guesses;
+use self::optimistic::Guesses;
 use self::pages::Pages;
 use self::reader::Reader;
 use self::replace::Replacer;
-use super::rows_there::RowsThere;
+use super::read_first::ReadFirst;
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 
@@ -59,7 +59,7 @@ pub(super) struct Postgres {
     guess: Guesses,
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
-    rows_there: RowsThere,
+    read_first: ReadFirst,
     seen: Seen<Stored>,
     clock: ServerClock,
 }
@@ -127,7 +127,7 @@ impl Postgres {
             guess: Guesses::new(t),
             replacer: Replacer::new(pool.clone(), t),
             reader: Reader::new(pool.clone(), read),
-            rows_there: RowsThere::default(),
+            read_first: ReadFirst::default(),
             pool,
             seen: Seen::new(remember),
             clock: ServerClock::new(),

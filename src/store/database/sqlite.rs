@@ -12,7 +12,7 @@
 //! holds it: it sends the rows to the caller, whose own task decides and
 //! answers ([`ask`]); a caller that stopped waiting answers nothing, and its
 //! count writes nothing. A count through `update_owned` (as `Limits` counts)
-//! owns its `decide`, and the writer runs it itself (`owned.rs`). Reads run
+//! owns its `decide`, and the writer runs it itself (`update_owned.rs`). Reads run
 //! on a few connections of their own ([`pool`]), and so does the upkeep
 //! (sweeps, counts of live rows: [`upkeep`]); a migration opens a connection
 //! of its own. All are rusqlite connections that open the one file the same
@@ -127,7 +127,7 @@ impl Sqlite {
 
 impl Sqlite {
     /// [`Attempts::locked`] with an owned `decide`, which the writer runs
-    /// itself (see `owned.rs`).
+    /// itself (see `update_owned.rs`).
     pub(super) async fn locked_owned(
         &self,
         hashes: &[KeyHash],

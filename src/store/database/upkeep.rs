@@ -243,7 +243,7 @@ pub(super) use read;
 /// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
 /// `guess(hash, generation, decide)` (a one-statement try from what the
 /// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
-/// try may go with others (`postgres/guess.rs`).
+/// try may go with others (`postgres/optimistic.rs`).
 #[cfg(feature = "mysql")]
 macro_rules! optimistic {
     ($conn:ty) => {
