@@ -12,12 +12,13 @@
 //! holds it: it sends the rows to the caller, whose own task decides and
 //! answers ([`ask`]); a caller that stopped waiting answers nothing, and its
 //! count writes nothing. A count through `update_owned` (as `Limits` counts)
-//! owns its `decide`, and the writer runs it itself (`update_owned.rs`). Reads run
-//! on a few connections of their own ([`pool`]), and so does the upkeep
-//! (sweeps, counts of live rows: [`upkeep`]); a migration opens a connection
-//! of its own. All are rusqlite connections that open the one file the same
-//! way ([`file`]). With `sqlite_in_place(true)` the caller's runtime thread
-//! runs the transaction (`block_in_place`) instead.
+//! owns its `decide`, and the writer runs it itself (`update_owned.rs`).
+//! Reads and the upkeep (sweeps, counts of live rows: [`upkeep`]) run whole
+//! on a blocking thread too; they and the writer's batches take their
+//! connections from one [`pool`]; a migration opens a connection of its own.
+//! All are rusqlite connections that open the one file the same way
+//! ([`file`]). With `sqlite_in_place(true)` the caller's runtime thread runs
+//! the transaction (`block_in_place`) instead.
 
 mod ask;
 mod caller;
@@ -96,9 +97,10 @@ impl Sqlite {
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
         };
         let sql = Arc::new(sql);
+        let conns = Pool::new(file.clone(), max_connections, in_place);
         let lite = Sqlite {
-            conns: Pool::new(file.clone(), max_connections, in_place),
-            writer: Writer::new(file.clone(), sql.clone(), in_place),
+            writer: Writer::new(conns.clone(), sql.clone(), in_place),
+            conns,
             file,
             sql,
             url_hint: crate::secret::redact(url),

@@ -1,9 +1,9 @@
-//! The SQLite store's connections for everything but counts: reads, and the
-//! upkeep (sweeps, counts of live rows, the checks at connect). A few
-//! rusqlite connections, each call run whole on a blocking thread, so that a
-//! call costs one hop from the async caller and back instead of one per
-//! statement. (Counts go through the writer, on a connection of its own;
-//! migrations open one of their own.)
+//! The SQLite store's connections: a few rusqlite connections for reads, the
+//! upkeep (sweeps, counts of live rows, the checks at connect) and the
+//! writer's batches. A read or the upkeep runs whole on a blocking thread, so
+//! that a call costs one hop from the async caller and back instead of one
+//! per statement; the writer takes a connection on its own thread for each
+//! batch. (Migrations open one of their own.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +30,9 @@ pub(super) const WAIT: Duration = Duration::from_millis(1_500);
 /// this, and then finds the writer still there.
 pub(super) const LINGER: Duration = Duration::from_micros(150);
 
-/// At most `size` connections, opened when first needed. A connection whose
-/// call failed with anything but busy is closed rather than used again.
+/// At most `size` calls at once, each on a connection opened when first
+/// needed, plus the writer's; a connection whose call failed with anything
+/// but busy is closed rather than used again.
 #[derive(Debug)]
 pub(super) struct Pool {
     file: DbFile,
@@ -95,20 +96,35 @@ impl Pool {
     /// `work` on an idle connection, or a new one; the connection goes back
     /// to the idle ones unless `work` failed with more than busy.
     fn call<T>(&self, work: impl FnOnce(&mut Connection) -> Result<T, Failure>) -> Result<T, Failure> {
-        let idle = self.idle.lock().pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => self.file.open()?,
-        };
+        let mut conn = self.take()?;
         let result = work(&mut conn);
         let reusable = match &result {
             Err(Failure::Lite(e)) => is_busy(e),
             _ => true,
         };
-        // A transaction left open (a rollback that failed) closes with the connection.
-        if reusable && conn.is_autocommit() {
-            self.idle.lock().push(conn);
+        if reusable {
+            self.give_back(conn);
         }
         result
+    }
+
+    /// An idle connection, or a new one, for work on this thread; give it
+    /// back with [`give_back`](Self::give_back) unless the work met an error
+    /// that may have left it unusable (then it closes when dropped). No
+    /// permit: the writer's one connection comes from here too.
+    pub(super) fn take(&self) -> rusqlite::Result<Connection> {
+        let idle = self.idle.lock().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.file.open(),
+        }
+    }
+
+    /// Puts a connection back among the idle ones, unless a transaction is
+    /// left open on it (a rollback that failed): then it closes.
+    pub(super) fn give_back(&self, conn: Connection) {
+        if conn.is_autocommit() {
+            self.idle.lock().push(conn);
+        }
     }
 }
