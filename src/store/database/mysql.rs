@@ -21,16 +21,14 @@ use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
-use super::attempt::{attempts, Attempts, Guess, Tried};
+use super::attempt::{attempts, optimistic, write_if, Attempts, Guess, Tried};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
 use super::read_first::ReadFirst;
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
-use super::upkeep::{
-    by_key_count, latest_now, marks, match_rows, optimistic, read, sweep_in_batches, upkeep, write_if,
-};
+use super::upkeep::{by_key_count, latest_now, marks, match_rows, read, sweep_in_batches, upkeep};
 use crate::seen::Seen;
 use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};

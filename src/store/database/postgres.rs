@@ -26,12 +26,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use super::attempt::{attempts, Attempts, Tried};
+use super::attempt::{attempts, write_if, Attempts, Tried};
 use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
-use super::upkeep::{latest_now, match_rows, read, upkeep, write_if};
+use super::upkeep::{latest_now, match_rows, read, upkeep};
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
