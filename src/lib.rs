@@ -89,6 +89,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod ask;
 mod bound;
 pub mod clock;
 pub mod config;

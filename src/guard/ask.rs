@@ -14,26 +14,21 @@
 //! would stall the runtime: on a multi-thread runtime it is a task whose wait
 //! is a `block_in_place`; on a current-thread runtime it runs on a thread of
 //! its own (`Handle::block_on`), as the caller must keep its only thread.
+//! The messages are the crate's one way to reach a borrowed closure from
+//! another thread ([`crate::ask`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{sync_channel, SyncSender};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::runtime::{Handle, RuntimeFlavor};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::owned_keys::OwnedKeys;
 use super::{Guarded, Slot};
+use crate::ask::{self as message, Asks};
 use crate::error::Unavailable;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
-
-/// The work asks the caller for the writes of one run of `apply`.
-struct Ask {
-    current: Vec<Option<Entry>>,
-    now: Millis,
-    reply: SyncSender<Vec<Write>>,
-}
 
 /// What the work ends with: the store's answer, or its panic.
 type Outcome = std::thread::Result<Result<(), StoreError>>;
@@ -52,7 +47,7 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
     let deadline = tokio::time::Instant::now() + guard.deadline;
     let gives_up = Instant::now() + guard.deadline;
     let own_thread = runtime.runtime_flavor() == RuntimeFlavor::CurrentThread;
-    let (asks, mut asked) = mpsc::channel::<Ask>(1);
+    let (asks, mut asked) = message::channel::<Entry, Vec<Write>>();
     let (done, outcome) = oneshot::channel::<Outcome>();
     let inner = guard.inner.clone();
     let keys = OwnedKeys::new(keys);
@@ -80,8 +75,8 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
 
     let serve = async {
         while let Some(ask) = asked.recv().await {
-            match catch_unwind(AssertUnwindSafe(|| apply(&ask.current, ask.now))) {
-                Ok(writes) => drop(ask.reply.send(writes)),
+            match catch_unwind(AssertUnwindSafe(|| apply(&ask.rows, ask.now))) {
+                Ok(writes) => ask.answer(writes),
                 Err(_) => return Err(guard.unavailable(Unavailable::StoreFailed, "apply panicked".into(), None)),
             }
         }
@@ -100,15 +95,14 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
 /// The work's side of one run of `apply`: `None` when the caller is gone or
 /// does not answer before the call's deadline.
 fn answer(
-    asks: &mpsc::Sender<Ask>,
+    asks: &Asks<Entry, Vec<Write>>,
     current: &[Option<Entry>],
     now: Millis,
     gives_up: Instant,
     in_place: bool,
 ) -> Option<Vec<Write>> {
-    let (reply, replied) = sync_channel(1);
-    asks.try_send(Ask { current: current.to_vec(), now, reply }).ok()?;
-    let wait = || replied.recv_timeout(gives_up.saturating_duration_since(Instant::now())).ok();
+    let answer = message::ask(asks, current, now)?;
+    let wait = || answer.wait(gives_up, Duration::ZERO, Duration::ZERO);
     if in_place {
         tokio::task::block_in_place(wait)
     } else {

@@ -4,7 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::error::{ended_before_applied, is_retryable, settle, Failure};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use super::error::{ended_before_applied, is_retryable};
+use super::error::{settle, Failure};
 use super::row::{Decide, KeyHash};
 use super::CountPaths;
 use crate::StoreError;
@@ -69,6 +71,7 @@ pub(super) trait Attempts {
 
     /// The server ended the sessions of the backend's connections (a restart):
     /// closes the unused ones at once, so the next attempt runs on a fresh one.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     fn sessions_ended(&self) {}
 }
 
@@ -120,6 +123,7 @@ pub(super) async fn count<B: Attempts>(
     decide: &mut Decide<'_>,
 ) -> Result<(), StoreError> {
     match count_once(backend, tally, hashes, generation, decide).await {
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         Err(Failure::Db(e)) if ended_before_applied(&e) => {
             tracing::info!(
                 kind = crate::log::KIND_SESSION_ENDED,
@@ -152,6 +156,7 @@ async fn count_once<B: Attempts>(
                 return Ok(());
             }
             Some(Ok(Tried::Changed)) | None => {} // the row changed under us, or no such path: lock
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Some(Err(Failure::Db(e))) if is_retryable(&e) => {} // a conflict: the locked path settles it
             Some(Err(failure)) => return Err(failure),
         }
@@ -159,6 +164,7 @@ async fn count_once<B: Attempts>(
     let mut locked = Locked::new(tally);
     loop {
         match backend.locked(hashes, generation, decide).await {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Err(Failure::Db(e)) if ended_before_applied(&e) => return Err(Failure::Db(e)),
             done => {
                 if let Some(done) = locked.settle(done) {
@@ -191,3 +197,133 @@ impl<'a> Locked<'a> {
         Some(done)
     }
 }
+
+/// Generates `try_optimistic` inside a backend's `impl` (with [`write_if`]): read
+/// the row and the clock in one autocommit statement, run `decide`, then write
+/// with one statement that only applies if the row is still as read, both on
+/// one connection (a guess before them takes its own, or none while it waits
+/// to go with others). The backend has `pool`, `insert_new(hash, generation,
+/// value, expires_at)`, `replace_if(generation, value, expires_at, hash, old
+/// generation, old value, old expiry)`, `delete_if(hash, old generation, old
+/// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
+/// `guess(hash, generation, decide)` (a one-statement try from what the
+/// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
+/// try may go with others (`postgres/optimistic.rs`).
+#[cfg(feature = "mysql")]
+macro_rules! optimistic {
+    ($conn:ty) => {
+        /// One optimistic try on one key: a guess from what the backend
+        /// remembers, else a read; then a conditional write. `Changed` when
+        /// the row changed in between (nothing was written). sqlx asks
+        /// MySQL for matched rows (`CLIENT_FOUND_ROWS`), so a write that
+        /// changes nothing still reports its row.
+        async fn try_optimistic(
+            &self,
+            hash: &KeyHash,
+            generation: i64,
+            decide: &mut Decide<'_>,
+        ) -> Result<Tried, Failure> {
+            // The guess takes a connection of its own only when it sends its
+            // statement alone: a guess that waits to go with others holds none.
+            let guessed = match self.guess(hash, generation, decide).await? {
+                Guess::Done => return Ok(Tried::OneStatement),
+                Guess::Missed { row, now } => Some((row, now)),
+                Guess::NotTried => None,
+            };
+            let mut conn = self.pool.acquire().await?;
+            let (row, now) = match guessed {
+                Some(read) => read,
+                None => {
+                    let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
+                    (rows.into_iter().next().flatten(), now)
+                }
+            };
+            let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
+            conn.release();
+            Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
+        }
+    };
+}
+#[cfg(feature = "mysql")]
+pub(super) use optimistic;
+
+/// Generates `write_if`, `write_decided` and `conditional_query` inside a
+/// backend's `impl` (its connection and database types): the conditional
+/// write of an optimistic count, after its read, and the statement that
+/// makes it (MySQL's guesses bind their clock bound after it). The backend
+/// has `insert_new`, `replace_if`, `delete_if` and `remember` (see
+/// [`optimistic`]), and `row::decide_one` is in scope.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! write_if {
+    ($conn:ty, $db:ty) => {
+        /// Runs `decide` on `row` as read at `now`, then writes only if the
+        /// row is still `row`; false when it was not (nothing was written).
+        async fn write_if(
+            &self,
+            conn: &mut $conn,
+            hash: &KeyHash,
+            generation: i64,
+            row: Option<Stored>,
+            now: Millis,
+            decide: &mut Decide<'_>,
+        ) -> Result<bool, Failure> {
+            let write = decide_one(decide, &row, now).map_err(Failure::Store)?;
+            self.write_decided(conn, hash, generation, row, write).await
+        }
+
+        /// Writes `write` only if the row is still `row`; false when it was
+        /// not (nothing was written).
+        async fn write_decided(
+            &self,
+            conn: &mut $conn,
+            hash: &KeyHash,
+            generation: i64,
+            row: Option<Stored>,
+            write: RowWrite,
+        ) -> Result<bool, Failure> {
+            let after = row_after(&row, &write, generation);
+            let statements = [&*self.insert_new, &*self.replace_if, &*self.delete_if];
+            let Some(query) = Self::conditional_query(statements, hash, generation, Conditional::new(row, write))
+            else {
+                self.remember(hash, after);
+                return Ok(true);
+            };
+            let done = query.execute(&mut *conn).await?;
+            let done = done.rows_affected() == 1;
+            self.remember(hash, if done { after } else { None });
+            Ok(done)
+        }
+
+        /// The statement of `conditional` among `statements` (insert,
+        /// replace, delete: `insert_new`, `replace_if` and `delete_if`, or
+        /// variants that bind more after these), with its values bound;
+        /// `None` when there is nothing to write.
+        fn conditional_query<'q>(
+            statements: [&'q str; 3],
+            hash: &'q KeyHash,
+            generation: i64,
+            conditional: Conditional,
+        ) -> Option<sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>> {
+            let [insert, replace, delete] = statements;
+            Some(match conditional {
+                Conditional::Nothing => return None,
+                Conditional::Insert { value, expires_at, family } => {
+                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(family)
+                }
+                Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
+                    .bind(generation)
+                    .bind(value)
+                    .bind(expires_at)
+                    .bind(&hash[..])
+                    .bind(old.generation)
+                    .bind(old.value)
+                    .bind(old.expires_at),
+                Conditional::Delete { old } => {
+                    sqlx::query(delete).bind(&hash[..]).bind(old.generation).bind(old.value).bind(old.expires_at)
+                }
+            })
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) use write_if;

@@ -6,12 +6,15 @@ use crate::error::Unavailable;
 use crate::StoreError;
 
 /// Codes that mean the server gave up waiting: PostgreSQL lock_not_available
-/// and query_canceled, MySQL lock wait timeout, SQLite busy or locked.
-const TIMEOUT_CODES: &[&str] = &["55P03", "57014", "1205", "HY000:1205", "5", "517", "6"];
+/// and query_canceled, MySQL lock wait timeout.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const TIMEOUT_CODES: &[&str] = &["55P03", "57014", "1205", "HY000:1205"];
 /// Codes worth another attempt: PostgreSQL deadlock_detected,
 /// serialization_failure and unique_violation; MySQL deadlock.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const RETRY_CODES: &[&str] = &["40P01", "40001", "23505", "1213", "40001:1213"];
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn code(e: &sqlx::Error) -> Option<String> {
     let db = e.as_database_error()?;
     // MySQL reports the SQLSTATE as its code; the number is what tells.
@@ -25,28 +28,32 @@ fn code(e: &sqlx::Error) -> Option<String> {
 /// Codes of a migration statement whose change is there already (another
 /// process ran the migration at the same time, or its record was lost):
 /// MySQL duplicate column (1060), duplicate key name (1061) and a dropped
-/// index gone already (1091); SQLite answers a duplicate column in words.
+/// index gone already (1091).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const THERE_ALREADY_CODES: &[&str] = &["1060", "1061", "1091"];
 
 /// True when a migration statement met `e` because its change is there
 /// already, so the migration goes on.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn there_already(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| THERE_ALREADY_CODES.contains(&c.as_str()))
-        || e.as_database_error().is_some_and(|db| db.message().starts_with("duplicate column name"))
 }
 
 /// Codes of a migration statement that raced the same statement of another
 /// process: PostgreSQL's unique_violation (on its catalogs), duplicate_table,
 /// duplicate_column and duplicate_object.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const RACED_CODES: &[&str] = &["23505", "42P07", "42701", "42710"];
 
 /// True when a migration statement met `e` racing another process's same
 /// change: run again, it finds the change there.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn raced(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| RACED_CODES.contains(&c.as_str()))
 }
 
 /// True for a failure that a fresh attempt of the same transaction may not meet.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| RETRY_CODES.contains(&c.as_str()))
 }
@@ -60,6 +67,7 @@ pub(super) fn is_retryable(e: &sqlx::Error) -> bool {
 /// a committed statement is always answered in full. A dropped socket with
 /// no such answer (a crash, a network fault) may follow a commit, and is not
 /// this. MySQL's answers don't tell the two apart, so none of them is this.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn ended_before_applied(e: &sqlx::Error) -> bool {
     code(e).is_some_and(|c| c == "57P01")
 }
@@ -73,6 +81,7 @@ pub(super) fn is_dead_connection(e: &sqlx::Error) -> bool {
 }
 
 /// `e`, met while doing `what`, as a store error.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) fn db_error(what: &str, e: sqlx::Error) -> StoreError {
     let timeout =
         matches!(e, sqlx::Error::PoolTimedOut) || code(&e).is_some_and(|c| TIMEOUT_CODES.contains(&c.as_str()));
@@ -107,6 +116,8 @@ pub(super) fn lite_error(what: &str, e: rusqlite::Error) -> StoreError {
 /// Why one attempt failed: the database (maybe worth a retry) or the store's
 /// own answer (refused input, full, corrupt).
 pub(super) enum Failure {
+    /// PostgreSQL or MySQL, on sqlx.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     Db(sqlx::Error),
     /// SQLite, on the store's own rusqlite connections: never retried.
     #[cfg(feature = "sqlite")]
@@ -118,6 +129,7 @@ impl Failure {
     /// The call's answer when this failure is not tried again.
     pub(super) fn settled(self, what: &str) -> StoreError {
         match self {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Failure::Db(e) => db_error(what, e),
             #[cfg(feature = "sqlite")]
             Failure::Lite(e) => lite_error(what, e),
@@ -126,6 +138,7 @@ impl Failure {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 impl From<sqlx::Error> for Failure {
     fn from(e: sqlx::Error) -> Self {
         Failure::Db(e)
@@ -141,9 +154,11 @@ impl From<rusqlite::Error> for Failure {
 
 /// Settles one attempt: `None` means try again (a deadlock or a serialization
 /// failure, at most 3 times); otherwise the call's answer.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_variables))]
 pub(super) fn settle(result: Result<(), Failure>, retries: &mut u32) -> Option<Result<(), StoreError>> {
     match result {
         Ok(()) => Some(Ok(())),
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         Err(Failure::Db(e)) if is_retryable(&e) && *retries < 3 => {
             *retries += 1;
             None

@@ -1,13 +1,13 @@
 //! `DatabaseStore`: counts in the app's own SQL database, so every instance of
-//! a site shares one budget. SQLite, PostgreSQL and MySQL/MariaDB, on sqlx
-//! (SQLite's counts and reads on rusqlite: see `sqlite`).
+//! a site shares one budget. SQLite on rusqlite (see `sqlite`), PostgreSQL
+//! and MySQL/MariaDB on sqlx.
 //!
 //! - Every update is one short transaction of its own with the rows of its keys
 //!   locked, a key's first update included (a missing row is created locked),
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
 //!   row and writes only if it is unchanged; a row this store remembers, or
 //!   a missing one, is counted by one such statement (`crate::seen`,
-//!   `rows_there.rs`); whatever changed under them falls back to the lock.
+//!   `read_first.rs`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
 //!   statement, each count still exact on its own.
@@ -23,24 +23,24 @@
 
 mod attempt;
 mod builder;
-mod chores;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod conns;
 mod error;
 mod migrate;
 #[cfg(feature = "mysql")]
 mod mysql;
-mod owned;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
-pub(crate) mod row;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-mod rows_there;
+mod read_first;
+pub(crate) mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod sweep;
+mod update_owned;
+mod upkeep;
 
 use std::sync::Arc;
 use std::time::Duration;

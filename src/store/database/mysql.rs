@@ -9,7 +9,7 @@
 //! at once: `apply` runs on that row at the estimated clock, and the write
 //! lands only if the row and the server's clock are as guessed. A key it has
 //! not seen is guessed to have no row, and inserted in one statement if so,
-//! while such keys tend to have none (`rows_there.rs`). MySQL has no
+//! while such keys tend to have none (`read_first.rs`). MySQL has no
 //! `RETURNING` on `UPDATE`, so a guess that missed reads next, as a count
 //! without one does; a count that writes nothing reads to confirm.
 
@@ -21,16 +21,14 @@ use smallvec::SmallVec;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{Connection, Executor};
 
-use super::attempt::{attempts, Attempts, Guess, Tried};
-use super::chores::{
-    by_key_count, chores, latest_now, marks, match_rows, optimistic, read, sweep_in_batches, write_if,
-};
+use super::attempt::{attempts, optimistic, write_if, Attempts, Guess, Tried};
 use super::conns::Conns;
 use super::error::{db_error, Failure};
 use super::migrate::{self, MYSQL};
+use super::read_first::ReadFirst;
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
-use super::rows_there::RowsThere;
 use super::sweep::BATCH;
+use super::upkeep::{by_key_count, latest_now, marks, match_rows, read, sweep_in_batches, upkeep};
 use crate::seen::Seen;
 use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
@@ -60,7 +58,7 @@ pub(super) struct Mysql {
     /// `insert_new` of a key not seen, if the clock is as estimated.
     guess_insert: String,
     seen: Seen<Stored>,
-    rows_there: RowsThere,
+    read_first: ReadFirst,
     clock: ServerClock,
 }
 
@@ -151,7 +149,7 @@ impl Mysql {
                  SELECT ?, ?, ?, ?, ? FROM DUAL WHERE {clock}"
             ),
             seen: Seen::new(remember),
-            rows_there: RowsThere::default(),
+            read_first: ReadFirst::default(),
             clock: ServerClock::new(),
             table,
         })
@@ -190,14 +188,14 @@ impl Mysql {
     /// nothing (a read confirms it in as many trips). A miss wrote nothing
     /// and read nothing (MySQL has no `RETURNING` on `UPDATE`): the count
     /// reads next, here for a key not seen (noting whether it had a row, see
-    /// `rows_there.rs`), else in `try_optimistic`.
+    /// `read_first.rs`), else in `try_optimistic`.
     async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
         let seen = self.seen.get(hash);
         let new = seen.is_none();
         let mut query = None;
         let mut after = None;
-        if !(new && self.rows_there.likely()) {
+        if !(new && self.read_first.pays()) {
             // A refusal here may be of the guess only: the count reads and decides again.
             if let Ok(write) = decide_one(decide, &seen, est) {
                 after = row_after(&seen, &write, generation);
@@ -215,14 +213,14 @@ impl Mysql {
         };
         let answer = if guessed {
             if new {
-                self.rows_there.note(false);
+                self.read_first.note_row(false);
             }
             self.seen.set(hash, after);
             Guess::Done
         } else if new {
             let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
             let row = rows.into_iter().next().flatten();
-            self.rows_there.note(row.is_some());
+            self.read_first.note_row(row.is_some());
             Guess::Missed { row, now }
         } else {
             self.seen.set(hash, None);
@@ -321,7 +319,7 @@ impl Mysql {
         format!("DELETE FROM {} WHERE expires_at <= {NOW} LIMIT {BATCH}", self.table)
     }
 
-    chores!(
+    upkeep!(
         migrations: MYSQL,
         param: "?",
         version_type: "BIGINT",

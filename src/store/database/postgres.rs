@@ -5,7 +5,7 @@
 //!
 //! A one-key count first tries one statement from the row this store
 //! remembers, or none for a key it has not seen, and its estimate of the
-//! database's clock (`guess.rs`): a writing `WITH` that writes only if both
+//! database's clock (`optimistic.rs`): a writing `WITH` that writes only if both
 //! hold, and reads the row and the clock as they were before it. On a miss,
 //! that read is the first half of the optimistic path (a write only if the
 //! row is still as read); if the row changed again, the locked transaction
@@ -15,7 +15,7 @@
 //! force_generic_plan`, PostgreSQL 12 or later): the batch statement's custom
 //! plans cost more to make than to run.
 
-mod guess;
+mod optimistic;
 mod pages;
 mod reader;
 mod replace;
@@ -26,21 +26,21 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use super::attempt::{attempts, Attempts, Tried};
-use super::chores::{chores, latest_now, match_rows, read, write_if};
+use super::attempt::{attempts, write_if, Attempts, Tried};
 use super::conns::{no_init, Conns};
 use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
+use super::upkeep::{latest_now, match_rows, read, upkeep};
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
-use self::guess::Guesses;
+use self::optimistic::Guesses;
 use self::pages::Pages;
 use self::reader::Reader;
 use self::replace::Replacer;
-use super::rows_there::RowsThere;
+use super::read_first::ReadFirst;
 
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::int8";
 
@@ -59,7 +59,7 @@ pub(super) struct Postgres {
     guess: Guesses,
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
-    rows_there: RowsThere,
+    read_first: ReadFirst,
     seen: Seen<Stored>,
     clock: ServerClock,
 }
@@ -127,7 +127,7 @@ impl Postgres {
             guess: Guesses::new(t),
             replacer: Replacer::new(pool.clone(), t),
             reader: Reader::new(pool.clone(), read),
-            rows_there: RowsThere::default(),
+            read_first: ReadFirst::default(),
             pool,
             seen: Seen::new(remember),
             clock: ServerClock::new(),
@@ -225,7 +225,7 @@ impl Postgres {
         self.reader.together()
     }
 
-    chores!(
+    upkeep!(
         migrations: POSTGRES,
         param: "$1",
         version_type: "BIGINT",

@@ -12,49 +12,44 @@
 //! holds it: it sends the rows to the caller, whose own task decides and
 //! answers ([`ask`]); a caller that stopped waiting answers nothing, and its
 //! count writes nothing. A count through `update_owned` (as `Limits` counts)
-//! owns its `decide`, and the writer runs it itself (`owned.rs`). Reads run
-//! on a few connections of their own ([`pool`]).
-//! The chores (migrations, sweeps, counts of live rows) stay on a small sqlx
-//! pool; all open the same file with the same settings. With
-//! `sqlite_in_place(true)` the caller's runtime thread runs the transaction
-//! (`block_in_place`) instead.
+//! owns its `decide`, and the writer runs it itself (`update_owned.rs`).
+//! Reads and the upkeep (sweeps, counts of live rows: [`upkeep`]) run whole
+//! on a blocking thread too; they and the writer's batches take their
+//! connections from one [`pool`]; a migration opens a connection of its own.
+//! All are rusqlite connections that open the one file the same way
+//! ([`file`]). With `sqlite_in_place(true)` the caller's runtime thread runs
+//! the transaction (`block_in_place`) instead.
 
 mod ask;
 mod caller;
+mod file;
 mod pool;
+mod upkeep;
 mod writer;
 
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{params, params_from_iter, Connection};
 use smallvec::SmallVec;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use self::ask::Own;
-use self::pool::{DbFile, Pool, WAIT};
+use self::file::DbFile;
+use self::pool::Pool;
 use self::writer::{Queued, Writer};
 use super::attempt::Attempts;
-use super::chores::{by_key_count, chores, marks, sweep_in_batches, Release};
-use super::error::{db_error, Failure};
-use super::migrate::{self, SQLITE};
+use super::error::Failure;
 use super::row::{Decide, KeyHash, OwnedDecide, RowWrite, Stored};
-use super::sweep::BATCH;
+use super::upkeep::{by_key_count, marks};
 use crate::{Millis, StoreError};
 
 /// SQLite's own clock, in ms since the epoch.
 const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
-/// Connections of the sqlx pool for the chores, which are few and short.
-const CHORE_CONNECTIONS: u32 = 2;
-
 #[derive(Debug)]
 pub(super) struct Sqlite {
-    /// For the chores.
-    pool: SqlitePool,
-    /// For reads.
+    file: DbFile,
+    /// For reads and the upkeep.
     conns: Arc<Pool>,
     /// For counts.
     writer: Arc<Writer>,
@@ -83,21 +78,7 @@ impl Sqlite {
         in_place: bool,
         durable: bool,
     ) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Setup { detail: format!("bad SQLite URL: {e}"), source: Some(Box::new(e)) })?;
-        let path = file_of(url, &options)?;
-        let options = options
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(if durable { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
-            .busy_timeout(WAIT);
-        // Opening it creates the file and puts it in WAL mode.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections.min(CHORE_CONNECTIONS))
-            .acquire_timeout(WAIT)
-            .connect_with(options)
-            .await
-            .map_err(|e| db_error("open the SQLite database", e))?;
+        let file = DbFile::of_url(url, durable)?;
         let t = &table;
         let sql = Statements {
             select: by_key_count(|n| {
@@ -116,27 +97,18 @@ impl Sqlite {
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
         };
         let sql = Arc::new(sql);
-        Ok(Sqlite {
-            pool,
-            conns: Pool::new(DbFile { path: path.clone(), durable }, max_connections, in_place),
-            writer: Writer::new(DbFile { path, durable }, sql.clone(), in_place),
+        let conns = Pool::new(file.clone(), max_connections, in_place);
+        let lite = Sqlite {
+            writer: Writer::new(conns.clone(), sql.clone(), in_place),
+            conns,
+            file,
             sql,
             url_hint: crate::secret::redact(url),
             table,
-        })
-    }
-
-    pub(super) async fn check_table(&self) -> Result<(), StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?")
-            .bind(&self.table)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error("look for the table", e))?;
-        if n > 0 {
-            Ok(())
-        } else {
-            Err(migrate::missing_table(&self.table, &self.url_hint))
-        }
+        };
+        // The first connection creates the file and puts it in WAL mode.
+        lite.conns.run(|_| Ok(())).await.map_err(|f| f.settled("open the SQLite database"))?;
+        Ok(lite)
     }
 
     pub(super) async fn read(&self, hashes: &[KeyHash]) -> Result<(Vec<Option<Stored>>, Millis), StoreError> {
@@ -153,28 +125,11 @@ impl Sqlite {
     pub(super) fn read_together(&self) -> u64 {
         0
     }
-
-    fn sweep_sql(&self) -> String {
-        let t = &self.table;
-        format!(
-            "DELETE FROM {t} WHERE key_hash IN (SELECT key_hash FROM {t} WHERE expires_at <= {NOW} LIMIT {BATCH}) \
-             AND expires_at <= {NOW}"
-        )
-    }
-
-    chores!(
-        migrations: SQLITE,
-        param: "?",
-        version_type: "INTEGER",
-        record: "INSERT OR IGNORE INTO {table}_migrations (version) VALUES (?)"
-    );
-
-    sweep_in_batches!();
 }
 
 impl Sqlite {
     /// [`Attempts::locked`] with an owned `decide`, which the writer runs
-    /// itself (see `owned.rs`).
+    /// itself (see `update_owned.rs`).
     pub(super) async fn locked_owned(
         &self,
         hashes: &[KeyHash],
@@ -265,57 +220,4 @@ fn select(conn: &Connection, sql: &Statements, hashes: &[KeyHash]) -> rusqlite::
         }
     }
     Ok((rows, now))
-}
-
-/// The file a `sqlite:` URL names, as sqlx reads it. The store's connections
-/// share one file, so only a file database will do: `sqlite://PATH`
-/// (relative), `sqlite:///PATH` (absolute) or `sqlite:PATH`, with at most
-/// `?mode=rwc` or `?mode=rw` (the file is created if missing either way).
-fn file_of(url: &str, options: &SqliteConnectOptions) -> Result<PathBuf, StoreError> {
-    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
-    let (database, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let refuse = |why: String| {
-        Err(StoreError::setup(format!(
-            "the SQLite store takes sqlite://PATH, optionally with ?mode=rwc: {why} (in {:?})",
-            crate::secret::redact(url)
-        )))
-    };
-    if database.is_empty() || database == ":memory:" {
-        return refuse("an in-memory database would not be shared between the store's connections".into());
-    }
-    for param in query.split('&').filter(|p| !p.is_empty()) {
-        if !matches!(param, "mode=rw" | "mode=rwc") {
-            return refuse(format!("`{param}` is not supported"));
-        }
-    }
-    Ok(options.get_filename().to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(url: &str) -> Result<PathBuf, StoreError> {
-        file_of(url, &SqliteConnectOptions::from_str(url).unwrap())
-    }
-
-    #[test]
-    fn urls_name_the_file_sqlx_opens() {
-        assert_eq!(file("sqlite://limit-store.db").unwrap(), PathBuf::from("limit-store.db"));
-        assert_eq!(file("sqlite:///var/lib/app/limits.db").unwrap(), PathBuf::from("/var/lib/app/limits.db"));
-        assert_eq!(file("sqlite:limits.db").unwrap(), PathBuf::from("limits.db"));
-        assert_eq!(file("sqlite:///tmp/a.db?mode=rwc").unwrap(), PathBuf::from("/tmp/a.db"));
-        assert_eq!(file("sqlite://a.db?mode=rw").unwrap(), PathBuf::from("a.db"));
-        assert_eq!(file("sqlite:///tmp/my%20limits.db").unwrap(), PathBuf::from("/tmp/my limits.db"));
-    }
-
-    #[test]
-    fn urls_the_store_cannot_share_are_refused() {
-        for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite://?mode=memory", "sqlite://a.db?mode=ro"] {
-            let err = file(url).unwrap_err();
-            assert!(err.is_setup() && err.to_string().contains("sqlite://PATH"), "{url}: {err}");
-        }
-        let err = file("sqlite://a.db?cache=shared").unwrap_err();
-        assert!(err.to_string().contains("`cache=shared` is not supported"), "{err}");
-    }
 }

@@ -54,7 +54,7 @@ async fn while_rows_tend_to_be_there_a_new_key_reads_first() {
     my.check_table().await.unwrap(); // reads the clock, as connecting does
     assert_eq!(count(&my, &[1u8; 32], &mut nows).await, Tried::OneStatement, "the guess: no row");
     for _ in 0..3 {
-        my.rows_there.note(true);
+        my.read_first.note_row(true);
     }
     assert_eq!(count(&my, &[2u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first");
     assert_eq!(count(&my, &[3u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first, still");

@@ -5,7 +5,7 @@
 //! load one round trip reads many rows. The statement is the store's usual
 //! read (the rows by key, and the database's clock): it writes nothing and
 //! takes no lock, and each count then writes only if its row is still as
-//! read (see `guess.rs`), so counts stay exact whatever they read together.
+//! read (see `optimistic.rs`), so counts stay exact whatever they read together.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -14,15 +14,18 @@
 //! A count whose `decide` is owned ([`Decider::Owned`]: `update_owned`, as
 //! `Limits` counts) is decided by the writer itself, with no message, while
 //! its caller still waits; a caller that stopped waiting gets nothing written.
+//!
+//! The messages are the crate's one way to reach a borrowed closure from
+//! another thread ([`crate::ask`]), which the guard uses too.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::super::error::Failure;
 use super::super::row::{Decide, OwnedDecide, RowWrite, Stored};
 use super::pool::LINGER;
+use crate::ask::{self as message, Answer, Question};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
@@ -30,20 +33,16 @@ use crate::{Millis, StoreError};
 pub(super) type Decided = Result<Vec<RowWrite>, StoreError>;
 
 /// The writer asks a count's caller to decide on the rows it read.
-pub(super) struct Ask {
-    rows: Vec<Option<Stored>>,
-    now: Millis,
-    answer: SyncSender<Decided>,
-}
+pub(super) type Ask = Question<Stored, Decided>;
 
 /// Where the writer sends a count's questions.
-pub(super) type Asks = mpsc::Sender<Ask>;
+pub(super) type Asks = message::Asks<Stored, Decided>;
 /// Where a count's caller receives them.
-pub(super) type Asked = mpsc::Receiver<Ask>;
+pub(super) type Asked = message::Asked<Stored, Decided>;
 
 /// A channel for one count's questions.
 pub(super) fn channel() -> (Asks, Asked) {
-    mpsc::channel(1)
+    message::channel()
 }
 
 /// How long the writer spins for an answer, keeping its core (a yield on a
@@ -61,7 +60,7 @@ pub(super) enum Decider {
 
 /// A count's decision, or the question whose answer the writer waits for.
 pub(super) enum Pending {
-    Asked(Receiver<Decided>),
+    Asked(Answer<Decided>),
     Decided(Decided),
 }
 
@@ -69,11 +68,7 @@ pub(super) enum Pending {
 /// `decide` at once; `None` when the caller is gone (`waiting` false).
 pub(super) fn ask(decider: &Decider, waiting: bool, rows: &[Option<Stored>], now: Millis) -> Option<Pending> {
     match decider {
-        Decider::Asks(asks) => {
-            let (answer, answered) = sync_channel(1);
-            asks.try_send(Ask { rows: rows.to_vec(), now, answer }).ok()?;
-            Some(Pending::Asked(answered))
-        }
+        Decider::Asks(asks) => Some(Pending::Asked(message::ask(asks, rows, now)?)),
         Decider::Owned(decide) if waiting => Some(Pending::Decided((decide.lock())(rows, now))),
         Decider::Owned(_) => None,
     }
@@ -82,21 +77,10 @@ pub(super) fn ask(decider: &Decider, waiting: bool, rows: &[Option<Stored>], now
 impl Pending {
     /// The caller's answer, or `None` when it is gone or silent until `until`.
     pub(super) fn wait(self, until: Instant) -> Option<Decided> {
-        let answered = match self {
-            Pending::Decided(decided) => return Some(decided),
-            Pending::Asked(answered) => answered,
-        };
-        let start = Instant::now();
-        loop {
-            match answered.try_recv() {
-                Ok(decided) => return Some(decided),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
-                Err(TryRecvError::Empty) if start.elapsed() < LINGER => std::thread::yield_now(),
-                Err(TryRecvError::Empty) => break,
-            }
+        match self {
+            Pending::Decided(decided) => Some(decided),
+            Pending::Asked(answer) => answer.wait(until, SPIN, LINGER),
         }
-        answered.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
     }
 }
 
@@ -111,7 +95,7 @@ pub(super) fn gone() -> Failure {
 /// The caller's side: answers `ask` with its own `decide`.
 pub(super) fn answer(ask: Ask, decide: &mut Decide<'_>) {
     let decided = decide(&ask.rows, ask.now);
-    let _ = ask.answer.send(decided);
+    ask.answer(decided);
 }
 
 /// The holder of a batch run in place: its own count's questions reach the

@@ -1,17 +1,19 @@
-//! The SQLite store's own connections for reads: a few rusqlite connections,
-//! each call run whole on a blocking thread, so that a read costs one hop
-//! from the async caller and back instead of one per statement. (Counts go
-//! through the writer, on a connection of its own.)
+//! The SQLite store's connections: a few rusqlite connections for reads, the
+//! upkeep (sweeps, counts of live rows, the checks at connect) and the
+//! writer's batches. A read or the upkeep runs whole on a blocking thread, so
+//! that a call costs one hop from the async caller and back instead of one
+//! per statement; the writer takes a connection on its own thread for each
+//! batch. (Migrations open one of their own.)
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
 use super::super::error::{is_busy, Failure};
+use super::file::DbFile;
 use crate::error::Unavailable;
 use crate::StoreError;
 
@@ -28,12 +30,9 @@ pub(super) const WAIT: Duration = Duration::from_millis(1_500);
 /// this, and then finds the writer still there.
 pub(super) const LINGER: Duration = Duration::from_micros(150);
 
-/// Prepared statements kept per connection: the common key counts, the
-/// upsert and the delete.
-const CACHED_STATEMENTS: usize = 48;
-
-/// At most `size` connections, opened when first needed. A connection whose
-/// call failed with anything but busy is closed rather than used again.
+/// At most `size` calls at once, each on a connection opened when first
+/// needed, plus the writer's; a connection whose call failed with anything
+/// but busy is closed rather than used again.
 #[derive(Debug)]
 pub(super) struct Pool {
     file: DbFile,
@@ -97,67 +96,35 @@ impl Pool {
     /// `work` on an idle connection, or a new one; the connection goes back
     /// to the idle ones unless `work` failed with more than busy.
     fn call<T>(&self, work: impl FnOnce(&mut Connection) -> Result<T, Failure>) -> Result<T, Failure> {
-        let idle = self.idle.lock().pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => self.file.open()?,
-        };
+        let mut conn = self.take()?;
         let result = work(&mut conn);
         let reusable = match &result {
             Err(Failure::Lite(e)) => is_busy(e),
             _ => true,
         };
-        // A transaction left open (a rollback that failed) closes with the connection.
-        if reusable && conn.is_autocommit() {
-            self.idle.lock().push(conn);
+        if reusable {
+            self.give_back(conn);
         }
         result
     }
-}
 
-/// The store's SQLite file, and whether its commits wait for the disk
-/// (`DatabaseStoreBuilder::durable_commits`).
-#[derive(Clone, Debug)]
-pub(super) struct DbFile {
-    pub(super) path: PathBuf,
-    pub(super) durable: bool,
-}
-
-impl DbFile {
-    /// Opens one connection the way the store's sqlx pool opens its own: WAL,
-    /// `synchronous = NORMAL` (`FULL` when durable), the busy timeout.
-    pub(super) fn open(&self) -> rusqlite::Result<Connection> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
-        let conn = Connection::open_with_flags(&self.path, flags)?;
-        conn.busy_timeout(WAIT)?;
-        // This pragma answers the mode it set: a row to read, not to execute.
-        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
-        conn.pragma_update(None, "synchronous", if self.durable { "full" } else { "normal" })?;
-        conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
-        Ok(conn)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Commits wait for the disk (`FULL`) only when the store is durable;
-    /// otherwise `NORMAL`, which in WAL mode does not sync on commit.
-    #[test]
-    fn synchronous_follows_durable() {
-        let path = std::env::temp_dir().join(format!("limit-store-sync-{}.db", std::process::id()));
-        for (durable, level) in [(false, 1), (true, 2)] {
-            let conn = DbFile { path: path.clone(), durable }.open().unwrap();
-            let got: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
-            assert_eq!(got, level, "durable: {durable}");
+    /// An idle connection, or a new one, for work on this thread; give it
+    /// back with [`give_back`](Self::give_back) unless the work met an error
+    /// that may have left it unusable (then it closes when dropped). No
+    /// permit: the writer's one connection comes from here too.
+    pub(super) fn take(&self) -> rusqlite::Result<Connection> {
+        let idle = self.idle.lock().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.file.open(),
         }
-        for end in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{end}", path.display()));
+    }
+
+    /// Puts a connection back among the idle ones, unless a transaction is
+    /// left open on it (a rollback that failed): then it closes.
+    pub(super) fn give_back(&self, conn: Connection) {
+        if conn.is_autocommit() {
+            self.idle.lock().push(conn);
         }
     }
 }

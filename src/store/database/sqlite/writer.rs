@@ -1,7 +1,7 @@
 //! The SQLite store's writer (its callers' side is `caller.rs`): counts go
 //! through one [`Queue`], and whoever holds it busy runs the waiting counts
-//! together, one `BEGIN IMMEDIATE` transaction per batch, on a connection of
-//! the writer's own. SQLite takes one writer at a time anyway; this way the
+//! together, one `BEGIN IMMEDIATE` transaction per batch, on a connection
+//! taken from the store's [`Pool`] for the batch. SQLite takes one writer at a time anyway; this way the
 //! counts of one instance take turns without a trip through SQLite's busy
 //! handler each, and one commit serves a whole batch.
 //!
@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use rusqlite::Connection;
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -29,7 +28,7 @@ use super::super::error::{is_busy, Failure};
 use super::super::queue::{Holding, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::ask::{self, Decider, Own, Pending};
-use super::pool::{DbFile, LINGER};
+use super::pool::{Pool, LINGER};
 use super::{count, pool, select, write, Statements};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
@@ -79,15 +78,14 @@ impl std::fmt::Debug for Queued {
     }
 }
 
-/// The queue of counts and the connection that runs them.
+/// The queue of counts, and where the connection that runs them comes from.
 #[derive(Debug)]
 pub(super) struct Writer {
-    file: DbFile,
+    /// The store's connections: the holder of the busy queue takes one for
+    /// each batch, outside the pool's count of calls (the writer is one).
+    conns: Arc<Pool>,
     sql: Arc<Statements>,
     pub(super) queue: Queue<Queued>,
-    /// Used only by the holder of the busy queue; `None` until first needed,
-    /// and after an error that may have left it unusable.
-    conn: Mutex<Option<Connection>>,
     /// Run the first batches on the caller's runtime thread
     /// (`sqlite_in_place`).
     pub(super) in_place: bool,
@@ -102,12 +100,11 @@ pub(super) struct Writer {
 pub(super) const IN_PLACE_BATCHES: usize = 4;
 
 impl Writer {
-    pub(super) fn new(file: DbFile, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
+    pub(super) fn new(conns: Arc<Pool>, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
         Arc::new(Writer {
-            file,
+            conns,
             sql,
             queue: Queue::new(),
-            conn: Mutex::new(None),
             in_place,
             batched: AtomicU64::new(0),
             callers: AtomicUsize::new(0),
@@ -130,11 +127,9 @@ impl Writer {
     ) {
         let mut ran = 0;
         loop {
-            if catch_unwind(AssertUnwindSafe(|| self.run(batch, &mut own))).is_err() {
-                // The batch's replies were dropped, so its callers are answered;
-                // the connection may be mid-transaction: open a new one.
-                *self.conn.lock() = None;
-            }
+            // After a panic, the batch's replies were dropped, so its callers
+            // are answered; its connection, maybe mid-transaction, was closed.
+            let _ = catch_unwind(AssertUnwindSafe(|| self.run(batch, &mut own)));
             ran += 1;
             let Some(next) = self.next_batch(&mut holding) else { return };
             if limit.is_some_and(|limit| ran >= limit) {
@@ -156,19 +151,14 @@ impl Writer {
         holding.next(MAX_BATCH, |_, _| false)
     }
 
-    /// One batch in one transaction, on the writer's connection.
+    /// One batch in one transaction, on a connection of the pool.
     fn run(&self, batch: Vec<Queued>, own: &mut Option<Own<'_, '_>>) {
-        let mut slot = self.conn.lock();
-        let conn = match slot.take() {
-            Some(conn) => conn,
-            None => match self.file.open() {
-                Ok(conn) => conn,
-                Err(e) => return answer_all(batch, &e),
-            },
+        let conn = match self.conns.take() {
+            Ok(conn) => conn,
+            Err(e) => return answer_all(batch, &e),
         };
-        let reusable = self.run_on(&conn, batch, own);
-        if reusable && conn.is_autocommit() {
-            *slot = Some(conn);
+        if self.run_on(&conn, batch, own) {
+            self.conns.give_back(conn);
         }
     }
 

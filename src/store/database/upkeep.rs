@@ -1,6 +1,8 @@
-//! The chores every backend does the same way, in its own SQL dialect:
+//! The upkeep every backend does the same way, in its own SQL dialect:
 //! migrating, sweeping in batches, counting live rows, and putting the rows a
-//! query found into key order.
+//! query found into key order. The statements are here once; PostgreSQL and
+//! MySQL run them on sqlx (the macros below), SQLite on rusqlite
+//! (`sqlite/upkeep.rs`).
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use sqlx::{ColumnIndex, Decode, Row, Type};
@@ -8,24 +10,46 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use super::row::{KeyHash, Stored};
 
-/// A connection given back after a call that ended cleanly: at once for the
-/// store's own pool (`conns.rs`); sqlx's pool (SQLite's chores) tests it on
-/// the way back whatever this says.
-#[cfg(feature = "sqlite")]
-pub(super) trait Release {
-    /// Gives the connection back.
-    fn release(self);
+/// The table that records which migrations ran on `table`.
+pub(super) fn migrations_log(table: &str, version_type: &str) -> String {
+    format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version {version_type} PRIMARY KEY)")
 }
 
-#[cfg(feature = "sqlite")]
-impl Release for sqlx::pool::PoolConnection<sqlx::Sqlite> {
-    fn release(self) {}
+/// Finds migration `p` in `table`'s record of migrations.
+pub(super) fn applied(table: &str, p: &str) -> String {
+    format!("SELECT version FROM {table}_migrations WHERE version = {p}")
+}
+
+/// Fails on a table without the `family` column; reads no row.
+pub(super) fn family_column(table: &str) -> String {
+    format!("SELECT family FROM {table} WHERE 1 = 0")
+}
+
+/// Generation `p`'s live rows per family, on the clock `now`.
+pub(super) fn count_families(table: &str, now: &str, p: &str) -> String {
+    format!("SELECT family, count(*) FROM {table} WHERE generation = {p} AND expires_at > {now} GROUP BY family")
+}
+
+/// Generation `p`'s live rows, on the clock `now`.
+pub(super) fn count_live(table: &str, now: &str, p: &str) -> String {
+    format!("SELECT count(*) FROM {table} WHERE generation = {p} AND expires_at > {now}")
+}
+
+/// Live rows of every generation that expire within `p` ms of `now`.
+pub(super) fn count_expiring(table: &str, now: &str, p: &str) -> String {
+    format!("SELECT count(*) FROM {table} WHERE expires_at > {now} AND expires_at <= {now} + {p}")
+}
+
+/// Live rows per generation (0 is no generation).
+pub(super) fn generations(table: &str, now: &str) -> String {
+    format!("SELECT generation, count(*) FROM {table} WHERE expires_at > {now} AND generation <> 0 GROUP BY generation")
 }
 
 /// Runs one statement of a migration on `$conn`: a change that is there
 /// already is no error, and one that raced another process's same change
 /// (PostgreSQL's catalogs answer a unique violation) runs once more, and then
 /// finds it there.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! migration_statement {
     ($conn:expr, $sql:expr) => {{
         let mut raced = false;
@@ -39,20 +63,22 @@ macro_rules! migration_statement {
         }
     }};
 }
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) use migration_statement;
 
 /// Generates `migrate`, `check_family_column`, `count_live`,
-/// `count_families`, `count_expiring` and `generations` inside a backend's
-/// `impl`. The backend has `pool` (`conns::Conns`), `table` and `url_hint`
-/// fields and a `NOW` constant (its clock in ms) in scope.
-macro_rules! chores {
+/// `count_families`, `count_expiring` and `generations` inside a server
+/// backend's `impl`. The backend has `pool` (`conns::Conns`), `table` and
+/// `url_hint` fields and a `NOW` constant (its clock in ms) in scope.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! upkeep {
     (migrations: $migrations:expr, param: $p:literal, version_type: $ty:literal, record: $record:literal) => {
         pub(super) async fn migrate(&self, table: &str) -> Result<(), StoreError> {
             let failed = |e| db_error("migrate", e);
             let mut conn = self.pool.acquire().await.map_err(failed)?;
-            let log = format!("CREATE TABLE IF NOT EXISTS {table}_migrations (version {} PRIMARY KEY)", $ty);
-            super::chores::migration_statement!(conn, &log).map_err(failed)?;
-            let applied = format!("SELECT version FROM {table}_migrations WHERE version = {}", $p);
+            let log = super::upkeep::migrations_log(table, $ty);
+            super::upkeep::migration_statement!(conn, &log).map_err(failed)?;
+            let applied = super::upkeep::applied(table, $p);
             for migration in $migrations {
                 let done: Option<i64> = sqlx::query_scalar(&applied)
                     .bind(migration.version)
@@ -63,7 +89,7 @@ macro_rules! chores {
                     continue;
                 }
                 for statement in migrate::statements(migration, table) {
-                    super::chores::migration_statement!(conn, &statement).map_err(failed)?;
+                    super::upkeep::migration_statement!(conn, &statement).map_err(failed)?;
                 }
                 sqlx::query(&format!($record, table = table))
                     .bind(migration.version)
@@ -78,7 +104,7 @@ macro_rules! chores {
         /// Refuses a table whose migrations stop before the `family` column
         /// (a store of an older version made it): every insert writes it.
         pub(super) async fn check_family_column(&self) -> Result<(), StoreError> {
-            let sql = format!("SELECT family FROM {} WHERE 1 = 0", self.table);
+            let sql = super::upkeep::family_column(&self.table);
             let look = async {
                 let mut conn = self.pool.acquire().await?;
                 let found = sqlx::query(&sql).fetch_all(&mut *conn).await;
@@ -95,11 +121,7 @@ macro_rules! chores {
         /// This generation's live rows, in all and per family tag: for the
         /// bound and each family's share of it.
         pub(super) async fn count_families(&self, generation: i64) -> Result<super::Census, StoreError> {
-            let t = &self.table;
-            let sql = format!(
-                "SELECT family, count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW} GROUP BY family",
-                $p
-            );
+            let sql = super::upkeep::count_families(&self.table, NOW, $p);
             let count = async {
                 let mut conn = self.pool.acquire().await?;
                 let groups: Vec<(Option<i16>, i64)> =
@@ -112,8 +134,7 @@ macro_rules! chores {
         }
 
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
-            let t = &self.table;
-            let sql = format!("SELECT count(*) FROM {t} WHERE generation = {} AND expires_at > {NOW}", $p);
+            let sql = super::upkeep::count_live(&self.table, NOW, $p);
             let count = async {
                 let mut conn = self.pool.acquire().await?;
                 let n: i64 = sqlx::query_scalar(&sql).bind(generation).fetch_one(&mut *conn).await?;
@@ -127,8 +148,7 @@ macro_rules! chores {
         /// Live rows of every generation that expire within `within_ms`:
         /// rows the next sweep will find, if it comes that much later.
         pub(super) async fn count_expiring(&self, within_ms: i64) -> Result<u64, StoreError> {
-            let t = &self.table;
-            let sql = format!("SELECT count(*) FROM {t} WHERE expires_at > {NOW} AND expires_at <= {NOW} + {}", $p);
+            let sql = super::upkeep::count_expiring(&self.table, NOW, $p);
             let count = async {
                 let mut conn = self.pool.acquire().await?;
                 let n: i64 = sqlx::query_scalar(&sql).bind(within_ms).fetch_one(&mut *conn).await?;
@@ -140,9 +160,7 @@ macro_rules! chores {
         }
 
         pub(super) async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-            let t = &self.table;
-            let sql =
-                format!("SELECT generation, count(*) FROM {t} WHERE expires_at > {NOW} AND generation <> 0 GROUP BY generation");
+            let sql = super::upkeep::generations(&self.table, NOW);
             let count = async {
                 let mut conn = self.pool.acquire().await?;
                 let rows: Vec<(i64, i64)> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
@@ -154,13 +172,14 @@ macro_rules! chores {
         }
     };
 }
-pub(super) use chores;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) use upkeep;
 
-/// Generates `sweep` inside a backend's `impl`: its `sweep_sql()` (a delete
+/// Generates `sweep` inside MySQL's `impl`: its `sweep_sql()` (a delete
 /// of at most [`BATCH`](super::sweep::BATCH) expired rows, by the index on
 /// `expires_at`) again until a batch comes short. (PostgreSQL sweeps by
-/// pages instead: `postgres/pages.rs`.)
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// pages instead: `postgres/pages.rs`; SQLite the same way on rusqlite.)
+#[cfg(feature = "mysql")]
 macro_rules! sweep_in_batches {
     () => {
         pub(super) async fn sweep(&self) -> Result<u64, StoreError> {
@@ -182,7 +201,7 @@ macro_rules! sweep_in_batches {
         }
     };
 }
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
+#[cfg(feature = "mysql")]
 pub(super) use sweep_in_batches;
 
 /// Generates `read` inside a backend's `impl`: the rows of `hashes` in key
@@ -213,136 +232,6 @@ macro_rules! read {
 }
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) use read;
-
-/// Generates `try_optimistic` inside a backend's `impl` (with [`write_if`]): read
-/// the row and the clock in one autocommit statement, run `decide`, then write
-/// with one statement that only applies if the row is still as read, both on
-/// one connection (a guess before them takes its own, or none while it waits
-/// to go with others). The backend has `pool`, `insert_new(hash, generation,
-/// value, expires_at)`, `replace_if(generation, value, expires_at, hash, old
-/// generation, old value, old expiry)`, `delete_if(hash, old generation, old
-/// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
-/// `guess(hash, generation, decide)` (a one-statement try from what the
-/// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
-/// try may go with others (`postgres/guess.rs`).
-#[cfg(feature = "mysql")]
-macro_rules! optimistic {
-    ($conn:ty) => {
-        /// One optimistic try on one key: a guess from what the backend
-        /// remembers, else a read; then a conditional write. `Changed` when
-        /// the row changed in between (nothing was written). sqlx asks
-        /// MySQL for matched rows (`CLIENT_FOUND_ROWS`), so a write that
-        /// changes nothing still reports its row.
-        async fn try_optimistic(
-            &self,
-            hash: &KeyHash,
-            generation: i64,
-            decide: &mut Decide<'_>,
-        ) -> Result<Tried, Failure> {
-            // The guess takes a connection of its own only when it sends its
-            // statement alone: a guess that waits to go with others holds none.
-            let guessed = match self.guess(hash, generation, decide).await? {
-                Guess::Done => return Ok(Tried::OneStatement),
-                Guess::Missed { row, now } => Some((row, now)),
-                Guess::NotTried => None,
-            };
-            let mut conn = self.pool.acquire().await?;
-            let (row, now) = match guessed {
-                Some(read) => read,
-                None => {
-                    let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
-                    (rows.into_iter().next().flatten(), now)
-                }
-            };
-            let done = self.write_if(&mut conn, hash, generation, row, now, decide).await?;
-            conn.release();
-            Ok(if done { Tried::ReadThenWrite } else { Tried::Changed })
-        }
-    };
-}
-#[cfg(feature = "mysql")]
-pub(super) use optimistic;
-
-/// Generates `write_if`, `write_decided` and `conditional_query` inside a
-/// backend's `impl` (its connection and database types): the conditional
-/// write of an optimistic count, after its read, and the statement that
-/// makes it (MySQL's guesses bind their clock bound after it). The backend
-/// has `insert_new`, `replace_if`, `delete_if` and `remember` (see
-/// [`optimistic`]), and `row::decide_one` is in scope.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-macro_rules! write_if {
-    ($conn:ty, $db:ty) => {
-        /// Runs `decide` on `row` as read at `now`, then writes only if the
-        /// row is still `row`; false when it was not (nothing was written).
-        async fn write_if(
-            &self,
-            conn: &mut $conn,
-            hash: &KeyHash,
-            generation: i64,
-            row: Option<Stored>,
-            now: Millis,
-            decide: &mut Decide<'_>,
-        ) -> Result<bool, Failure> {
-            let write = decide_one(decide, &row, now).map_err(Failure::Store)?;
-            self.write_decided(conn, hash, generation, row, write).await
-        }
-
-        /// Writes `write` only if the row is still `row`; false when it was
-        /// not (nothing was written).
-        async fn write_decided(
-            &self,
-            conn: &mut $conn,
-            hash: &KeyHash,
-            generation: i64,
-            row: Option<Stored>,
-            write: RowWrite,
-        ) -> Result<bool, Failure> {
-            let after = row_after(&row, &write, generation);
-            let statements = [&*self.insert_new, &*self.replace_if, &*self.delete_if];
-            let Some(query) = Self::conditional_query(statements, hash, generation, Conditional::new(row, write))
-            else {
-                self.remember(hash, after);
-                return Ok(true);
-            };
-            let done = query.execute(&mut *conn).await?;
-            let done = done.rows_affected() == 1;
-            self.remember(hash, if done { after } else { None });
-            Ok(done)
-        }
-
-        /// The statement of `conditional` among `statements` (insert,
-        /// replace, delete: `insert_new`, `replace_if` and `delete_if`, or
-        /// variants that bind more after these), with its values bound;
-        /// `None` when there is nothing to write.
-        fn conditional_query<'q>(
-            statements: [&'q str; 3],
-            hash: &'q KeyHash,
-            generation: i64,
-            conditional: Conditional,
-        ) -> Option<sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>> {
-            let [insert, replace, delete] = statements;
-            Some(match conditional {
-                Conditional::Nothing => return None,
-                Conditional::Insert { value, expires_at, family } => {
-                    sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(family)
-                }
-                Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
-                    .bind(generation)
-                    .bind(value)
-                    .bind(expires_at)
-                    .bind(&hash[..])
-                    .bind(old.generation)
-                    .bind(old.value)
-                    .bind(old.expires_at),
-                Conditional::Delete { old } => {
-                    sqlx::query(delete).bind(&hash[..]).bind(old.generation).bind(old.value).bind(old.expires_at)
-                }
-            })
-        }
-    };
-}
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(super) use write_if;
 
 /// Puts the rows found in key order; a key with no row (or a row of a LEFT
 /// JOIN that found none) gets `None`. (SQLite reads its rows with rusqlite.)

@@ -1,6 +1,9 @@
-//! Whether the keys this store has not seen tend to have rows already.
+//! Whether a count on a key this store has not seen reads its row first, or
+//! guesses that the row is missing: whichever the keys not seen before lately
+//! called for.
 //!
-//! After a deploy or a restart, or beside other instances, most do: a guess
+//! After a deploy or a restart, or beside other instances, most such keys
+//! have rows: a guess
 //! that the row is missing then costs a statement that reads it, and the
 //! count's write a second. On brand-new keys most don't, and the guess is the
 //! one statement the count needs. So a store guesses while guesses hold, and
@@ -18,17 +21,17 @@ const LEAN: i32 = 16;
 /// A tally of keys not seen before: up for each that had a row, down for
 /// each that did not.
 #[derive(Debug, Default)]
-pub(super) struct RowsThere(AtomicI32);
+pub(super) struct ReadFirst(AtomicI32);
 
-impl RowsThere {
-    /// True when keys not seen before lately had rows: read first.
-    pub(super) fn likely(&self) -> bool {
+impl ReadFirst {
+    /// True when keys not seen before lately had rows: reading first pays.
+    pub(super) fn pays(&self) -> bool {
         self.0.load(Ordering::Relaxed) > 0
     }
 
     /// Notes whether a key not seen before had a row.
-    pub(super) fn note(&self, there: bool) {
-        let step = |n: i32| Some(if there { (n + 1).min(LEAN) } else { (n - 1).max(-LEAN) });
+    pub(super) fn note_row(&self, had_row: bool) {
+        let step = |n: i32| Some(if had_row { (n + 1).min(LEAN) } else { (n - 1).max(-LEAN) });
         let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, step);
     }
 }
@@ -39,21 +42,21 @@ mod tests {
 
     #[test]
     fn leans_to_what_keys_were_lately_and_turns_back_within_the_lean() {
-        let t = RowsThere::default();
-        assert!(!t.likely(), "a new store guesses");
-        t.note(true);
-        assert!(t.likely());
+        let t = ReadFirst::default();
+        assert!(!t.pays(), "a new store guesses");
+        t.note_row(true);
+        assert!(t.pays());
         for _ in 0..1_000 {
-            t.note(true);
+            t.note_row(true);
         }
         for _ in 0..LEAN {
-            t.note(false);
+            t.note_row(false);
         }
-        assert!(!t.likely(), "{LEAN} new keys in a row turn it back");
+        assert!(!t.pays(), "{LEAN} new keys in a row turn it back");
         for _ in 0..1_000 {
-            t.note(false);
+            t.note_row(false);
         }
-        t.note(true);
-        assert!(!t.likely());
+        t.note_row(true);
+        assert!(!t.pays());
     }
 }

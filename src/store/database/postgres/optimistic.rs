@@ -11,14 +11,14 @@
 //! settles it. Neither the memory nor the estimate is trusted: the count is
 //! exact across instances whatever they hold. While keys not seen before
 //! tend to have rows, or with no place for a guess alone, a count reads its
-//! row first instead (see `rows_there.rs` and `reader.rs`).
+//! row first instead (see `read_first.rs` and `reader.rs`).
 
 use sqlx::Row;
 
 use super::super::attempt::{Guess, Tried};
-use super::super::chores::{latest_now, match_rows};
 use super::super::error::Failure;
 use super::super::row::{decide_one, row_after, Decide, KeyHash, RowWrite, Stored};
+use super::super::upkeep::{latest_now, match_rows};
 use super::replace::{Replace, Replaced};
 use super::{Postgres, NOW};
 use crate::error::Unavailable;
@@ -114,7 +114,7 @@ impl Postgres {
                         (rows.into_iter().next().flatten(), now)
                     }
                 };
-                self.rows_there.note(row.is_some());
+                self.read_first.note_row(row.is_some());
                 if row.is_none() {
                     // A new row is inserted alone, never in a batch (see `guess`).
                     let mut conn = self.pool.acquire().await?;
@@ -143,7 +143,7 @@ impl Postgres {
         row: Option<Stored>,
         write: RowWrite,
     ) -> Result<bool, Failure> {
-        // Reading first (see `rows_there.rs`) too, as many go alone as
+        // Reading first (see `read_first.rs`) too, as many go alone as
         // guesses do: with fewer alone, 8 callers' first counts queued behind
         // the guesses, and 32 callers' gained nothing (BENCHMARKS.md).
         let alone = self.replacer.alone();
@@ -212,8 +212,8 @@ impl Postgres {
                     .bind(est)
             }
             (None, RowWrite::Put { value, expires_at, family }) => {
-                if self.rows_there.likely() {
-                    return Ok(Guess::NotTried); // read first: see `rows_there.rs`
+                if self.read_first.pays() {
+                    return Ok(Guess::NotTried); // read first: see `read_first.rs`
                 }
                 alone = self.replacer.alone();
                 if alone.is_none() {
@@ -260,7 +260,7 @@ impl Postgres {
             Replaced::Missed { row, now }
         };
         if inserting {
-            self.rows_there.note(matches!(replaced, Replaced::Missed { row: Some(_), .. }));
+            self.read_first.note_row(matches!(replaced, Replaced::Missed { row: Some(_), .. }));
         }
         Ok(self.answered(hash, after, replaced))
     }
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(count(&pg, &[2u8; 32], &mut nows).await, Tried::OneStatement, "the guess: no row");
         // Two keys without rows so far: three with rows lean it to reading first.
         for _ in 0..3 {
-            pg.rows_there.note(true);
+            pg.read_first.note_row(true);
         }
         assert_eq!(count(&pg, &[3u8; 32], &mut nows).await, Tried::ReadThenWrite, "read first");
         assert_eq!(count(&pg, &[4u8; 32], &mut nows).await, Tried::OneStatement, "no row there: guessing again");
