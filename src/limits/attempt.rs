@@ -63,8 +63,8 @@ impl Future for Attempt<'_> {
         let this = &mut *self;
         if let State::Start { limits, name, parts, cost } = this.state {
             this.state = State::Done;
-            if let Some((counted, answered)) = limits.gcra_at_once(name, parts, cost) {
-                return Poll::Ready(counted.gcra_decision(answered, cost));
+            if let Some((counted, step, answered)) = limits.gcra_at_once(name, parts, cost) {
+                return Poll::Ready(counted.gcra_decision(step, answered));
             }
             let answered = limits.attempt_at_once(name, parts, cost);
             if answered.is_ready() {

@@ -13,13 +13,12 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{IntegerCounter, LimitStore, Millis, StoreError, Write};
+use crate::{GcraStep, IntegerCounter, LimitStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::answers::Answers;
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
-use super::gcra::Rate;
 use super::key::{self, CallKeys};
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
@@ -46,9 +45,9 @@ pub(super) struct Counted {
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
     pub(super) backend: Backend,
-    /// The rate of a limit whose one part is a GCRA, worked out once for
-    /// its integer count.
-    pub(super) only_gcra: Option<Rate>,
+    /// The step of one attempt on a limit whose one part is a GCRA,
+    /// worked out once for its integer count.
+    pub(super) only_gcra: Option<GcraStep>,
     /// For a limit whose one part is a GCRA, the store's
     /// [integer counter](crate::IntegerCounts) of its keys, when the store
     /// offers one.
@@ -74,7 +73,7 @@ impl Counted {
         let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
-                Algorithm::Gcra { budget, window } => Some(Rate::new(budget, window)),
+                Algorithm::Gcra { budget, window } => Some(GcraStep::new(budget, window, 1)),
                 _ => None,
             },
             _ => None,

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use crate::transaction::refuse_in_transaction;
-use crate::{update_with, Millis, StoreError, Write};
+use crate::{update_with, GcraCounted, GcraStep, Millis, StoreError, Write};
 
 use super::answers::Answers;
-use super::at_once::gcra_step;
 use super::attempt::Attempt;
 use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
@@ -18,12 +17,11 @@ use super::error::LimitError;
 use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
-use super::outcome::Verdict;
 use super::parts::decide_held;
 
-/// A limit's integer count of a GCRA: the limit, and the verdict and the
-/// time of the count, or the store's error.
-pub(super) type GcraCounted<'a> = (&'a Counted, Result<(Verdict, Millis), StoreError>);
+/// A limit's integer count of a GCRA: the limit, the step it counted, and
+/// what the step counted, or the store's error.
+pub(super) type GcraAnswered<'a> = (&'a Counted, GcraStep, Result<GcraCounted, StoreError>);
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
@@ -76,8 +74,8 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        if let Some((counted, answered)) = self.gcra_at_once(name, parts, cost) {
-            return Some(counted.gcra_decision(answered, cost));
+        if let Some((counted, step, answered)) = self.gcra_at_once(name, parts, cost) {
+            return Some(counted.gcra_decision(step, answered));
         }
         match self.attempt_at_once(name, parts, cost) {
             Poll::Ready(answered) => Some(answered),
@@ -107,19 +105,20 @@ impl Limits {
 
     /// The usual attempt counted here and now: one value of a limit whose
     /// one part is a GCRA, on a store that offers
-    /// [integer counts](crate::IntegerCounts), `cost` of it. The limit, and
-    /// the verdict and the time of the count, or the store's error; `None`
+    /// [integer counts](crate::IntegerCounts), `cost` of it. The limit, the
+    /// step, and what it counted, or the store's error; `None`
     /// for any other attempt, and for one whose value its part refuses,
     /// which counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
     #[inline(always)]
-    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<GcraCounted<'_>> {
+    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<GcraAnswered<'_>> {
         if crate::transaction::is_in_transaction() {
             return None;
         }
         let counted = self.limits.get(name)?;
-        let rate = counted.only_gcra?;
-        let answered = counted.gcra_counted(rate, parts, cost)?;
-        Some((counted, answered.map(|(tat, at)| (gcra_step(rate, Some(tat), at, cost).1, at))))
+        let step = counted.only_gcra?;
+        let step = if cost == 1 { step } else { step.with_cost(cost) };
+        let answered = counted.gcra_counted(step, parts)?;
+        Some((counted, step, answered))
     }
 
     /// [`attempt_cost`](Self::attempt_cost) on a store that answers through a future
