@@ -20,7 +20,7 @@ impl Counted {
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. `None` when the store has no such path.
     /// The caller tried [`gcra_counted`](Self::gcra_counted) first.
-    #[inline(always)]
+    #[inline]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
         self.attempt_guarded_now(self.answering_at_once()?, parts, cost)
     }
@@ -89,7 +89,7 @@ impl Counted {
     /// counted by `step`, or the store's error. Each answer returned from a
     /// branch of its own: one shared with the refusal's call met it in a
     /// temporary, copied out.
-    #[inline(always)]
+    #[inline]
     pub(super) fn gcra_decision(
         &self,
         step: GcraStep,

@@ -104,7 +104,7 @@ impl Counted {
     /// failed), with what each part holds. Inlined, so that the usual
     /// decision is written where the caller wants it, not moved up through
     /// each call; a failure is settled out of line.
-    #[inline(always)]
+    #[inline]
     pub(super) fn settle(
         &self,
         answered: Result<(Verdict, Held, Millis), StoreError>,
@@ -248,7 +248,7 @@ impl Counted {
     /// The decision of the store's `verdict` on a limit of one part (or
     /// without what each part holds) for an attempt of `cost`; an allowed
     /// one inline, a refusal (tallied, maybe logged) out of line.
-    #[inline(always)]
+    #[inline]
     pub(super) fn answer(&self, verdict: Verdict, now: Millis, cost: u64) -> Result<Decision, LimitError> {
         if !verdict.allowed {
             return self.refused(&verdict, None, now, cost);
@@ -262,7 +262,7 @@ impl Counted {
     /// written once, where the caller wants it: one made before and shared
     /// with the refusal was copied on, with wider loads than the stores
     /// that wrote it, and the load stalled (BENCHMARKS.md).
-    #[inline(always)]
+    #[inline]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis, cost: u64) -> Decision {
         if cost != 0 {
             self.answers.allowed.add_one(now);
@@ -271,7 +271,7 @@ impl Counted {
     }
 
     /// The decision of `verdict` as the store gave it.
-    #[inline(always)]
+    #[inline]
     fn decision(&self, verdict: &Verdict, now: Millis) -> Decision {
         let part = &self.limit.parts[verdict.part];
         Decision {

@@ -86,7 +86,7 @@ impl Limits {
     /// [`attempt_cost`](Self::attempt_cost) here and now, on a store that answers at
     /// once; `Pending` when the store answers through a future, and nothing
     /// was counted. Inlined into the attempt's `poll`.
-    #[inline(always)]
+    #[inline]
     pub(super) fn attempt_at_once(
         &self,
         name: &str,
@@ -109,7 +109,7 @@ impl Limits {
     /// step, and what it counted, or the store's error; `None`
     /// for any other attempt, and for one whose value its part refuses,
     /// which counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
-    #[inline(always)]
+    #[inline]
     pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<GcraAnswered<'_>> {
         if crate::transaction::is_in_transaction() {
             return None;

@@ -70,7 +70,7 @@ fn family_of(slot_key: u128) -> FamilyId {
 }
 
 /// True when a slot's key is `k`'s.
-#[inline(always)]
+#[inline]
 fn names(slot_key: u128, k: &Located) -> bool {
     let apart = slot_key ^ k.key;
     // Truncation wanted: the high half, its family's bits left out.
