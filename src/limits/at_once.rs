@@ -18,10 +18,18 @@ use super::key::{key_of, CallKeys, KeyOf};
 impl Counted {
     /// The attempt counted here and now, on a store that
     /// [answers at once](LimitStore::update_now): no future, and nothing
-    /// kept across an await. `None` when the store has no such path.
-    /// The caller tried [`gcra_counted`](Self::gcra_counted) first.
+    /// kept across an await. The usual one (one value of a limit whose one
+    /// part is a GCRA) through the store's integer counts, when it offers
+    /// them; any other through its `update_now`. `None` when the store has
+    /// no such path, and nothing was counted.
     #[inline]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+        if let Some(step) = self.only_gcra {
+            let step = if cost == 1 { step } else { step.with_cost(cost) };
+            if let Some(answered) = self.gcra_counted(step, parts) {
+                return Some(self.gcra_decision(step, answered));
+            }
+        }
         self.attempt_guarded_now(self.answering_at_once()?, parts, cost)
     }
 
@@ -31,11 +39,7 @@ impl Counted {
     /// one whose value its part refuses, and one whose key names a hash of
     /// its value (see [`key_of`]): the general path answers those.
     #[inline(never)]
-    pub(super) fn gcra_counted(
-        &self,
-        step: GcraStep,
-        given: &[(&str, &str)],
-    ) -> Option<Result<GcraCounted, StoreError>> {
+    fn gcra_counted(&self, step: GcraStep, given: &[(&str, &str)]) -> Option<Result<GcraCounted, StoreError>> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;
@@ -90,11 +94,7 @@ impl Counted {
     /// branch of its own: one shared with the refusal's call met it in a
     /// temporary, copied out.
     #[inline]
-    pub(super) fn gcra_decision(
-        &self,
-        step: GcraStep,
-        answered: Result<GcraCounted, StoreError>,
-    ) -> Result<Decision, LimitError> {
+    fn gcra_decision(&self, step: GcraStep, answered: Result<GcraCounted, StoreError>) -> Result<Decision, LimitError> {
         match answered {
             Ok(counted) => {
                 let verdict = verdict(step, counted);
