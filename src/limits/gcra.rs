@@ -36,9 +36,9 @@ pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) ->
 }
 
 /// [`check`] for an attempt that counts `cost` at once (0: a check): it moves
-/// the TAT by `cost` intervals, allowed when `max(tat, now) + cost × interval
-/// - now` stays within the bucket. The rule is [`GcraStep::run`]'s, as on a
-/// store's [integer counts](crate::IntegerCounts).
+/// the TAT by `cost` intervals, allowed when `max(tat, now) + cost × interval`
+/// stays within the bucket ahead of `now`. The rule is [`GcraStep::run`]'s,
+/// as on a store's [integer counts](crate::IntegerCounts).
 pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cost: u64) -> Outcome {
     let step = GcraStep::new(budget, window, cost);
     let stored = entry.filter(|e| e.expires_at > now).and_then(|e| Some((e.value.as_i64()?, e.expires_at)));
