@@ -13,7 +13,7 @@ pub mod redis;
 
 use crate::StoreError;
 
-pub use integer_counts::{IntegerCounter, IntegerCounts, IntegerStep};
+pub use integer_counts::{GcraCounted, GcraStep, IntegerCounter, IntegerCounts};
 
 /// Milliseconds since the Unix epoch, on the store's own clock.
 pub type Millis = i64;

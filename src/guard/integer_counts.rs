@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::{log, Guarded, Logs};
 use crate::error::Unavailable;
-use crate::{IntegerCounter, IntegerCounts, IntegerStep, LimitStore, StoreError};
+use crate::{GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, StoreError};
 
 impl<S: LimitStore + ?Sized + 'static> IntegerCounts for Guarded<S> {
     fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
@@ -30,7 +30,7 @@ struct GuardedCounter {
 }
 
 impl IntegerCounter for GuardedCounter {
-    fn count(&self, rest: &str, step: &mut IntegerStep<'_>) -> Result<(), StoreError> {
+    fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
         let answer = match &self.inner {
             Some(inner) => match catch_unwind(AssertUnwindSafe(|| inner.count(rest, step))) {
                 Ok(answer) => answer,
@@ -53,22 +53,64 @@ fn failed(detail: &str) -> StoreError {
 mod tests {
     use std::sync::Arc;
 
-    use crate::{Guarded, LimitStore, MemoryStore};
+    use crate::error::Unavailable;
+    use crate::{
+        Apply, Entry, GcraCounted, GcraStep, Guarded, IntegerCounter, IntegerCounts, LimitStore, MemoryStore,
+        StoreError,
+    };
 
-    /// The guard offers a memory store's integer counts, and a step that
-    /// panics is answered unavailable, writing nothing; a full store's
-    /// answer comes back as it is.
+    /// A memory store whose integer counter panics on the key `"panics"`.
+    struct Panicking(MemoryStore);
+
+    #[async_trait::async_trait]
+    impl LimitStore for Panicking {
+        fn shared(&self) -> bool {
+            false
+        }
+        fn answers_at_once(&self) -> bool {
+            true
+        }
+        fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
+            Some(self)
+        }
+        async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+            self.0.update(keys, apply).await
+        }
+        async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+            self.0.read(keys).await
+        }
+        async fn sweep(&self) -> Result<u64, StoreError> {
+            self.0.sweep().await
+        }
+    }
+
+    impl IntegerCounts for Panicking {
+        fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
+            Box::new(PanickingCounter(self.0.counter(prefix)))
+        }
+    }
+
+    struct PanickingCounter(Box<dyn IntegerCounter>);
+
+    impl IntegerCounter for PanickingCounter {
+        fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
+            assert_ne!(rest, "panics", "a store that panics");
+            self.0.count(rest, step)
+        }
+    }
+
+    /// The guard offers a store's integer counts, and a store that panics
+    /// is answered unavailable; a full store's answer comes back as it is.
     #[tokio::test]
     async fn a_guarded_count_answers_a_panic_unavailable() {
-        let store = Arc::new(MemoryStore::with_max_entries(1));
+        let store = Arc::new(Panicking(MemoryStore::with_max_entries(1)));
         let guarded = Guarded::new(store.clone());
         let counter = guarded.integer_counts().expect("offered for a store that answers at once").counter("l:p:");
-        counter.count("a", &mut |_, now| Some((1, now + 60_000))).unwrap();
-        let panicked = counter.count("a", &mut |_, _| panic!("a step that panics")).unwrap_err();
-        assert_eq!(panicked.unavailable_reason(), Some(crate::error::Unavailable::StoreFailed));
-        let read = store.read(&["l:p:a"]).await.unwrap();
-        assert_eq!(read[0].as_ref().map(|e| e.value.clone()), Some(serde_json::json!(1)), "nothing was written");
-        let full = counter.count("b", &mut |_, now| Some((1, now + 60_000))).unwrap_err();
-        assert_eq!(full.unavailable_reason(), Some(crate::error::Unavailable::Full));
+        let step = GcraStep::new(10, 60_000, 1);
+        assert!(counter.count("a", step).unwrap().allowed);
+        let panicked = counter.count("panics", step).unwrap_err();
+        assert_eq!(panicked.unavailable_reason(), Some(Unavailable::StoreFailed));
+        let full = counter.count("b", step).unwrap_err();
+        assert_eq!(full.unavailable_reason(), Some(Unavailable::Full));
     }
 }

@@ -7,45 +7,47 @@
 
 use std::sync::Arc;
 
-use crate::{IntegerCounter, LimitStore, Millis, StoreError};
+use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
-use super::algorithm::Verdict;
 use super::counted::{Backend, Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
-use super::gcra::Rate;
+use super::gcra::verdict;
 use super::key::{key_of, CallKeys, KeyOf};
 
 impl Counted {
     /// The attempt counted here and now, on a store that
     /// [answers at once](LimitStore::update_now): no future, and nothing
-    /// kept across an await. `None` when the store has no such path.
-    /// The caller tried [`gcra_counted`](Self::gcra_counted) first.
-    #[inline(always)]
+    /// kept across an await. The usual one (one value of a limit whose one
+    /// part is a GCRA) through the store's integer counts, when it offers
+    /// them; any other through its `update_now`. `None` when the store has
+    /// no such path, and nothing was counted.
+    #[inline]
     pub(super) fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+        if let Some(step) = self.only_gcra {
+            let step = if cost == 1 { step } else { step.with_cost(cost) };
+            if let Some(answered) = self.gcra_counted(step, parts) {
+                return Some(self.gcra_decision(step, answered));
+            }
+        }
         self.attempt_guarded_now(self.answering_at_once()?, parts, cost)
     }
 
     /// The usual attempt (one part, one value) on a limit whose one part is
-    /// a GCRA at `rate`, counted through the store's integer counter: the
-    /// TAT the count started from and its time, of which the verdict is
-    /// worked out again (the step is pure), or the store's error. `None`
-    /// for any other call, one whose value its part refuses, and one whose
-    /// key names a hash of its value: the general path answers those.
+    /// a GCRA, `step` of it counted through the store's integer counter:
+    /// what it counted, or the store's error. `None` for any other call,
+    /// one whose value its part refuses, and one whose key names a hash of
+    /// its value (see [`key_of`]): the general path answers those.
     #[inline(never)]
-    pub(super) fn gcra_counted(
-        &self,
-        rate: Rate,
-        given: &[(&str, &str)],
-        cost: u64,
-    ) -> Option<Result<(Millis, Millis), StoreError>> {
+    fn gcra_counted(&self, step: GcraStep, given: &[(&str, &str)]) -> Option<Result<GcraCounted, StoreError>> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         if *name != part.name {
             return None;
         }
         let counter = self.integer.as_deref()?;
         let normalized = self.rules.apply(part.normalize, value).ok()?;
-        count_gcra(counter, &self.stems[0], &normalized, rate, cost)
+        let KeyOf::Plain(rest) = key_of(&self.stems[0], &normalized) else { return None };
+        Some(counter.count(rest, step))
     }
 
     /// [`attempt_now`](Self::attempt_now) through the store's (guarded) `update_now`.
@@ -87,19 +89,21 @@ impl Counted {
         })
     }
 
-    /// The decision of an attempt of `cost` that [`gcra_counted`](Self::gcra_counted)
-    /// counted: its verdict and the time of the count, or the store's error.
-    /// Each answer returned from a branch of its own: one shared with the
-    /// refusal's call met it in a temporary, copied out.
-    #[inline(always)]
-    pub(super) fn gcra_decision(
-        &self,
-        answered: Result<(Verdict, Millis), StoreError>,
-        cost: u64,
-    ) -> Result<Decision, LimitError> {
+    /// The decision of an attempt that [`gcra_counted`](Self::gcra_counted)
+    /// counted by `step`, or the store's error. Each answer returned from a
+    /// branch of its own: one shared with the refusal's call met it in a
+    /// temporary, copied out.
+    #[inline]
+    fn gcra_decision(&self, step: GcraStep, answered: Result<GcraCounted, StoreError>) -> Result<Decision, LimitError> {
         match answered {
-            Ok((verdict, at)) if verdict.allowed => Ok(self.answer_allowed(&verdict, at, cost)),
-            Ok((verdict, at)) => self.refused(&verdict, None, at, cost),
+            Ok(counted) => {
+                let verdict = verdict(step, counted);
+                if verdict.allowed {
+                    Ok(self.answer_allowed(&verdict, counted.now, step.cost()))
+                } else {
+                    self.refused(&verdict, None, counted.now, step.cost())
+                }
+            }
             Err(e) => self.failed(e),
         }
     }
@@ -111,46 +115,4 @@ impl Counted {
             _ => None,
         }
     }
-}
-
-/// One attempt of `cost` on a GCRA at `rate`, whose key is `value`'s on
-/// the part `stem`, counted by `counter` (of the stem's keys) as one
-/// integer: the TAT (on `rate`) the step counted from and its time (the step's verdict
-/// is worked out again from them), or the store's error, which wrote
-/// nothing. `None` when the key is too long for its text (it names a hash
-/// of the value instead: see [`key_of`]).
-#[inline(always)]
-fn count_gcra(
-    counter: &dyn IntegerCounter,
-    stem: &str,
-    value: &str,
-    rate: Rate,
-    cost: u64,
-) -> Option<Result<(Millis, Millis), StoreError>> {
-    let KeyOf::Plain(value) = key_of(stem, value) else { return None };
-    let (mut tat, mut at) = (0, 0);
-    let counted = counter.count(value, &mut |stored, now| {
-        let held = rate.held(stored, now);
-        tat = super::gcra::counted_from(held, now);
-        at = now;
-        rate.keep(stored, held, gcra_step(rate, held, now, cost).0)
-    });
-    Some(counted.map(|()| (tat, at)))
-}
-
-/// A GCRA's step for an attempt of `cost`: the usual cost of 1 by
-/// [`Rate::step`], which carries no cost, inline; any other by `step_cost`,
-/// out of the usual count's way.
-#[inline(always)]
-pub(super) fn gcra_step(rate: Rate, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
-    if cost == 1 {
-        rate.step(tat, now)
-    } else {
-        gcra_step_cost(rate, tat, now, cost)
-    }
-}
-
-#[inline(never)]
-fn gcra_step_cost(rate: Rate, tat: Option<Millis>, now: Millis, cost: u64) -> (Option<Millis>, Verdict) {
-    rate.step_cost(tat, now, cost)
 }

@@ -1,12 +1,12 @@
-//! [`Attempt`]: the future of [`Limits::attempt`] and
-//! [`Limits::attempt_cost`]. It counts when first
+//! [`Limits::attempt`], [`Limits::attempt_cost`] and [`Limits::attempt_now`],
+//! and [`Attempt`], the future of the first two. It counts when first
 //! polled: on a store that answers at once (the memory store) that poll
 //! answers; on any other it counts through the store's own future, boxed.
 //!
 //! A future of its own, not an `async fn`'s, so that the usual count on the
 //! memory store (one value of a limit whose one part is a GCRA) makes its
-//! decision where `poll` returns it: the count hands back the TAT it saw
-//! and its time, two integers, and the decision is written once. The rule:
+//! decision where `poll` returns it: the count hands back what its step
+//! counted, three words, and the decision is written once. The rule:
 //! a decision is built where it is returned, never in a frame it is then
 //! copied out of, since reading back what was just written, with wider loads,
 //! stalls the CPU (the profile is in BENCHMARKS.md).
@@ -49,6 +49,47 @@ impl std::fmt::Debug for Attempt<'_> {
     }
 }
 
+impl Limits {
+    /// Counts one attempt on limit `name` for the given parts, as
+    /// `(part, value)` pairs in any order (values are any UTF-8: emails, IPs).
+    /// The [`Attempt`] counts when first polled: `.await` it.
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
+    pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
+        Attempt::new(self, name, parts, 1)
+    }
+
+    /// [`attempt`](Self::attempt) that counts `cost` at once on every part
+    /// (an LLM call of 1,200 tokens, a batch of 50 messages): allowed only
+    /// when all of it fits on every part, and then counted whole on each; a
+    /// refused attempt counts nothing on any part. A cost of 0 is a check:
+    /// it answers what an attempt of 1 would, and counts nothing. A cost
+    /// over a part's budget can never be allowed: it is
+    /// [`LimitError::CostOverBudget`], counting nothing. `attempt` is
+    /// `attempt_cost` of 1.
+    ///
+    /// A limit counted in an earlier-contract [`RateLimitStore`](super::RateLimitStore)
+    /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
+    pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
+        Attempt::new(self, name, parts, cost)
+    }
+
+    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
+    /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
+    /// (the memory store, guarded or not); `None` on a store that answers
+    /// through a future, and then nothing was counted: await `attempt_cost`
+    /// instead. For a caller that answers without a future of its own (a
+    /// tower service's `call`, as the [layer](crate::layer)'s).
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
+    pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+        match self.attempt_at_once(name, parts, cost) {
+            Poll::Ready(answered) => Some(answered),
+            Poll::Pending => None,
+        }
+    }
+}
+
 impl<'a> Attempt<'a> {
     /// An attempt of `cost` on limit `name` of `limits`, for `parts`, not counted yet.
     pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
@@ -63,9 +104,6 @@ impl Future for Attempt<'_> {
         let this = &mut *self;
         if let State::Start { limits, name, parts, cost } = this.state {
             this.state = State::Done;
-            if let Some((counted, answered)) = limits.gcra_at_once(name, parts, cost) {
-                return Poll::Ready(counted.gcra_decision(answered, cost));
-            }
             let answered = limits.attempt_at_once(name, parts, cost);
             if answered.is_ready() {
                 return answered;

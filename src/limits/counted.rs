@@ -13,13 +13,12 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{IntegerCounter, LimitStore, Millis, StoreError, Write};
+use crate::{GcraStep, IntegerCounter, LimitStore, Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome, Verdict};
 use super::answers::Answers;
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
-use super::gcra::Rate;
 use super::key::{self, CallKeys};
 use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
@@ -46,9 +45,9 @@ pub(super) struct Counted {
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
     pub(super) backend: Backend,
-    /// The rate of a limit whose one part is a GCRA, worked out once for
-    /// its integer count.
-    pub(super) only_gcra: Option<Rate>,
+    /// The step of one attempt on a limit whose one part is a GCRA,
+    /// worked out once for its integer count.
+    pub(super) only_gcra: Option<GcraStep>,
     /// For a limit whose one part is a GCRA, the store's
     /// [integer counter](crate::IntegerCounts) of its keys, when the store
     /// offers one.
@@ -74,7 +73,7 @@ impl Counted {
         let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
-                Algorithm::Gcra { budget, window } => Some(Rate::new(budget, window)),
+                Algorithm::Gcra { budget, window } => Some(GcraStep::new(budget, window, 1)),
                 _ => None,
             },
             _ => None,
@@ -105,7 +104,7 @@ impl Counted {
     /// failed), with what each part holds. Inlined, so that the usual
     /// decision is written where the caller wants it, not moved up through
     /// each call; a failure is settled out of line.
-    #[inline(always)]
+    #[inline]
     pub(super) fn settle(
         &self,
         answered: Result<(Verdict, Held, Millis), StoreError>,
@@ -249,7 +248,7 @@ impl Counted {
     /// The decision of the store's `verdict` on a limit of one part (or
     /// without what each part holds) for an attempt of `cost`; an allowed
     /// one inline, a refusal (tallied, maybe logged) out of line.
-    #[inline(always)]
+    #[inline]
     pub(super) fn answer(&self, verdict: Verdict, now: Millis, cost: u64) -> Result<Decision, LimitError> {
         if !verdict.allowed {
             return self.refused(&verdict, None, now, cost);
@@ -263,7 +262,7 @@ impl Counted {
     /// written once, where the caller wants it: one made before and shared
     /// with the refusal was copied on, with wider loads than the stores
     /// that wrote it, and the load stalled (BENCHMARKS.md).
-    #[inline(always)]
+    #[inline]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis, cost: u64) -> Decision {
         if cost != 0 {
             self.answers.allowed.add_one(now);
@@ -272,7 +271,7 @@ impl Counted {
     }
 
     /// The decision of `verdict` as the store gave it.
-    #[inline(always)]
+    #[inline]
     fn decision(&self, verdict: &Verdict, now: Millis) -> Decision {
         let part = &self.limit.parts[verdict.part];
         Decision {

@@ -9,8 +9,6 @@ use crate::transaction::refuse_in_transaction;
 use crate::{update_with, Millis, StoreError, Write};
 
 use super::answers::Answers;
-use super::at_once::gcra_step;
-use super::attempt::Attempt;
 use super::by_name::ByName;
 use super::counted::{Backend, Counted, Need};
 use super::decision::{Decision, LimitCounters};
@@ -18,12 +16,7 @@ use super::error::LimitError;
 use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
-use super::outcome::Verdict;
 use super::parts::decide_held;
-
-/// A limit's integer count of a GCRA: the limit, and the verdict and the
-/// time of the count, or the store's error.
-pub(super) type GcraCounted<'a> = (&'a Counted, Result<(Verdict, Millis), StoreError>);
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
@@ -43,52 +36,11 @@ impl Limits {
         Limits { limits: Arc::new(ByName::new(limits)) }
     }
 
-    /// Counts one attempt on limit `name` for the given parts, as
-    /// `(part, value)` pairs in any order (values are any UTF-8: emails, IPs).
-    /// The [`Attempt`] counts when first polled: `.await` it.
-    ///
-    /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
-        Attempt::new(self, name, parts, 1)
-    }
-
-    /// [`attempt`](Self::attempt) that counts `cost` at once on every part
-    /// (an LLM call of 1,200 tokens, a batch of 50 messages): allowed only
-    /// when all of it fits on every part, and then counted whole on each; a
-    /// refused attempt counts nothing on any part. A cost of 0 is a check:
-    /// it answers what an attempt of 1 would, and counts nothing. A cost
-    /// over a part's budget can never be allowed: it is
-    /// [`LimitError::CostOverBudget`], counting nothing. `attempt` is
-    /// `attempt_cost` of 1.
-    ///
-    /// A limit counted in an earlier-contract [`RateLimitStore`](super::RateLimitStore)
-    /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
-    pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
-        Attempt::new(self, name, parts, cost)
-    }
-
-    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
-    /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
-    /// (the memory store, guarded or not); `None` on a store that answers
-    /// through a future, and then nothing was counted: await `attempt_cost`
-    /// instead. For a caller that answers without a future of its own (a
-    /// tower service's `call`, as the [layer](crate::layer)'s).
-    ///
-    /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        if let Some((counted, answered)) = self.gcra_at_once(name, parts, cost) {
-            return Some(counted.gcra_decision(answered, cost));
-        }
-        match self.attempt_at_once(name, parts, cost) {
-            Poll::Ready(answered) => Some(answered),
-            Poll::Pending => None,
-        }
-    }
-
-    /// [`attempt_cost`](Self::attempt_cost) here and now, on a store that answers at
-    /// once; `Pending` when the store answers through a future, and nothing
-    /// was counted. Inlined into the attempt's `poll`.
-    #[inline(always)]
+    /// An attempt of `cost` on limit `name` here and now, on a store that
+    /// answers at once; `Pending` when the store answers through a future,
+    /// and nothing was counted. The one way from an attempt to its
+    /// decision: [`attempt_later`](Self::attempt_later) goes on from it.
+    #[inline]
     pub(super) fn attempt_at_once(
         &self,
         name: &str,
@@ -103,23 +55,6 @@ impl Limits {
             Err(e) => return Poll::Ready(Err(e)),
         };
         counted.attempt_now(parts, cost).map_or(Poll::Pending, Poll::Ready)
-    }
-
-    /// The usual attempt counted here and now: one value of a limit whose
-    /// one part is a GCRA, on a store that offers
-    /// [integer counts](crate::IntegerCounts), `cost` of it. The limit, and
-    /// the verdict and the time of the count, or the store's error; `None`
-    /// for any other attempt, and for one whose value its part refuses,
-    /// which counted nothing: [`attempt_at_once`](Self::attempt_at_once) answers those.
-    #[inline(always)]
-    pub(super) fn gcra_at_once(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<GcraCounted<'_>> {
-        if crate::transaction::is_in_transaction() {
-            return None;
-        }
-        let counted = self.limits.get(name)?;
-        let rate = counted.only_gcra?;
-        let answered = counted.gcra_counted(rate, parts, cost)?;
-        Some((counted, answered.map(|(tat, at)| (gcra_step(rate, Some(tat), at, cost).1, at))))
     }
 
     /// [`attempt_cost`](Self::attempt_cost) on a store that answers through a future

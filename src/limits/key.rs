@@ -163,7 +163,7 @@ mod tests {
     use crate::limits::normalize::{KeyRules, Normalize};
     use crate::limits::{Algorithm, Limit, Part};
     use crate::{
-        Apply, Entry, IntegerCounter, IntegerCounts, IntegerStep, LimitStore, Limits, MemoryStore, StoreError,
+        Apply, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, Limits, MemoryStore, StoreError,
     };
 
     fn key(limit: &str, part: &str, value: &str) -> String {
@@ -255,7 +255,7 @@ mod tests {
     }
 
     impl IntegerCounter for NotingCounter {
-        fn count(&self, rest: &str, step: &mut IntegerStep<'_>) -> Result<(), StoreError> {
+        fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
             self.noted.lock().push(format!("{}{rest}", self.prefix));
             self.inner.count(rest, step)
         }

@@ -22,7 +22,7 @@ const COUNT_BITS: u32 = 40;
 const COUNT: u64 = (1 << COUNT_BITS) - 1;
 
 /// The minute `now` falls in, numbered from the Unix epoch (0 before it).
-#[inline(always)]
+#[inline]
 pub(super) fn minute_of(now: Millis) -> u64 {
     // Unsigned: a division by a constant without a signed one's fix-ups.
     u64::try_from(now).unwrap_or(0) / MINUTE_MS.unsigned_abs()
@@ -34,13 +34,13 @@ pub(super) fn minute_start(minute: u64) -> Millis {
 }
 
 /// The bits a slot holds its minute in.
-#[inline(always)]
+#[inline]
 fn tag(minute: u64) -> u64 {
     minute << COUNT_BITS
 }
 
 /// The slot of `minute`.
-#[inline(always)]
+#[inline]
 #[allow(clippy::cast_possible_truncation)] // below 64: the cast loses nothing
 fn slot(minute: u64) -> usize {
     (minute % RING as u64) as usize
@@ -63,7 +63,7 @@ impl Default for Hour {
 impl Hour {
     /// Adds one in `minute`, by the one thread that writes this stripe: a
     /// plain load and store, no locked instruction.
-    #[inline(always)]
+    #[inline]
     pub(super) fn add_owned(&self, minute: u64) {
         let slot = &self.slots[slot(minute)];
         let word = slot.load(Relaxed);

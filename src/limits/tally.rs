@@ -31,7 +31,7 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// Adds one at `now` (the store's clock), on this thread's stripe.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn add_one(&self, now: Millis) {
         let minute = minute_of(now);
         match owned_stripe() {

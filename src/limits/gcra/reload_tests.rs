@@ -84,12 +84,12 @@ fn a_tat_stored_before_the_interval_was_kept_is_read_at_the_current_rate() {
 #[test]
 fn what_is_held_is_rounded_up_to_the_millisecond_never_lost() {
     // 3 per second: an interval of 333 ms; one attempt held is 333 ms.
-    let rate = Rate::new(3, 1_000);
+    let rate = GcraStep::new(3, 1_000, 1);
     let held = rate.held(Some((100, T0 + 100)), T0);
     assert_eq!(held, Some(T0 + 333), "one attempt at 100 ms is one at 333 ms");
-    let back = Rate::new(10, 1_000).held(Some((333, T0 + 1)), T0);
+    let back = GcraStep::new(10, 1_000, 1).held(Some((333, T0 + 1)), T0);
     assert_eq!(back, Some(T0 + 1), "a part of an attempt stays a part, not none");
     // At most a bucket, and at the very ends of time no overflow.
     assert_eq!(rate.held(Some((1, Millis::MAX)), Millis::MIN), Some(Millis::MIN + 999));
-    assert_eq!(Rate::new(1, Millis::MAX).held(Some((1, Millis::MAX)), 0), Some(Millis::MAX));
+    assert_eq!(GcraStep::new(1, Millis::MAX, 1).held(Some((1, Millis::MAX)), 0), Some(Millis::MAX));
 }

@@ -49,7 +49,7 @@ use parking_lot::Mutex;
 
 use crate::bound::{Bound, PerFamily};
 use crate::clock::{Clock, SteadyClock};
-use crate::{Apply, Entry, IntegerCounter, IntegerCounts, IntegerStep, LimitStore, Millis, StoreError};
+use crate::{Apply, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
@@ -286,7 +286,7 @@ struct PrefixCounter {
 }
 
 impl IntegerCounter for PrefixCounter {
-    fn count(&self, rest: &str, step: &mut IntegerStep<'_>) -> Result<(), StoreError> {
-        self.store.count_number_after(&self.start, rest.as_bytes(), |held, now| (step(held, now), ()))
+    fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
+        self.store.count_number_after(&self.start, rest.as_bytes(), |held, now| step.run(held, now))
     }
 }

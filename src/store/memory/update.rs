@@ -347,31 +347,28 @@ mod tests {
 
     const LATER: i64 = i64::MAX / 2;
 
-    /// An integer count through the store's counter: the key is the
+    /// An integer count, as the store's counter makes it: the key is the
     /// prefix followed by the rest (the store finds it under that name), the
     /// step sees the integer and its expiry, and a key the rules refuse is
     /// refused as `update` refuses it, writing nothing.
     #[tokio::test]
     async fn an_integer_count_is_found_under_its_whole_key() {
-        use crate::IntegerCounts;
         let store = MemoryStore::new();
-        let counter = store.counter("limit:part:");
+        let start = store.key_start("limit:part:");
+        let count = |rest: &str, n: i64, expires_at: Option<i64>| {
+            store.count_number_after(&start, rest.as_bytes(), |held, now| (Some((n, expires_at.unwrap_or(now))), held))
+        };
         let mut seen = Vec::new();
         for n in [1, 2] {
-            counter
-                .count("k", &mut |held, _| {
-                    seen.push(held);
-                    Some((n, LATER))
-                })
-                .unwrap();
+            seen.push(count("k", n, Some(LATER)).unwrap());
         }
         assert_eq!(seen, [None, Some((1, LATER))]);
         let read = |store: MemoryStore| async move { store.read(&["limit:part:k"]).await.unwrap()[0].clone() };
         assert_eq!(read(store.clone()).await.map(|e| e.value), Some(json!(2)), "found under its whole name");
         let long = "k".repeat(crate::MAX_KEY_BYTES);
-        let refused = counter.count(&long, &mut |_, _| Some((3, LATER))).unwrap_err();
+        let refused = count(&long, 3, Some(LATER)).unwrap_err();
         assert!(matches!(refused.refusal(), Some(crate::error::RefusedInput::KeyTooLong { .. })));
-        counter.count("k", &mut |_, now| Some((4, now))).unwrap();
+        count("k", 4, None).unwrap();
         assert_eq!(read(store.clone()).await, None, "an entry expired as it is written is a delete");
         assert_eq!(store.len(), 0);
     }
