@@ -4,7 +4,7 @@
 //! database will do.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -64,12 +64,32 @@ impl DbFile {
             | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
         let conn = Connection::open_with_flags(&self.path, flags)?;
         conn.busy_timeout(wait)?;
-        // This pragma answers the mode it set: a row to read, not to execute.
-        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
+        // Setting WAL on a file that another connection is creating can be
+        // answered busy at once, without the busy handler (SQLite's rule
+        // against two readers each waiting to write): it is asked again
+        // until the wait is over. The pragma answers the mode it set: a row
+        // to read, not to execute.
+        let started = Instant::now();
+        loop {
+            match conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(())) {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) && started.elapsed() < wait => std::thread::sleep(BUSY_AGAIN),
+                Err(e) => return Err(e),
+            }
+        }
         conn.pragma_update(None, "synchronous", if self.durable { "full" } else { "normal" })?;
         conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
         Ok(conn)
     }
+}
+
+/// How long a connection whose switch to WAL was answered busy waits
+/// before it asks again.
+const BUSY_AGAIN: Duration = Duration::from_millis(5);
+
+/// Whether SQLite answered busy or locked.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
 }
 
 /// `text` with each `%XX` replaced by its byte; `None` for a bad escape or
