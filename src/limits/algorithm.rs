@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use crate::{Entry, Millis, Write};
 
 pub use super::outcome::{join, Outcome, Verdict};
-pub use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
+pub(crate) use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
 use super::{gcra, lockout, window};
 
 /// How one part of a limit counts attempts.

@@ -64,4 +64,4 @@ pub use limit::{Limit, Part, Policy};
 pub use normalize::{client_network, Normalize, DEFAULT_IPV6_PREFIX};
 pub use outcome::{Outcome, Verdict};
 pub use setting_names::ALGORITHM_NAMES;
-pub use window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
+pub use window::MAX_SLIDING_WINDOW;

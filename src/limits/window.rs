@@ -22,7 +22,7 @@ use super::outcome::Outcome;
 
 /// Most attempts a sliding window keeps: its stored value is the list of them,
 /// and it must stay well under the store's 4096-byte value limit.
-pub const MAX_SLIDING_BUDGET: u64 = 256;
+pub(crate) const MAX_SLIDING_BUDGET: u64 = 256;
 /// Longest sliding window: 100 years. Its stored value keeps each attempt as
 /// an offset from the oldest, at most two windows, so 256 of them stay under
 /// the store's 4096-byte value limit only for windows up to about 150 years.
