@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap};
 
 use super::key::Key;
-use crate::limits::normalize::{client_network, DEFAULT_IPV6_PREFIX};
+use crate::limits::{client_network, DEFAULT_IPV6_PREFIX};
 
 /// Finds the value a request is counted by. `None` is a missing key, which the
 /// layer answers as its [`MissingKey`](super::MissingKey) says.

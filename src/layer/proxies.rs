@@ -20,7 +20,7 @@ use axum::http::{Extensions, HeaderMap};
 
 use super::extract::{client_key, peer, KeyExtractor, NeedsParts};
 use super::key::Key;
-use crate::limits::normalize::DEFAULT_IPV6_PREFIX;
+use crate::limits::DEFAULT_IPV6_PREFIX;
 
 /// A network of addresses, as `10.0.0.0/8`, `2001:db8::/32` or one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

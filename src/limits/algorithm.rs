@@ -1,6 +1,6 @@
 //! What a limit counts with: one [`Algorithm`] per part, each a pure function
 //! of the part's live entry, the store's clock and the part's budget; and
-//! [`decide`], which joins the parts of one attempt into one answer.
+//! [`decide_cost`], which joins the parts of one attempt into one answer.
 //!
 //! Nothing here touches a store: the functions run inside a store's `apply`, and
 //! the tests call them with explicit `now` values.
@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use crate::{Entry, Millis, Write};
 
 pub use super::outcome::{join, Outcome, Verdict};
-pub use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
+pub(crate) use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
 use super::{gcra, lockout, window};
 
 /// How one part of a limit counts attempts.
@@ -192,6 +192,7 @@ impl Algorithm {
 /// has budget left, and then counted on every part; a refused attempt writes
 /// nothing. `entries[i]` is the live entry of `parts[i]`.
 #[inline]
+#[cfg(test)]
 pub fn decide<'a>(
     parts: impl Iterator<Item = &'a Algorithm>,
     entries: &[Option<Entry>],
@@ -200,9 +201,10 @@ pub fn decide<'a>(
     decide_cost(parts, entries, now, 1)
 }
 
-/// [`decide`] for an attempt that counts `cost` on every part at once
+/// Joins one attempt that counts `cost` on every part of a limit at once
 /// (see [`Algorithm::check_cost`]): allowed only when it fits on every
-/// part; cost 0 writes nothing on any.
+/// part, and then counted on every part; a refused attempt, or cost 0,
+/// writes nothing. `entries[i]` is the live entry of `parts[i]`.
 pub fn decide_cost<'a>(
     parts: impl Iterator<Item = &'a Algorithm>,
     entries: &[Option<Entry>],

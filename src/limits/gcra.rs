@@ -31,6 +31,7 @@ pub fn interval(budget: u64, window: Millis) -> Millis {
 
 /// One attempt on a GCRA of `budget` per `window`.
 #[inline]
+#[cfg(test)]
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
     check_cost(entry, now, budget, window, 1)
 }

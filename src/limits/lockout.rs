@@ -14,6 +14,7 @@ use super::outcome::Outcome;
 
 /// One attempt on a lockout of `budget` attempts per `window`, locking for `lock`.
 #[inline]
+#[cfg(test)]
 pub fn check(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, lock: Millis) -> Outcome {
     check_cost(entry, now, budget, window, lock, 1)
 }

@@ -24,7 +24,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod algorithm;
+mod algorithm;
 mod answers;
 mod at_once;
 mod attempt;
@@ -34,25 +34,25 @@ mod counted;
 mod decision;
 mod error;
 mod fold;
-pub mod gcra;
+mod gcra;
 mod handle;
 mod key;
 mod last_hour;
-pub mod legacy;
+mod legacy;
 mod limit;
-pub mod lockout;
+mod lockout;
 mod minutes;
 mod name;
-pub mod normalize;
-pub mod outcome;
+pub(crate) mod normalize;
+mod outcome;
 mod overrides;
 mod parts;
 pub mod presets;
 mod setting_names;
 mod tally;
-pub mod window;
+mod window;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{decide_cost, Algorithm};
 pub use attempt::Attempt;
 pub use builder::LimitsBuilder;
 pub use decision::{Decision, LimitCounters, PartLeft};
@@ -61,5 +61,7 @@ pub use handle::Limits;
 pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
-pub use normalize::Normalize;
+pub use normalize::{client_network, Normalize, DEFAULT_IPV6_PREFIX};
+pub use outcome::{Outcome, Verdict};
 pub use setting_names::ALGORITHM_NAMES;
+pub use window::MAX_SLIDING_WINDOW;

@@ -173,7 +173,7 @@ impl Ipv4Text {
 /// code that keys a part counted [`Normalize::Exact`] by client address.
 ///
 /// ```
-/// use limit_store::limits::normalize::client_network;
+/// use limit_store::limits::client_network;
 /// let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
 /// assert_eq!(ip.to_string(), "2001:db8:1:2::");
 /// ```

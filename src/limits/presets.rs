@@ -12,22 +12,22 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// Sign-in attempts: per account 5 per 15 minutes, then locked 15 minutes;
 /// per IP 50 in any 15 minutes. Denies when the store is unavailable: an
 /// uncounted sign-in is what a password-guessing attacker wants.
-pub const SIGN_IN: &str = "sign-in";
+pub(crate) const SIGN_IN: &str = "sign-in";
 /// Password-reset requests: per account 3 an hour, per IP 20 an hour. Allows
 /// when the store is unavailable: a user locked out of recovery is worse than
 /// a few extra reset emails to the account's own address.
-pub const PASSWORD_RESET: &str = "password-reset";
+pub(crate) const PASSWORD_RESET: &str = "password-reset";
 /// Codes sent (email, SMS): per destination 5 an hour, at least 60 s apart.
 /// Denies when the store is unavailable: each message costs money and
 /// unlimited sends are how SMS-pumping fraud works.
-pub const CODE_SENT: &str = "code-sent";
+pub(crate) const CODE_SENT: &str = "code-sent";
 /// Guesses at one code: 5 per 15 minutes. Denies when the store is
 /// unavailable: unlimited guesses make a short code guessable.
-pub const CODE_VERIFY: &str = "code-verify";
+pub(crate) const CODE_VERIFY: &str = "code-verify";
 /// API calls: per client 600 a minute, refilled evenly, bursts of up to 600
 /// (GCRA). Allows when the store is unavailable: an outage of the store
 /// should not become an outage of the API.
-pub const API: &str = "api";
+pub(crate) const API: &str = "api";
 
 /// Every preset, in the order of the guide's table.
 pub fn all() -> Vec<Limit> {

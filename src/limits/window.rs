@@ -22,7 +22,7 @@ use super::outcome::Outcome;
 
 /// Most attempts a sliding window keeps: its stored value is the list of them,
 /// and it must stay well under the store's 4096-byte value limit.
-pub const MAX_SLIDING_BUDGET: u64 = 256;
+pub(crate) const MAX_SLIDING_BUDGET: u64 = 256;
 /// Longest sliding window: 100 years. Its stored value keeps each attempt as
 /// an offset from the oldest, at most two windows, so 256 of them stay under
 /// the store's 4096-byte value limit only for windows up to about 150 years.
@@ -35,6 +35,7 @@ pub const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
 /// until its cooldown ends, so the cooldown can't be skipped by waiting for the
 /// window to close; the window only ever gets longer, never looser.
 #[inline]
+#[cfg(test)]
 pub fn fixed(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis, cooldown: Millis) -> Outcome {
     fixed_cost(entry, now, budget, window, cooldown, 1)
 }
@@ -133,6 +134,7 @@ fn leaves_at(runs: &[(Millis, u64)], k: u64, window: Millis, now: Millis) -> Mil
 /// Only allowed attempts are recorded; a refused one writes nothing, so it
 /// never pushes its own window out, and nothing is ever rolled back.
 #[inline]
+#[cfg(test)]
 pub fn sliding(entry: Option<&Entry>, now: Millis, budget: u64, window: Millis) -> Outcome {
     sliding_cost(entry, now, budget, window, 1)
 }

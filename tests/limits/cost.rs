@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use limit_store::limits::algorithm::{decide_cost, Algorithm, Outcome};
+use limit_store::limits::{decide_cost, Algorithm, Outcome};
 use limit_store::{Entry, Millis, Write};
 use proptest::prelude::*;
 use serde_json::json;

@@ -10,8 +10,7 @@
 use std::time::Duration;
 
 use limit_store::fuzzing::{decode_redis_value, decode_sql_row};
-use limit_store::limits::algorithm::MAX_SLIDING_WINDOW;
-use limit_store::limits::{presets, Algorithm};
+use limit_store::limits::{presets, Algorithm, MAX_SLIDING_WINDOW};
 use limit_store::{Entry, Millis, Write, MAX_VALUE_BYTES};
 
 /// A store's clock stays in this range: from the epoch to the year 5138.

@@ -16,8 +16,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use sha2::{Digest, Sha256};
 
 use super::rules::{Rule, Rules};
-use crate::limits::algorithm::Outcome;
-use crate::limits::Algorithm;
+use crate::limits::{Algorithm, Outcome};
 use crate::{update_with, Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES};
 
 /// Why a request can't be counted: its fault, or the store's.
