@@ -1,4 +1,4 @@
-//! `migrate`, `sweep` and `stats`: the database store's chores (`sweep` and
+//! `migrate`, `sweep` and `stats`: the database store's upkeep (`sweep` and
 //! `stats` run on the Redis store when the settings choose it).
 
 use anyhow::Context;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch::Batcher;
-use super::chores::{self, SWEEP_EVERY};
+use super::upkeep::{self, SWEEP_EVERY};
 use super::link::Link;
 use super::script::Scripts;
 use super::server::ServerInfo;
@@ -178,13 +178,13 @@ impl RedisStoreBuilder {
             cluster: link_is_cluster,
             trips: super::Trips::default(),
             server: info,
-            chores: std::sync::OnceLock::new(),
+            upkeep: std::sync::OnceLock::new(),
             grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         });
         // The first count walks every key of the database: in the background,
         // so that connecting costs a few round trips however big it is.
-        let _ = shared.chores.set(chores::spawn(Arc::downgrade(&shared), self.sweep_every));
+        let _ = shared.upkeep.set(upkeep::spawn(Arc::downgrade(&shared), self.sweep_every));
         Ok(RedisStore { shared })
     }
 }

@@ -7,7 +7,7 @@
 //! `<prefix>:<generation>:<tag>:<hmac>`. The tag is a function of the secret
 //! and the key alone, so every instance names a key the same way, and it
 //! tells nothing of the family to whoever reads the server without the secret.
-//! The bound's count (`SCAN`, see `chores.rs`) reads the tag of every key it
+//! The bound's count (`SCAN`, see `upkeep.rs`) reads the tag of every key it
 //! walks and counts each family's entries as well as the whole: after each
 //! count, every family this instance has met is judged on the entries of
 //! every instance, as the memory store judges its own.

@@ -30,7 +30,7 @@
 
 mod batch;
 mod builder;
-mod chores;
+mod upkeep;
 mod cluster;
 mod count;
 pub(crate) mod entry;
@@ -104,8 +104,8 @@ struct Shared {
     trips: Trips,
     /// What the server said of itself at connect.
     server: ServerInfo,
-    /// Set once, right after the chores are spawned with a `Weak` of this.
-    chores: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// Set once, right after the upkeep (sweeps, the bound's count) is spawned with a `Weak` of this.
+    upkeep: std::sync::OnceLock<tokio::task::AbortHandle>,
     /// How long after its expiry Redis drops an entry, in ms.
     grace: i64,
     /// One lock per stripe of keys: an instance's own counts of a key wait
@@ -115,8 +115,8 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(chores) = self.chores.get() {
-            chores.abort();
+        if let Some(upkeep) = self.upkeep.get() {
+            upkeep.abort();
         }
     }
 }
