@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch::Batcher;
-use super::upkeep::{self, SWEEP_EVERY};
 use super::link::Link;
 use super::script::Scripts;
 use super::server::ServerInfo;
+use super::upkeep::{self, SWEEP_EVERY};
 use super::{RedisStore, Shared, DEFAULT_GRACE, DEFAULT_MAX_ENTRIES, DEFAULT_PREFIX, DEFAULT_REMEMBER};
 use crate::bound::SharedBound;
 use crate::keys::Secret;

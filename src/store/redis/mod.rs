@@ -30,7 +30,6 @@
 
 mod batch;
 mod builder;
-mod upkeep;
 mod cluster;
 mod count;
 pub(crate) mod entry;
@@ -40,6 +39,7 @@ mod replica;
 mod script;
 mod sentinel;
 mod server;
+mod upkeep;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
