@@ -134,28 +134,25 @@ macro_rules! upkeep {
         }
 
         pub(super) async fn count_live(&self, generation: i64) -> Result<u64, StoreError> {
-            let sql = super::upkeep::count_live(&self.table, NOW, $p);
-            let count = async {
-                let mut conn = self.pool.acquire().await?;
-                let n: i64 = sqlx::query_scalar(&sql).bind(generation).fetch_one(&mut *conn).await?;
-                conn.release();
-                Ok(n)
-            };
-            let n = count.await.map_err(|e| db_error("count live entries", e))?;
-            Ok(n.unsigned_abs())
+            self.count_rows(super::upkeep::count_live(&self.table, NOW, $p), generation, "count live entries").await
         }
 
         /// Live rows of every generation that expire within `within_ms`:
         /// rows the next sweep will find, if it comes that much later.
         pub(super) async fn count_expiring(&self, within_ms: i64) -> Result<u64, StoreError> {
             let sql = super::upkeep::count_expiring(&self.table, NOW, $p);
+            self.count_rows(sql, within_ms, "count expiring entries").await
+        }
+
+        /// The one count `sql` answers, given its one parameter.
+        async fn count_rows(&self, sql: String, param: i64, what: &'static str) -> Result<u64, StoreError> {
             let count = async {
                 let mut conn = self.pool.acquire().await?;
-                let n: i64 = sqlx::query_scalar(&sql).bind(within_ms).fetch_one(&mut *conn).await?;
+                let n: i64 = sqlx::query_scalar(&sql).bind(param).fetch_one(&mut *conn).await?;
                 conn.release();
                 Ok(n)
             };
-            let n = count.await.map_err(|e| db_error("count expiring entries", e))?;
+            let n = count.await.map_err(|e| db_error(what, e))?;
             Ok(n.unsigned_abs())
         }
 
