@@ -44,7 +44,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Conn::One(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => Box::pin(super::cluster::ask::command(c, cmd)),
         }
     }
 
@@ -56,7 +56,7 @@ impl ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Conn::One(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => Box::pin(super::cluster::ask::pipeline(c, pipeline, offset, count)),
         }
     }
 

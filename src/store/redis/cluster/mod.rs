@@ -13,10 +13,12 @@
 //!   point on one primary key, and readers that resolve a lock they meet
 //!   (`resolve.rs`).
 //! - **Redirects and failovers** (`MOVED`, `ASK`, a replica promoted) are
-//!   followed by the `redis` crate's cluster client.
+//!   followed by the `redis` crate's cluster client; an `ASK` it could not
+//!   follow under load is followed once more here (`ask.rs`).
 //! - **Every primary** is asked for `sweep`, the bound's count, `stats` and
 //!   the eviction-policy check (`nodes.rs`).
 
+pub(super) mod ask;
 mod lock;
 mod nodes;
 mod read;

@@ -1,0 +1,87 @@
+//! `ASK` followed whole, while a slot moves between primaries.
+//!
+//! The old owner answers `ASK <slot> <node>` for a key it no longer holds;
+//! the command must then reach the new owner right after `ASKING`, a flag
+//! that lasts one command. The cluster client sends `ASKING` and the command
+//! as two requests on the node's shared connection, so under load another
+//! request can come between them and take the flag: the command meets
+//! `MOVED` back to the old owner, which answers `ASK` again, until the
+//! client's retries run out and the call fails with `ASK`. A call that ends
+//! so is sent once more as one pipeline, `ASKING` then the command, to the
+//! node the `ASK` names: one write on that connection, nothing between them.
+//!
+//! Sending it again is safe: an `ASK` means the old owner ran nothing of the
+//! command (it redirects before running it), and the new owner, asked
+//! without the flag, answered `MOVED` without running it either.
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
+
+/// Sends `cmd`; if it fails with `ASK`, once more after `ASKING` in one
+/// pipeline to the node the `ASK` names.
+pub(in crate::store::redis) async fn command(conn: &mut ClusterConnection, cmd: &redis::Cmd) -> RedisResult<Value> {
+    use redis::aio::ConnectionLike;
+    let err = match conn.req_packed_command(cmd).await {
+        Err(err) if is_ask(&err) => err,
+        answer => return answer,
+    };
+    let Some(node) = asked(&err) else { return Err(err) };
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    let mut answers = conn.route_pipeline(pipe, 1, 1, node).await?;
+    answers.pop().ok_or(err)?.extract_error()
+}
+
+/// Sends the `count` answers of `pipeline` from `offset` on; if it fails
+/// with `ASK`, once more after `ASKING` to the node the `ASK` names (a
+/// non-transaction pipeline: its first command is the redirected one, and
+/// the rest of ours name no key).
+pub(in crate::store::redis) async fn pipeline(
+    conn: &mut ClusterConnection,
+    pipeline: &redis::Pipeline,
+    offset: usize,
+    count: usize,
+) -> RedisResult<Vec<Value>> {
+    use redis::aio::ConnectionLike;
+    let err = match conn.req_packed_commands(pipeline, offset, count).await {
+        Err(err) if is_ask(&err) && !pipeline.is_transaction() => err,
+        answer => return answer,
+    };
+    let Some(node) = asked(&err) else { return Err(err) };
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING");
+    for cmd in pipeline.cmd_iter() {
+        pipe.add_command(cmd.clone());
+    }
+    conn.route_pipeline(pipe, offset + 1, count, node).await
+}
+
+fn is_ask(err: &redis::RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::Ask)
+}
+
+/// The node an `ASK` names, as a route.
+fn asked(err: &redis::RedisError) -> Option<SingleNodeRoutingInfo> {
+    let (addr, _slot) = err.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some(SingleNodeRoutingInfo::ByAddress { host: host.trim_matches(['[', ']']).to_owned(), port: port.parse().ok()? })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_node_an_ask_names() {
+        let err = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
+            "An error was signalled by the server",
+            "3300 127.0.0.1:27301".to_owned(),
+        ));
+        assert!(super::is_ask(&err));
+        let route = super::asked(&err).expect("a node");
+        assert!(
+            matches!(&route, redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port: 27301 } if host == "127.0.0.1"),
+            "{route:?}"
+        );
+    }
+}
