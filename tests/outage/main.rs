@@ -1,7 +1,8 @@
 //! Real outages: the shared PostgreSQL and MariaDB servers stopped and
 //! restarted under load, their sessions ended, a database or `serve`'s store
 //! that stops answering, Redis paused and restarted, a Sentinel failover, a
-//! Redis Cluster failover and a process killed mid-update.
+//! Redis Cluster failover, slots resharded under load and a process killed
+//! mid-update.
 //!
 //! A test here takes a server away from every other test that uses it, or
 //! bounds how fast each call is answered. So these tests are a binary of their
@@ -24,6 +25,8 @@ mod postgres_sessions_ended;
 mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_outage;
+#[cfg(feature = "redis")]
+mod redis_reshard;
 #[cfg(feature = "cli")]
 mod redis_sentinel;
 #[cfg(feature = "cli")]

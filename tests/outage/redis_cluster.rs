@@ -19,15 +19,16 @@ use serde_json::json;
 
 const SECRET: &str = "limit-store redis cluster tests: a secret of 32+ bytes";
 
-/// A cluster of this test's own, stopped when dropped.
-struct Topology {
-    dir: PathBuf,
-    base: u16,
-    url: String,
+/// A cluster of this test's own, stopped when dropped (also used by
+/// `redis_reshard.rs`).
+pub(crate) struct Topology {
+    pub(crate) dir: PathBuf,
+    pub(crate) base: u16,
+    pub(crate) url: String,
 }
 
 impl Topology {
-    fn start() -> Option<Topology> {
+    pub(crate) fn start() -> Option<Topology> {
         if Command::new("redis-server").arg("--version").output().is_err() {
             eprintln!("skipped: redis-server is not installed");
             return None;
@@ -40,7 +41,7 @@ impl Topology {
         Some(topology)
     }
 
-    fn cli(&self, port: u16, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, port: u16, args: &[&str]) -> String {
         let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
