@@ -10,9 +10,11 @@
 //! so is sent once more as one pipeline, `ASKING` then the command, to the
 //! node the `ASK` names: one write on that connection, nothing between them.
 //!
-//! Sending it again is safe: an `ASK` means the old owner ran nothing of the
-//! command (it redirects before running it), and the new owner, asked
-//! without the flag, answered `MOVED` without running it either.
+//! Sending it again adds no risk the client's own retries don't take: a
+//! node answers `ASK` or `MOVED` before it runs anything of the command, and
+//! a call the client sent again after a lost connection is one the store's
+//! scripts already expect (each is safe to run twice: `script.rs`,
+//! `scripts.rs`).
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
