@@ -31,6 +31,8 @@ mod redis_reshard;
 mod redis_sentinel;
 #[cfg(feature = "cli")]
 mod serve_outage;
+#[cfg(feature = "redis")]
+mod slot_moves;
 
 /// Held by each test of this binary while it runs: the tests run one at a
 /// time, whatever `--test-threads` says. Hold it before anything that stops

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::redis_cluster::Topology;
+use crate::slot_moves::{errors, names_in, reshard, slot_of, Move};
 use limit_store::keys::Secret;
 use limit_store::{update_with, Entry, Guarded, LimitStore, RedisStore, StoreError, Write};
 use redis::cluster_routing::Slot;
@@ -29,17 +30,34 @@ const SLOTS: u16 = 16;
 const BUDGET: u64 = 37;
 /// Rounds of the budget race the keys are found for (not all are reached).
 const ROUNDS: usize = 24;
-/// How long a slot's move pauses at each step.
-const PAUSE: Duration = Duration::from_millis(10);
 /// The answer every call must get within, served or not.
 const ANSWERED_WITHIN: Duration = Duration::from_millis(2_500);
 
-/// Where the slots stand: `MOVING` there, `AWAY` (at their new owners),
-/// moving back, `BACK`; and whether to stop counting.
+/// Where the slots stand: moving there, `AWAY` (at their new owners),
+/// moving back, `BACK`; how many tasks have counted in this stage; and
+/// whether to stop counting.
 #[derive(Default)]
 struct Phase {
     stage: AtomicU8,
+    counted: AtomicU64,
     stop: AtomicBool,
+}
+
+impl Phase {
+    /// Moves on to `stage`.
+    fn enter(&self, stage: u8) {
+        self.counted.store(0, Ordering::Relaxed);
+        self.stage.store(stage, Ordering::Relaxed);
+    }
+
+    /// Waits until each of `tasks` has counted in this stage (10 s at most:
+    /// the checks after say which did not).
+    async fn all_counted(&self, tasks: usize) {
+        let began = Instant::now();
+        while self.counted.load(Ordering::Relaxed) < tasks as u64 && began.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 const AWAY: u8 = 1;
@@ -102,8 +120,11 @@ fn counting(store: Arc<Guarded>, keys: Vec<String>, phase: Arc<Phase>) -> tokio:
             match add(&*store, &keys).await {
                 Ok(()) => {
                     tally.acked += 1;
-                    let still = stage == phase.stage.load(Ordering::Relaxed);
-                    tally.acked_away += u64::from(stage == AWAY && still);
+                    let away = stage == AWAY && stage == phase.stage.load(Ordering::Relaxed);
+                    if (away && tally.acked_away == 0) || (stage == BACK && tally.acked_after == 0) {
+                        phase.counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tally.acked_away += u64::from(away);
                     tally.acked_after += u64::from(stage == BACK);
                 }
                 Err(e) => {
@@ -156,93 +177,6 @@ fn racing(
     })
 }
 
-/// A connection to one node of the topology.
-fn node(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().unwrap()
-}
-
-/// The slot of the keys named for `name`: their hash is their hash tag.
-fn slot_of(secret: &Secret, name: &str) -> Slot {
-    use std::fmt::Write as _;
-    let mut tag = String::with_capacity(66);
-    tag.push('{');
-    for byte in secret.key_hash(name) {
-        write!(tag, "{byte:02x}").unwrap();
-    }
-    tag.push('}');
-    Slot::for_key(tag)
-}
-
-/// Names `{label}-{i}` whose keys lie in `slots`, `n` of them.
-fn names_in(label: &str, slots: std::ops::Range<u16>, n: usize) -> Vec<String> {
-    let secret = Secret::new(SECRET).unwrap();
-    let slots: Vec<Slot> = slots.map(|s| Slot::new(s).unwrap()).collect();
-    (0..).map(|i| format!("{label}-{i}")).filter(|name| slots.contains(&slot_of(&secret, name))).take(n).collect()
-}
-
-/// One slot's move: from the primary on `from` to the one on `to`.
-#[derive(Clone, Copy)]
-struct Move {
-    slot: u16,
-    from: u16,
-    to: u16,
-}
-
-/// Moves the slots, one after another, as `redis-cli --cluster reshard`
-/// does, a few keys per `MIGRATE`, with pauses (before the first key moves,
-/// between, and after the last) so that calls meet each slot half moved.
-/// `primaries` are told the new owner at the end of each slot's move; `mid`
-/// runs when a slot's keys have all moved and the old owner still owns it.
-fn reshard(moves: &[Move], primaries: &[u16], mid: &mut dyn FnMut(&Move)) {
-    let ids: Vec<(u16, String)> =
-        primaries.iter().map(|&p| (p, redis::cmd("CLUSTER").arg("MYID").query(&mut node(p)).unwrap())).collect();
-    let id = |port: u16| ids.iter().find(|(p, _)| *p == port).map(|(_, id)| id.clone()).unwrap();
-    let mut conns: Vec<(u16, redis::Connection)> = primaries.iter().map(|&p| (p, node(p))).collect();
-    let mut on = |port: u16, cmd: &redis::Cmd| -> redis::Value {
-        let conn = &mut conns.iter_mut().find(|(p, _)| *p == port).unwrap().1;
-        cmd.query(conn).unwrap_or_else(|e| panic!("{port}: {cmd:?}: {e}"))
-    };
-    let setslot = |slot: u16, state: &str, id: String| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-        cmd
-    };
-    for m in moves {
-        on(m.to, &setslot(m.slot, "IMPORTING", id(m.from)));
-        on(m.from, &setslot(m.slot, "MIGRATING", id(m.to)));
-        std::thread::sleep(PAUSE);
-        loop {
-            let keys = on(m.from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(m.slot).arg(10));
-            let keys: Vec<Vec<u8>> = redis::from_redis_value(keys).unwrap();
-            if keys.is_empty() {
-                break;
-            }
-            let mut migrate = redis::cmd("MIGRATE");
-            migrate.arg("127.0.0.1").arg(m.to).arg("").arg(0).arg(5_000).arg("KEYS").arg(&keys);
-            on(m.from, &migrate);
-            std::thread::sleep(PAUSE);
-        }
-        mid(m);
-        // The new owner first, then the old one, then the others.
-        on(m.to, &setslot(m.slot, "NODE", id(m.to)));
-        on(m.from, &setslot(m.slot, "NODE", id(m.to)));
-        for &other in primaries.iter().filter(|&&p| p != m.to && p != m.from) {
-            on(other, &setslot(m.slot, "NODE", id(m.to)));
-        }
-    }
-}
-
-/// How many times the primaries answered `error` (`ASK`, `MOVED`, …)
-/// since their statistics were reset.
-fn errors(topology: &Topology, primaries: &[u16], error: &str) -> u64 {
-    let needle = format!("errorstat_{error}:count=");
-    let count = |p: u16| {
-        let info = topology.cli(p, &["INFO", "errorstats"]);
-        info.lines().find_map(|l| l.strip_prefix(&needle)?.split(',').next()?.trim().parse().ok()).unwrap_or(0)
-    };
-    primaries.iter().map(|&p| count(p)).sum()
-}
-
 /// The keys the test counts.
 struct Keys {
     /// One-key updates (one slot).
@@ -257,10 +191,13 @@ impl Keys {
     /// Keys in `in_a` and `in_b`: the pairs' primary key (where a two-slot
     /// update commits) is in `in_a` for half of them, in `in_b` for the others.
     fn find(in_a: std::ops::Range<u16>, in_b: std::ops::Range<u16>) -> Keys {
-        let singles = names_in("one-a", in_a.clone(), 4).into_iter().chain(names_in("one-b", in_b.clone(), 4));
-        let (pair_a, pair_b) = (names_in("pair-a", in_a.clone(), 4), names_in("pair-b", in_b.clone(), 4));
+        let secret = Secret::new(SECRET).unwrap();
+        let singles =
+            names_in(&secret, "one-a", in_a.clone(), 4).into_iter().chain(names_in(&secret, "one-b", in_b.clone(), 4));
+        let (pair_a, pair_b) =
+            (names_in(&secret, "pair-a", in_a.clone(), 4), names_in(&secret, "pair-b", in_b.clone(), 4));
         let pairs = pair_a.into_iter().zip(pair_b).enumerate();
-        let budgets = names_in("account", in_a, ROUNDS).into_iter().zip(names_in("ip", in_b, ROUNDS));
+        let budgets = names_in(&secret, "account", in_a, ROUNDS).into_iter().zip(names_in(&secret, "ip", in_b, ROUNDS));
         Keys {
             singles: singles.collect(),
             pairs: pairs.map(|(i, (x, y))| if i % 2 == 0 { vec![x, y] } else { vec![y, x] }).collect(),
@@ -340,20 +277,27 @@ async fn resharding_under_load_is_followed_and_every_count_stays_exact() {
     })
     .await
     .expect("the slots move there");
-    phase.stage.store(AWAY, Ordering::Relaxed);
+    let mut took = began.elapsed();
     // Every task counts with its slots away, on the same stores.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    phase.stage.store(MOVING_BACK, Ordering::Relaxed);
+    phase.enter(AWAY);
+    phase.all_counted(tasks.len()).await;
+    phase.enter(MOVING_BACK);
+    let began = Instant::now();
     tokio::task::spawn_blocking(move || {
         let mut probe = probe;
         reshard(&back, &primaries, &mut probe)
     })
     .await
     .expect("the slots move back");
-    let took = began.elapsed();
-    phase.stage.store(BACK, Ordering::Relaxed);
+    took += began.elapsed();
+    phase.enter(BACK);
     let [ask, moved, again] = ["ASK", "MOVED", "TRYAGAIN"].map(|e| errors(&topology, &primaries, e));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    phase.all_counted(tasks.len()).await;
+    // And the race has spent one budget at least (on a slow host it may not have yet).
+    let began = Instant::now();
+    while rounds[0].refused.load(Ordering::Relaxed) == 0 && began.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     phase.stop.store(true, Ordering::Relaxed);
 
     let mut tallies = Vec::new();
