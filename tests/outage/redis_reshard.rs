@@ -251,9 +251,9 @@ async fn resharding_under_load_is_followed_and_every_count_stays_exact() {
     let back: Vec<Move> = there.iter().map(|m| Move { slot: m.slot, from: m.to, to: m.from }).collect();
     // Each one-slot key read while its slot is half moved (every key of it at
     // the new owner, which the old one answers with `ASK`): the read follows.
-    // (A two-slot key may hold a lock then, whose resolution needs its
-    // update's record, which no key of the slot holds yet: Redis answers
-    // `TRYAGAIN` until the slot has moved, and the read is unavailable.)
+    // (A two-slot key may hold a lock then, and resolving it names its
+    // update's record, a key that may not exist yet: Redis answers
+    // `TRYAGAIN` until the slot has moved, and such a read is unavailable.)
     let probed = Arc::new(AtomicU64::new(0));
     let probe = {
         let (store, probed, runtime) = (stores[0].clone(), probed.clone(), tokio::runtime::Handle::current());
