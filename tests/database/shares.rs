@@ -82,3 +82,34 @@ async fn the_family_migration_runs_at_once_and_again() {
         drop_table(&url, &table).await;
     }
 }
+
+/// A row written before the `family` column existed holds none; the next
+/// count on its key writes the key's family, whichever way the count goes
+/// (a remembered row's one statement, or a read and a conditional write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_from_before_the_family_column_takes_its_family_when_counted() {
+    for (url, table) in databases("shares_old_row") {
+        DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        let pool = crate::common::db::raw(&url).await;
+        let unset = |sql: &str| sql.replace("{t}", &table);
+        let without_family = || async {
+            let row = sqlx::query_scalar::<_, i64>(&unset("SELECT COUNT(*) FROM {t} WHERE family IS NULL"))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            row
+        };
+        for fresh in [false, true] {
+            // `fresh`: a store that has not seen the row, so it reads first.
+            let store = open(&url, &table).await;
+            add(&store, "api:key:1").await.unwrap();
+            sqlx::query(&unset("UPDATE {t} SET family = NULL")).execute(&pool).await.unwrap();
+            assert_eq!(without_family().await, 1, "{url}");
+            let store = if fresh { open(&url, &table).await } else { store };
+            add(&store, "api:key:1").await.unwrap();
+            assert_eq!(without_family().await, 0, "{url}: fresh store {fresh}: the count wrote the family");
+        }
+        drop(pool);
+        drop_table(&url, &table).await;
+    }
+}

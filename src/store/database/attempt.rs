@@ -203,8 +203,8 @@ impl<'a> Locked<'a> {
 /// with one statement that only applies if the row is still as read, both on
 /// one connection (a guess before them takes its own, or none while it waits
 /// to go with others). The backend has `pool`, `insert_new(hash, generation,
-/// value, expires_at)`, `replace_if(generation, value, expires_at, hash, old
-/// generation, old value, old expiry)`, `delete_if(hash, old generation, old
+/// value, expires_at)`, `replace_if(generation, value, expires_at, family,
+/// hash, old generation, old value, old expiry)`, `delete_if(hash, old generation, old
 /// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
 /// `guess(hash, generation, decide)` (a one-statement try from what the
 /// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
@@ -310,10 +310,11 @@ macro_rules! write_if {
                 Conditional::Insert { value, expires_at, family } => {
                     sqlx::query(insert).bind(&hash[..]).bind(generation).bind(value).bind(expires_at).bind(family)
                 }
-                Conditional::Replace { old, value, expires_at } => sqlx::query(replace)
+                Conditional::Replace { old, value, expires_at, family } => sqlx::query(replace)
                     .bind(generation)
                     .bind(value)
                     .bind(expires_at)
+                    .bind(family)
                     .bind(&hash[..])
                     .bind(old.generation)
                     .bind(old.value)

@@ -131,14 +131,14 @@ impl Mysql {
                 "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at, family) VALUES (?, ?, ?, ?, ?)"
             ),
             replace_if: format!(
-                "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
+                "UPDATE {t} SET generation = ?, value = ?, expires_at = ?, family = ? \
                  WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
             ),
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ?"
             ),
             guess_replace: format!(
-                "UPDATE {t} SET generation = ?, value = ?, expires_at = ? \
+                "UPDATE {t} SET generation = ?, value = ?, expires_at = ?, family = ? \
                  WHERE key_hash = ? AND generation = ? AND value = ? AND expires_at = ? AND {clock}"
             ),
             guess_delete: format!(

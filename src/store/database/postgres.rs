@@ -118,8 +118,8 @@ impl Postgres {
                  ON CONFLICT (key_hash) DO NOTHING"
             ),
             replace_if: format!(
-                "UPDATE {t} SET generation = $1, value = $2, expires_at = $3 \
-                 WHERE key_hash = $4 AND generation = $5 AND value = $6 AND expires_at = $7"
+                "UPDATE {t} SET generation = $1, value = $2, expires_at = $3, family = $4 \
+                 WHERE key_hash = $5 AND generation = $6 AND value = $7 AND expires_at = $8"
             ),
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"

@@ -174,8 +174,9 @@ pub(super) enum Conditional {
     Nothing,
     /// Insert the row, unless one has appeared since the read.
     Insert { value: String, expires_at: Millis, family: i16 },
-    /// Replace the row, if it still holds what was read.
-    Replace { old: Stored, value: String, expires_at: Millis },
+    /// Replace the row, if it still holds what was read. The family is
+    /// written again: a row from before the `family` column holds none.
+    Replace { old: Stored, value: String, expires_at: Millis, family: i16 },
     /// Delete the row, if it still holds what was read.
     Delete { old: Stored },
 }
@@ -186,7 +187,9 @@ impl Conditional {
         match (write, row) {
             (RowWrite::Keep, _) | (RowWrite::Delete, None) => Conditional::Nothing,
             (RowWrite::Put { value, expires_at, family }, None) => Conditional::Insert { value, expires_at, family },
-            (RowWrite::Put { value, expires_at, .. }, Some(old)) => Conditional::Replace { old, value, expires_at },
+            (RowWrite::Put { value, expires_at, family }, Some(old)) => {
+                Conditional::Replace { old, value, expires_at, family }
+            }
             (RowWrite::Delete, Some(old)) => Conditional::Delete { old },
         }
     }

@@ -62,7 +62,7 @@ impl Guesses {
                 clock("$5::int8")
             ),
             replace: format!(
-                "WITH w AS (UPDATE {t} SET generation = $2, value = $3, expires_at = $4 \
+                "WITH w AS (UPDATE {t} SET generation = $2, value = $3, expires_at = $4, family = $9::int2 \
                  WHERE key_hash = $1 AND generation = $5 AND value = $6 AND expires_at = $7 AND {} \
                  RETURNING 1) {counted}",
                 clock("$8::int8")
@@ -210,6 +210,7 @@ impl Postgres {
                     .bind(old.value)
                     .bind(old.expires_at)
                     .bind(est)
+                    .bind(family)
             }
             (None, RowWrite::Put { value, expires_at, family }) => {
                 if self.read_first.pays() {

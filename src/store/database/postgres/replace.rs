@@ -123,7 +123,7 @@ impl Replacer {
              l AS (SELECT t.key_hash FROM {t} AS t JOIN ok ON t.key_hash = ok.k \
                    WHERE ok.og IS NOT NULL AND t.generation = ok.og AND t.value = ok.ov AND t.expires_at = ok.oe \
                    FOR UPDATE OF t SKIP LOCKED), \
-             up AS (UPDATE {t} AS t SET generation = w.g, value = w.v, expires_at = w.e FROM w \
+             up AS (UPDATE {t} AS t SET generation = w.g, value = w.v, expires_at = w.e, family = w.f FROM w \
                     WHERE t.key_hash = w.k AND t.key_hash IN (SELECT key_hash FROM l) RETURNING w.i), \
              ins AS (INSERT INTO {t} (key_hash, generation, value, expires_at, family) \
                      SELECT k, g, v, e, f FROM ok \
