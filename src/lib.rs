@@ -22,7 +22,7 @@
 //!
 //! The [`guide`] has a page per topic: limits, settings, the service, the
 //! layer, Envoy, stores, the bound, the database and Redis stores,
-//! security, and logs (every `kind` is a constant in [`log`]).
+//! security, and logs (every `kind` is a [`log::Kind`]).
 //!
 //! ## What to use for what
 //!

@@ -130,14 +130,14 @@ async fn a_server_that_may_evict_is_reported() {
     let store = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap();
     assert!(store.evicts());
     assert_eq!(store.eviction_policy(), "volatile-lru");
-    let lines = logs.lines_of_kind(limit_store::log::KIND_REDIS_EVICTS);
+    let lines = logs.lines_of_kind(limit_store::log::Kind::RedisEvicts.as_str());
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("ERROR") && lines[0].contains("noeviction"), "{}", lines[0]);
     drop(logs);
     let safe = OwnRedis::start(&[]).unwrap();
     let logs = crate::common::capture_logs();
     assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().evicts());
-    assert!(logs.lines_of_kind(limit_store::log::KIND_REDIS_EVICTS).is_empty());
+    assert!(logs.lines_of_kind(limit_store::log::Kind::RedisEvicts.as_str()).is_empty());
 }
 
 #[tokio::test]
