@@ -56,7 +56,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Signals are taken before anything listens, so none ends the process
     // by its default action once a client can reach it.
     let signals = Signals::new()?;
-    let store = Arc::new(config.guarded(config.open_store().await.context("open the store")?));
+    let store = Arc::new(config.open_store().await.context("open the store")?);
     let limits = LimitsHandle::new(store, config.apply(Limits::builder()))?;
     let envoy = match args.grpc_listen {
         Some(addr) => Some(envoy::prepare(addr, &config, &limits, token.clone()).await?),

@@ -180,11 +180,13 @@ async fn the_settings_choose_redis_for_the_limits() {
     let mut config = Config::parse("[rate_limit]\nstore = \"redis\"\n").unwrap();
     let err = config.build_limits().await.unwrap_err().to_string();
     assert!(err.contains("LIMIT_STORE_REDIS_URL"), "{err}");
-    config.apply_env(|var| match var {
-        "LIMIT_STORE_REDIS_URL" => Some(url.clone()),
-        "LIMIT_STORE_SECRET" => Some(SECRET.to_owned()),
-        _ => None,
-    });
+    config
+        .apply_env(|var| match var {
+            "LIMIT_STORE_REDIS_URL" => Some(url.clone()),
+            "LIMIT_STORE_SECRET" => Some(SECRET.to_owned()),
+            _ => None,
+        })
+        .unwrap();
     let limits = config.build_limits().await.unwrap();
     let account = unique("account");
     let parts = [("account", account.as_str()), ("ip", "192.0.2.7")];
