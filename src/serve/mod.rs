@@ -38,11 +38,11 @@ use axum::Router;
 
 pub use envoy::{run_envoy, EnvoyRules, EnvoyService};
 pub use listener::run;
-pub use routes::MAX_BODY;
 pub use token::{ApiToken, TokenError};
 
 use crate::limits::LimitsBuilder;
 use crate::{Guarded, LimitError, Limits};
+use routes::MAX_BODY;
 
 /// The store the service counts in, behind one guard for as long as the
 /// service runs, and the limits on it, which a reload replaces: a request
