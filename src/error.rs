@@ -172,7 +172,7 @@ impl StoreError {
     }
 
     /// A setup error saying what to change.
-    pub fn setup(detail: impl Into<String>) -> Self {
+    pub(crate) fn setup(detail: impl Into<String>) -> Self {
         StoreError::Setup { detail: detail.into(), source: None }
     }
 
@@ -182,7 +182,7 @@ impl StoreError {
     }
 
     /// True for the unavailable family.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
     }
 
@@ -203,7 +203,8 @@ impl StoreError {
     }
 
     /// True for the refused-input family.
-    pub fn is_refused(&self) -> bool {
+    #[cfg(any(feature = "serve", feature = "testing"))]
+    pub(crate) fn is_refused(&self) -> bool {
         matches!(self, StoreError::Refused(_))
     }
 

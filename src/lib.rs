@@ -22,7 +22,7 @@
 //!
 //! The [`guide`] has a page per topic: limits, settings, the service, the
 //! layer, Envoy, stores, the bound, the database and Redis stores,
-//! security, and logs (every `kind` is a constant in [`log`]).
+//! security, and logs (every `kind` is a [`log::Kind`]).
 //!
 //! ## What to use for what
 //!
@@ -104,7 +104,9 @@ pub mod guard;
     all(doctest, feature = "axum", feature = "sqlite", feature = "postgres", feature = "redis", feature = "testing")
 ))]
 pub mod guide;
-pub mod keys;
+// The HMAC of keys under the site secret: how the shared stores name a row.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+mod keys;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod layer;

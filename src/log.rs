@@ -1,113 +1,174 @@
-//! The crate's log lines: every `kind` it writes, in one place, and a
-//! throttle so that a line a store can repeat is written at most once a
+//! The crate's log lines: every `kind` it writes, in one place ([`Kind`]),
+//! and a throttle so that a line a store can repeat is written at most once a
 //! minute however hard the store is pressed.
 //!
 //! Every line the crate and `limit-store serve` write through `tracing`
-//! carries a `kind` field, one of the constants below: filter or alert on
-//! it, never on the message. Each constant says the line's level and when it
-//! is written. The values are stable.
+//! carries a `kind` field, the text of one [`Kind`]: filter or alert on it,
+//! never on the message. Each kind says the line's level and when it is
+//! written. The texts are stable.
 
+use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-// Limits.
+/// The `kind` field of a log line: [`Kind::as_str`] is its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    // Limits.
+    /// Warning, at most once a minute per limit: a store call failed or timed
+    /// out and the limit's policy answered (the line names the reason and the
+    /// policy).
+    Degraded,
+    /// Info, at most once a minute per limit: a limit in shadow mode let through
+    /// an attempt it would refuse.
+    ShadowRefusal,
+    /// Warning, at start: `Limits` counts in this process only and was not told
+    /// the site runs as one instance, so on several instances every budget
+    /// multiplies.
+    NotShared,
+    // Stores and the guard.
+    /// Warning, at most once a minute: a store is at 80% of its bound.
+    Filling,
+    /// Error, at most once a minute: a full store refused a new key.
+    Full,
+    /// Error, at most once a minute per family: a family of keys holding its
+    /// share of a store's bound had a new key refused (the family is named in
+    /// the line, never a key).
+    ShareFull,
+    /// Warning, at most once a minute per reason: a store call was answered
+    /// unavailable (timed out, overloaded, full, failed).
+    Unavailable,
+    /// Warning: a background sweep, or the count of a store's entries, failed;
+    /// it is tried again at the next interval.
+    SweepFailed,
+    /// Info: the database had ended a pooled connection's session (a restart);
+    /// the count runs again on a fresh connection.
+    SessionEnded,
+    /// Warning: PostgreSQL's table could not be vacuumed after a large sweep;
+    /// autovacuum will.
+    VacuumFailed,
+    /// Error, at connect: the Redis server's `maxmemory-policy` may evict
+    /// entries, and a dropped lockout is an attacker's fresh budget.
+    RedisEvicts,
+    /// Error, at most once a minute: the Redis server named by a plain URL is a
+    /// replica (after a failover) and refuses every write.
+    RedisReplica,
+    /// Warning: no Sentinel named a primary, or the primary named can't be
+    /// reached; asked again at the next failed call.
+    RedisSentinel,
+    /// Warning: the Redis primary moved (Sentinel) and counting goes on at the
+    /// new one.
+    RedisFailover,
+    // The layer.
+    /// Warning: a limit call in the layer or `layer::attempt` failed for a
+    /// reason other than an unavailable store: a refused or corrupt store
+    /// (answered 503) or a limit misconfigured in code (500).
+    LayerError,
+    /// Warning, once per process: requests come without their peer address, so
+    /// a layer keyed by it finds no key.
+    LayerNoPeerAddress,
+    // `limit-store serve`.
+    /// Debug: one line per HTTP request.
+    Request,
+    /// Debug: a connection ended with an error.
+    Connection,
+    /// Warning, then info when it answers again: the store does not answer
+    /// `/healthz` (the store's own error is here, never in the answer).
+    Health,
+    /// Warning, at start: the open-file limit could not be raised to fit
+    /// `serve.max_connections`, so the cap was lowered to what it allows.
+    ConnectionsCapped,
+    /// Warning, at most once a minute: every connection place is taken; new
+    /// connections wait until one closes.
+    ConnectionsFull,
+    /// Warning, at most once a minute: accepting a connection failed.
+    AcceptFailed,
+    /// Info: SIGTERM or Ctrl-C; no new connections, and the requests in flight
+    /// have the shutdown grace to finish.
+    Draining,
+    /// Warning: the shutdown grace ran out and the connections still open were
+    /// closed.
+    DrainCut,
+    /// Info: the limits' settings were reloaded; counts and counters are kept.
+    ConfigReloaded,
+    /// Error: changed settings could not be used (the line says where); the
+    /// running ones stay.
+    ConfigRefused,
+    /// Warning: settings that apply only at the next start changed (the store's,
+    /// `deadline`, `max_in_flight`, `[serve]`).
+    ConfigRestart,
+    /// Info: SIGHUP, but `serve` started without a settings file, so there is
+    /// nothing to reload.
+    ConfigNotReloaded,
+    /// Info: the Envoy rules were reloaded; the counts are kept.
+    EnvoyReloaded,
+    /// Error: changed Envoy rules could not be used; the running ones stay.
+    EnvoyRefused,
+}
 
-/// Warning, at most once a minute per limit: a store call failed or timed
-/// out and the limit's policy answered (the line names the reason and the
-/// policy).
-pub const KIND_DEGRADED: &str = "limit-degraded";
-/// Info, at most once a minute per limit: a limit in shadow mode let through
-/// an attempt it would refuse.
-pub const KIND_SHADOW_REFUSAL: &str = "limit-shadow-refusal";
-/// Warning, at start: `Limits` counts in this process only and was not told
-/// the site runs as one instance, so on several instances every budget
-/// multiplies.
-pub const KIND_NOT_SHARED: &str = "limit-store-not-shared";
+impl Kind {
+    /// The text of the `kind` field, `limit-...`: stable.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Degraded => "limit-degraded",
+            Kind::ShadowRefusal => "limit-shadow-refusal",
+            Kind::NotShared => "limit-store-not-shared",
+            Kind::Filling => "limit-store-filling",
+            Kind::Full => "limit-store-full",
+            Kind::ShareFull => "limit-store-share-full",
+            Kind::Unavailable => "limit-store-unavailable",
+            Kind::SweepFailed => "limit-store-sweep-failed",
+            Kind::SessionEnded => "limit-store-session-ended",
+            Kind::VacuumFailed => "limit-store-vacuum-failed",
+            Kind::RedisEvicts => "limit-store-redis-evicts",
+            Kind::RedisReplica => "limit-store-redis-replica",
+            Kind::RedisSentinel => "limit-store-redis-sentinel",
+            Kind::RedisFailover => "limit-store-redis-failover",
+            Kind::LayerError => "limit-layer-error",
+            Kind::LayerNoPeerAddress => "limit-layer-no-peer-address",
+            Kind::Request => "limit-store-request",
+            Kind::Connection => "limit-store-connection",
+            Kind::Health => "limit-store-health",
+            Kind::ConnectionsCapped => "limit-store-connections-capped",
+            Kind::ConnectionsFull => "limit-store-connections-full",
+            Kind::AcceptFailed => "limit-store-accept-failed",
+            Kind::Draining => "limit-store-draining",
+            Kind::DrainCut => "limit-store-drain-cut",
+            Kind::ConfigReloaded => "limit-store-config-reloaded",
+            Kind::ConfigRefused => "limit-store-config-refused",
+            Kind::ConfigRestart => "limit-store-config-restart",
+            Kind::ConfigNotReloaded => "limit-store-config-not-reloaded",
+            Kind::EnvoyReloaded => "limit-store-envoy-reloaded",
+            Kind::EnvoyRefused => "limit-store-envoy-refused",
+        }
+    }
+}
 
-// Stores and the guard.
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
-/// Warning, at most once a minute: a store is at 80% of its bound.
-pub const KIND_FILLING: &str = "limit-store-filling";
-/// Error, at most once a minute: a full store refused a new key.
-pub const KIND_FULL: &str = "limit-store-full";
-/// Error, at most once a minute per family: a family of keys holding its
-/// share of a store's bound had a new key refused (the family is named in
-/// the line, never a key).
-pub const KIND_SHARE_FULL: &str = "limit-store-share-full";
-/// Warning, at most once a minute per reason: a store call was answered
-/// unavailable (timed out, overloaded, full, failed).
-pub const KIND_UNAVAILABLE: &str = "limit-store-unavailable";
-/// Warning: a background sweep, or the count of a store's entries, failed;
-/// it is tried again at the next interval.
-pub const KIND_SWEEP_FAILED: &str = "limit-store-sweep-failed";
-/// Info: the database had ended a pooled connection's session (a restart);
-/// the count runs again on a fresh connection.
-pub const KIND_SESSION_ENDED: &str = "limit-store-session-ended";
-/// Warning: PostgreSQL's table could not be vacuumed after a large sweep;
-/// autovacuum will.
-pub const KIND_VACUUM_FAILED: &str = "limit-store-vacuum-failed";
-/// Error, at connect: the Redis server's `maxmemory-policy` may evict
-/// entries, and a dropped lockout is an attacker's fresh budget.
-pub const KIND_REDIS_EVICTS: &str = "limit-store-redis-evicts";
-/// Error, at most once a minute: the Redis server named by a plain URL is a
-/// replica (after a failover) and refuses every write.
-pub const KIND_REDIS_REPLICA: &str = "limit-store-redis-replica";
-/// Warning: no Sentinel named a primary, or the primary named can't be
-/// reached; asked again at the next failed call.
-pub const KIND_REDIS_SENTINEL: &str = "limit-store-redis-sentinel";
-/// Warning: the Redis primary moved (Sentinel) and counting goes on at the
-/// new one.
-pub const KIND_REDIS_FAILOVER: &str = "limit-store-redis-failover";
-
-// The layer.
-
-/// Warning: a limit call in the layer or `layer::attempt` failed for a
-/// reason other than an unavailable store: a refused or corrupt store
-/// (answered 503) or a limit misconfigured in code (500).
-pub const KIND_LAYER_ERROR: &str = "limit-layer-error";
-/// Warning, once per process: requests come without their peer address, so
-/// a layer keyed by it finds no key.
-pub const KIND_LAYER_NO_PEER_ADDRESS: &str = "limit-layer-no-peer-address";
-
-// `limit-store serve`.
-
-/// Debug: one line per HTTP request.
-pub const KIND_REQUEST: &str = "limit-store-request";
-/// Debug: a connection ended with an error.
-pub const KIND_CONNECTION: &str = "limit-store-connection";
-/// Warning, then info when it answers again: the store does not answer
-/// `/healthz` (the store's own error is here, never in the answer).
-pub const KIND_HEALTH: &str = "limit-store-health";
-/// Warning, at start: the open-file limit could not be raised to fit
-/// `serve.max_connections`, so the cap was lowered to what it allows.
-pub const KIND_CONNECTIONS_CAPPED: &str = "limit-store-connections-capped";
-/// Warning, at most once a minute: every connection place is taken; new
-/// connections wait until one closes.
-pub const KIND_CONNECTIONS_FULL: &str = "limit-store-connections-full";
-/// Warning, at most once a minute: accepting a connection failed.
-pub const KIND_ACCEPT_FAILED: &str = "limit-store-accept-failed";
-/// Info: SIGTERM or Ctrl-C; no new connections, and the requests in flight
-/// have the shutdown grace to finish.
-pub const KIND_DRAINING: &str = "limit-store-draining";
-/// Warning: the shutdown grace ran out and the connections still open were
-/// closed.
-pub const KIND_DRAIN_CUT: &str = "limit-store-drain-cut";
-/// Info: the limits' settings were reloaded; counts and counters are kept.
-pub const KIND_CONFIG_RELOADED: &str = "limit-store-config-reloaded";
-/// Error: changed settings could not be used (the line says where); the
-/// running ones stay.
-pub const KIND_CONFIG_REFUSED: &str = "limit-store-config-refused";
-/// Warning: settings that apply only at the next start changed (the store's,
-/// `deadline`, `max_in_flight`, `[serve]`).
-pub const KIND_CONFIG_RESTART: &str = "limit-store-config-restart";
-/// Info: SIGHUP, but `serve` started without a settings file, so there is
-/// nothing to reload.
-pub const KIND_CONFIG_NOT_RELOADED: &str = "limit-store-config-not-reloaded";
-/// Info: the Envoy rules were reloaded; the counts are kept.
-pub const KIND_ENVOY_RELOADED: &str = "limit-store-envoy-reloaded";
-/// Error: changed Envoy rules could not be used; the running ones stay.
-pub const KIND_ENVOY_REFUSED: &str = "limit-store-envoy-refused";
+// The texts under their former names, for the files (the guard, the Redis
+// store, parts of `limits`) that still write them so; they go when those move
+// to `Kind`.
+pub(crate) const KIND_DEGRADED: &str = Kind::Degraded.as_str();
+pub(crate) const KIND_SHADOW_REFUSAL: &str = Kind::ShadowRefusal.as_str();
+pub(crate) const KIND_NOT_SHARED: &str = Kind::NotShared.as_str();
+pub(crate) const KIND_UNAVAILABLE: &str = Kind::Unavailable.as_str();
+#[cfg(feature = "redis")]
+pub(crate) const KIND_SWEEP_FAILED: &str = Kind::SweepFailed.as_str();
+#[cfg(feature = "redis")]
+pub(crate) const KIND_REDIS_EVICTS: &str = Kind::RedisEvicts.as_str();
+#[cfg(feature = "redis")]
+pub(crate) const KIND_REDIS_REPLICA: &str = Kind::RedisReplica.as_str();
+#[cfg(feature = "redis")]
+pub(crate) const KIND_REDIS_SENTINEL: &str = Kind::RedisSentinel.as_str();
+#[cfg(feature = "redis")]
+pub(crate) const KIND_REDIS_FAILOVER: &str = Kind::RedisFailover.as_str();
 
 const INTERVAL_MS: i64 = 60_000;
 const NEVER: i64 = i64::MIN;
@@ -144,44 +205,44 @@ fn monotonic_ms() -> i64 {
 mod tests {
     use super::*;
 
-    /// Every kind above, so that none repeats another's value.
-    const ALL: [&str; 30] = [
-        KIND_DEGRADED,
-        KIND_SHADOW_REFUSAL,
-        KIND_NOT_SHARED,
-        KIND_FILLING,
-        KIND_FULL,
-        KIND_SHARE_FULL,
-        KIND_UNAVAILABLE,
-        KIND_SWEEP_FAILED,
-        KIND_SESSION_ENDED,
-        KIND_VACUUM_FAILED,
-        KIND_REDIS_EVICTS,
-        KIND_REDIS_REPLICA,
-        KIND_REDIS_SENTINEL,
-        KIND_REDIS_FAILOVER,
-        KIND_LAYER_ERROR,
-        KIND_LAYER_NO_PEER_ADDRESS,
-        KIND_REQUEST,
-        KIND_CONNECTION,
-        KIND_HEALTH,
-        KIND_CONNECTIONS_CAPPED,
-        KIND_CONNECTIONS_FULL,
-        KIND_ACCEPT_FAILED,
-        KIND_DRAINING,
-        KIND_DRAIN_CUT,
-        KIND_CONFIG_RELOADED,
-        KIND_CONFIG_REFUSED,
-        KIND_CONFIG_RESTART,
-        KIND_CONFIG_NOT_RELOADED,
-        KIND_ENVOY_RELOADED,
-        KIND_ENVOY_REFUSED,
+    /// Every kind above, so that none repeats another's text.
+    const ALL: [Kind; 30] = [
+        Kind::Degraded,
+        Kind::ShadowRefusal,
+        Kind::NotShared,
+        Kind::Filling,
+        Kind::Full,
+        Kind::ShareFull,
+        Kind::Unavailable,
+        Kind::SweepFailed,
+        Kind::SessionEnded,
+        Kind::VacuumFailed,
+        Kind::RedisEvicts,
+        Kind::RedisReplica,
+        Kind::RedisSentinel,
+        Kind::RedisFailover,
+        Kind::LayerError,
+        Kind::LayerNoPeerAddress,
+        Kind::Request,
+        Kind::Connection,
+        Kind::Health,
+        Kind::ConnectionsCapped,
+        Kind::ConnectionsFull,
+        Kind::AcceptFailed,
+        Kind::Draining,
+        Kind::DrainCut,
+        Kind::ConfigReloaded,
+        Kind::ConfigRefused,
+        Kind::ConfigRestart,
+        Kind::ConfigNotReloaded,
+        Kind::EnvoyReloaded,
+        Kind::EnvoyRefused,
     ];
 
     #[test]
     fn kinds_are_distinct_and_named_for_the_crate() {
         let mut seen = std::collections::HashSet::new();
-        for kind in ALL {
+        for kind in ALL.map(Kind::as_str) {
             assert!(kind.starts_with("limit-"), "{kind}");
             assert!(seen.insert(kind), "{kind} is the value of two kinds");
         }

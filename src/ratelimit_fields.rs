@@ -110,7 +110,7 @@ impl RateLimitFields {
 /// the store was unavailable and the limit's policy denies; `None` when the
 /// attempt may go ahead.
 #[cfg(any(feature = "serve", feature = "axum"))]
-pub fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
+pub(crate) fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
     use axum::http::StatusCode;
     match (decision.allowed, decision.degraded) {
         (true, _) => None,

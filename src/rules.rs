@@ -41,7 +41,7 @@ pub fn check_keys(keys: &[&str]) -> Result<(), StoreError> {
 }
 
 /// The size of `value` serialized as JSON, without allocating.
-pub fn value_size(value: &serde_json::Value) -> usize {
+pub(crate) fn value_size(value: &serde_json::Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -75,7 +75,7 @@ fn size_at_most(value: &serde_json::Value) -> usize {
 }
 
 /// Refuses `apply`'s answer unless it has one write per key and every value fits.
-pub fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
+pub(crate) fn check_writes(writes: &[Write], keys: usize) -> Result<(), StoreError> {
     if writes.len() != keys {
         return Err(RefusedInput::WrongWriteCount { keys, writes: writes.len() }.into());
     }

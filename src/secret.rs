@@ -120,7 +120,7 @@ impl FromStr for SecretUrl {
 /// (`postgres://u:pa?ss@host/db`, which a URL parser reads as host `u`, and
 /// `postgres://u:?pw@h/db` as a query `pw@h/db`), or an `@` in a path or a
 /// query (`?password=p@ss`), and either way a password may follow.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     redacted(url).unwrap_or_else(|| match scheme_of(url) {
         Some(scheme) => format!("{scheme}://***"),
         None => "***".to_owned(),

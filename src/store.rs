@@ -115,7 +115,10 @@ pub trait LimitStore: Send + Sync {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoreStats {
-    /// Entries the bound counts now (the database store's estimate).
+    /// Entries the bound counts now, without a scan. The database store's
+    /// is an estimate: exact at start and after each sweep or refresh, plus
+    /// what this instance added and removed since (entries that expired,
+    /// and other instances' adds, are seen at the next refresh).
     pub held: u64,
     /// The bound.
     pub max_entries: u64,

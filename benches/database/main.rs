@@ -47,7 +47,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use limit_store::keys::Secret;
 use limit_store::{update_with, DatabaseStore, Entry, LimitStore, Millis, Write};
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Executor, Row};

@@ -200,8 +200,12 @@ pub(crate) async fn prefill(url: &str, table: &str, hashes: &[[u8; 32]], generat
 /// Fresh `table` with a live row for each of `keys` under the bench's secret.
 pub(crate) async fn prepare_store_table(url: &str, table: &str, keys: &[String]) -> Result<i64> {
     fresh_table(url, table).await?;
-    let secret = Secret::new(SECRET)?;
-    let hashes: Vec<[u8; 32]> = keys.iter().map(|k| secret.key_hash(k)).collect();
-    prefill(url, table, &hashes, secret.generation()).await?;
-    Ok(secret.generation())
+    // The secret's generation as the store records it; a row is named by
+    // HMAC-SHA-256 of its key under the secret (SPEC §5).
+    let generation = store(url, table, 1, 1_000_000).await?.generation();
+    let mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(SECRET.as_bytes())?;
+    let hashes: Vec<[u8; 32]> =
+        keys.iter().map(|k| hmac::Mac::finalize(hmac::Mac::chain_update(mac.clone(), k)).into_bytes().into()).collect();
+    prefill(url, table, &hashes, generation).await?;
+    Ok(generation)
 }

@@ -13,7 +13,7 @@ pub(crate) use family::{FamilyId, PerFamily, FAMILIES};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::log::{Throttle, KIND_FILLING, KIND_FULL};
+use crate::log::{Kind, Throttle};
 use share::Shares;
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
@@ -226,7 +226,7 @@ impl BoundLog {
         // live * 5 >= max * 4, without overflow for any u64 bound.
         if u128::from(live) * 5 >= u128::from(max) * 4 && self.filling.ready() {
             tracing::warn!(
-                kind = KIND_FILLING,
+                kind = Kind::Filling.as_str(),
                 live,
                 max_entries = max,
                 "limit store is at 80% of its bound; raise max_entries or look for a flood of new keys"
@@ -238,7 +238,7 @@ impl BoundLog {
     pub(crate) fn note_full(&self, store: &'static str, live: u64, max: u64) {
         if self.full.ready() {
             tracing::error!(
-                kind = KIND_FULL,
+                kind = Kind::Full.as_str(),
                 store,
                 live,
                 max_entries = max,

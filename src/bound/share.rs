@@ -24,7 +24,7 @@ use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::family::{Families, FamilyId, FAMILIES};
-use crate::log::{Throttle, KIND_SHARE_FULL};
+use crate::log::{Kind, Throttle};
 
 /// The entries each family holds, and their log throttles.
 #[derive(Debug)]
@@ -105,7 +105,7 @@ impl Shares {
     pub(crate) fn note_full(&self, store: &'static str, family: FamilyId, live: u64, max: u64) {
         if self.full_logs[family.index()].ready() {
             tracing::error!(
-                kind = KIND_SHARE_FULL,
+                kind = Kind::ShareFull.as_str(),
                 store,
                 family = self.families.name(family),
                 held = self.held(family),

@@ -47,8 +47,8 @@ fn describe(limit: &Limit, own: bool) -> String {
         if let Algorithm::Lockout { lock, .. } = a {
             text.push_str(&format!(", lock {}", duration(*lock)));
         }
-        if part.override_count() > 0 {
-            text.push_str(&format!(", {} overrides", part.override_count()));
+        if part.overrides().count() > 0 {
+            text.push_str(&format!(", {} overrides", part.overrides().count()));
         }
     }
     text

@@ -132,7 +132,7 @@ pub async fn stats(args: StoreArgs) -> anyhow::Result<()> {
     }
     let store = args.open().await?;
     let live = store.live_entries().await?;
-    let max = store.max_entries();
+    let max = store.stats().map_or(0, |s| s.max_entries);
     println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
     println!("generation:    {} (this secret)", store.generation());
     for (generation, n) in store.generations().await? {

@@ -99,8 +99,7 @@ fn settings(path: Option<&Path>) -> anyhow::Result<Config> {
         None if default.exists() => Ok(Config::load(default)?),
         None => {
             let mut config = Config::default();
-            config.apply_env(|var| std::env::var(var).ok());
-            config.serve.apply_env(|var| std::env::var(var).ok())?;
+            config.apply_env(|var| std::env::var(var).ok())?;
             Ok(config)
         }
     }

@@ -11,9 +11,7 @@ use limit_store::config::{Config, StoreKind};
 use limit_store::serve::{ApiToken, EnvoyRules, LimitsHandle};
 use limit_store::{Limits, SecretString};
 
-use limit_store::log::{
-    KIND_CONFIG_NOT_RELOADED, KIND_CONFIG_REFUSED, KIND_CONFIG_RELOADED, KIND_CONFIG_RESTART, KIND_CONNECTIONS_CAPPED,
-};
+use limit_store::log::Kind;
 
 /// Options of `serve`.
 #[derive(Debug, clap::Args)]
@@ -58,7 +56,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Signals are taken before anything listens, so none ends the process
     // by its default action once a client can reach it.
     let signals = Signals::new()?;
-    let store = Arc::new(config.guarded(config.open_store().await.context("open the store")?));
+    let store = Arc::new(config.open_store().await.context("open the store")?);
     let limits = LimitsHandle::new(store, config.apply(Limits::builder()))?;
     let envoy = match args.grpc_listen {
         Some(addr) => Some(envoy::prepare(addr, &config, &limits, token.clone()).await?),
@@ -144,7 +142,7 @@ fn connection_cap(wanted: usize) -> usize {
     }
     let cap = usize::try_from(soft.saturating_sub(OTHER_FILES).max(1)).unwrap_or(usize::MAX);
     tracing::warn!(
-        kind = KIND_CONNECTIONS_CAPPED,
+        kind = Kind::ConnectionsCapped.as_str(),
         max_connections = wanted,
         open_file_limit = soft,
         cap,
@@ -222,7 +220,7 @@ async fn reload(
         loop {
             hangup(&mut signal).await;
             tracing::info!(
-                kind = KIND_CONFIG_NOT_RELOADED,
+                kind = Kind::ConfigNotReloaded.as_str(),
                 "SIGHUP: serve started without a settings file (--config or ./limit-store.toml), so there is \
                  nothing to reload; it serves on as it is"
             );
@@ -246,14 +244,14 @@ async fn reload(
         let config = match Config::load(&path) {
             Ok(config) => config,
             Err(e) => {
-                tracing::error!(kind = KIND_CONFIG_REFUSED, error = %e, "the changed settings were refused; the running ones stay");
+                tracing::error!(kind = Kind::ConfigRefused.as_str(), error = %e, "the changed settings were refused; the running ones stay");
                 continue;
             }
         };
         let at_start = (config.deadline, config.max_in_flight, config.serve);
         if !config.same_store(&running) || at_start != (running.deadline, running.max_in_flight, running.serve) {
             tracing::warn!(
-                kind = KIND_CONFIG_RESTART,
+                kind = Kind::ConfigRestart.as_str(),
                 "the store's, its guard's (deadline, max_in_flight) or [serve] settings changed: they apply at the \
                  next start; the limits' settings apply now"
             );
@@ -262,12 +260,12 @@ async fn reload(
             Ok(()) => {
                 running = config;
                 tracing::info!(
-                    kind = KIND_CONFIG_RELOADED,
+                    kind = Kind::ConfigReloaded.as_str(),
                     "reloaded the limits' settings; the counts and counters are kept"
                 );
             }
             Err(e) => {
-                tracing::error!(kind = KIND_CONFIG_REFUSED, error = %e, "the changed settings were refused; the running ones stay")
+                tracing::error!(kind = Kind::ConfigRefused.as_str(), error = %e, "the changed settings were refused; the running ones stay")
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The clock a store judges expiry by. In-process stores read [`SystemClock`],
 //! except the memory store, whose entries only this process judges: it reads
-//! the cheaper [`SteadyClock`]. Tests inject a [`ManualClock`] and move time
+//! a cheaper steady clock of its own (the wall clock's time at its start,
+//! moved on by a monotonic counter, never a call into the OS per read). Tests inject a [`ManualClock`] and move time
 //! by hand instead of sleeping.
 
 use std::fmt::Debug;
@@ -12,7 +13,7 @@ use crate::Millis;
 
 mod steady;
 
-pub use steady::SteadyClock;
+pub(crate) use steady::SteadyClock;
 
 /// A source of the store's `now`, in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + Debug + 'static {

@@ -198,8 +198,7 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads `path` and applies the environment overrides (those of
-    /// [`ServeSettings::apply_env`] too).
+    /// Reads `path` and applies the environment overrides ([`Config::apply_env`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
@@ -210,8 +209,7 @@ impl Config {
             message: format!("can't read the file: {e}"),
         })?;
         let mut config = Config::parse(&text).map_err(|e| ConfigError { origin, ..e })?;
-        config.apply_env(|var| std::env::var(var).ok());
-        config.serve.apply_env(|var| std::env::var(var).ok())?;
+        config.apply_env(|var| std::env::var(var).ok())?;
         Ok(config)
     }
 
@@ -221,9 +219,11 @@ impl Config {
     }
 
     /// Applies the overrides `var` finds (`LIMIT_STORE_DATABASE_URL`,
-    /// `LIMIT_STORE_REDIS_URL`, `LIMIT_STORE_SECRET`, `LIMIT_STORE_ENVOY_CONFIG`);
-    /// [`Config::load`] reads them from the process.
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+    /// `LIMIT_STORE_REDIS_URL`, `LIMIT_STORE_SECRET`, `LIMIT_STORE_ENVOY_CONFIG`,
+    /// and `[serve]`'s `LIMIT_STORE_MAX_CONNECTIONS`, `LIMIT_STORE_REQUEST_TIMEOUT`,
+    /// `LIMIT_STORE_SHUTDOWN_GRACE`); [`Config::load`] reads them from the
+    /// process. A value that does not parse is an error that names the variable.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
             self.database_url = SecretUrl::new(url);
         }
@@ -236,6 +236,7 @@ impl Config {
         if let Some(path) = var(ENV_ENVOY_CONFIG).filter(|v| !v.is_empty()) {
             self.envoy_config = Some(PathBuf::from(path));
         }
+        self.serve.apply_env(var)
     }
 
     /// Puts the limit settings (and `single_instance`, the deadline and the
@@ -283,32 +284,28 @@ impl Config {
     /// `limit-store migrate`) and builds the limits on it.
     pub async fn build_limits(&self) -> Result<Limits, LimitError> {
         let store = self.open_store().await?;
-        self.apply(Limits::builder().store(store)).build()
+        self.apply(Limits::builder().store(Arc::new(store))).build()
     }
 
-    /// Opens the configured store, to build limits on it with
-    /// [`Config::apply`] (again and again, keeping its counts).
-    pub async fn open_store(&self) -> Result<Arc<dyn LimitStore>, LimitError> {
-        Ok(match self.store {
+    /// Opens the configured store behind the guard these settings give it
+    /// (`deadline`, `max_in_flight`), to build limits on it with
+    /// [`Config::apply`]: a service guards its store once, and builds every
+    /// reload's limits on that guard, keeping its counts.
+    pub async fn open_store(&self) -> Result<crate::Guarded, LimitError> {
+        let store: Arc<dyn LimitStore> = match self.store {
             StoreKind::Memory => Arc::new(match self.max_entries {
                 Some(n) => MemoryStore::with_max_entries(n),
                 None => MemoryStore::new(),
             }),
             StoreKind::Database => self.database().await?,
             StoreKind::Redis => self.redis().await?,
-        })
-    }
-
-    /// `store` behind the guard these settings give it (`deadline`,
-    /// `max_in_flight`): a service guards its store once, and builds every
-    /// reload's limits on that guard.
-    pub fn guarded(&self, store: Arc<dyn LimitStore>) -> crate::Guarded {
-        crate::Guarded::with_limits(
+        };
+        Ok(crate::Guarded::with_limits(
             store,
             self.deadline.unwrap_or(crate::guard::DEFAULT_DEADLINE),
             self.max_in_flight
                 .map_or(crate::guard::DEFAULT_MAX_IN_FLIGHT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-        )
+        ))
     }
 
     /// True when `other` opens the same store: only the limits' settings differ.

@@ -45,9 +45,10 @@ impl Default for ServeSettings {
 
 impl ServeSettings {
     /// Applies the overrides `var` finds (`LIMIT_STORE_MAX_CONNECTIONS`,
-    /// `LIMIT_STORE_REQUEST_TIMEOUT`, `LIMIT_STORE_SHUTDOWN_GRACE`); a value
-    /// that does not parse is an error that names the variable.
-    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    /// `LIMIT_STORE_REQUEST_TIMEOUT`, `LIMIT_STORE_SHUTDOWN_GRACE`), for
+    /// [`Config::apply_env`](super::Config::apply_env); a value that does not
+    /// parse is an error that names the variable.
+    pub(crate) fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         if let Some(text) = set(ENV_MAX_CONNECTIONS) {
             self.max_connections = text

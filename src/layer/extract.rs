@@ -108,7 +108,7 @@ impl KeyExtractor for PeerIp {
     }
 }
 
-use crate::log::KIND_LAYER_NO_PEER_ADDRESS as KIND_NO_PEER;
+use crate::log::Kind;
 
 /// The connection's peer address, when the server recorded it in a
 /// request's `extensions`.
@@ -117,7 +117,7 @@ pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     let found = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if found.is_none() && !WARNED.swap(true, Ordering::Relaxed) {
         tracing::warn!(
-            kind = KIND_NO_PEER,
+            kind = Kind::LayerNoPeerAddress.as_str(),
             "a request has no peer address, so a layer keyed by the client's IP finds no key: serve the router with into_make_service_with_connect_info::<SocketAddr>()"
         );
     }

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::ratelimit_fields::{fields, refusal_status, RateLimitFields};
 use crate::{Decision, LimitError};
 
-use crate::log::KIND_LAYER_ERROR;
+use crate::log::Kind;
 
 /// What a request without a key gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl Refusal {
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "misconfigured"),
         };
         if status.is_server_error() {
-            tracing::warn!(kind = KIND_LAYER_ERROR, limit, error = %error, "limit call failed");
+            tracing::warn!(kind = Kind::LayerError.as_str(), limit, error = %error, "limit call failed");
         }
         Refusal(Box::new(Refused {
             status,

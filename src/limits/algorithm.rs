@@ -288,4 +288,58 @@ mod tests {
         assert!(Algorithm::gcra(2_000, Duration::from_secs(1)).problem().is_some());
         assert!(Algorithm::gcra(1_000, Duration::from_secs(1)).problem().is_none());
     }
+
+    /// Every algorithm, small enough to run out in a few steps.
+    fn any_algorithm() -> impl proptest::strategy::Strategy<Value = Algorithm> {
+        use proptest::prelude::*;
+        let ms = Duration::from_millis;
+        prop_oneof![
+            (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::fixed_window(b, ms(w))),
+            (1u64..12, 1u64..5_000, 1u64..2_000).prop_map(move |(b, w, c)| Algorithm::fixed_window_with_cooldown(
+                b,
+                ms(w),
+                ms(c)
+            )),
+            (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::sliding_window(b, ms(w))),
+            (1u64..12, 1u64..5_000, 1u64..8_000).prop_map(move |(b, w, l)| Algorithm::lockout(b, ms(w), ms(l))),
+            (1u64..12, 12u64..5_000).prop_map(move |(b, w)| Algorithm::gcra(b, ms(w))),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Over all parts: a refused attempt writes nothing on any part, a
+        /// check writes nothing at all, and one part's budget under the cost
+        /// flags it.
+        #[test]
+        fn decide_cost_counts_on_every_part_or_none(
+            parts in proptest::collection::vec(any_algorithm(), 1..4),
+            steps in proptest::collection::vec((0i64..3_000, 0u64..14), 1..30),
+        ) {
+            let mut entries: Vec<Option<Entry>> = vec![None; parts.len()];
+            let mut now: Millis = 1_700_000_000_000;
+            for (advance, cost) in steps {
+                now += advance;
+                let held: Vec<Option<Entry>> =
+                    entries.iter().map(|e| e.clone().filter(|e| e.expires_at > now)).collect();
+                let (writes, v) = decide_cost(parts.iter(), &held, now, cost);
+                proptest::prop_assert_eq!(writes.len(), parts.len());
+                let each: Vec<Outcome> =
+                    parts.iter().zip(&held).map(|(a, e)| a.check_cost(e.as_ref(), now, cost)).collect();
+                proptest::prop_assert_eq!(v.allowed, each.iter().all(|o| o.allowed));
+                proptest::prop_assert_eq!(v.never_fits(), parts.iter().any(|a| !a.can_ever_fit(cost)));
+                if !v.allowed || cost == 0 {
+                    proptest::prop_assert!(writes.iter().all(|w| *w == Write::Keep), "{writes:?}");
+                }
+                entries = held
+                    .into_iter()
+                    .zip(writes)
+                    .map(|(e, w)| match w {
+                        Write::Put(e) => Some(e),
+                        Write::Keep => e,
+                        Write::Delete => None,
+                    })
+                    .collect();
+            }
+        }
+    }
 }

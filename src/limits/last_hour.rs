@@ -21,12 +21,14 @@ pub struct LastHour {
 
 impl LastHour {
     /// Attempts allowed in the hour.
-    pub fn allowed_total(&self) -> u64 {
+    #[cfg(any(test, feature = "serve"))]
+    pub(crate) fn allowed_total(&self) -> u64 {
         self.allowed.iter().sum()
     }
 
     /// Attempts refused for lack of budget in the hour.
-    pub fn limited_total(&self) -> u64 {
+    #[cfg(any(test, feature = "serve"))]
+    pub(crate) fn limited_total(&self) -> u64 {
         self.limited.iter().sum()
     }
 }

@@ -75,7 +75,8 @@ impl Part {
     }
 
     /// True when [`Limits::reset`](crate::Limits::reset) clears this part.
-    pub fn resets(&self) -> bool {
+    #[cfg(feature = "serve")]
+    pub(crate) fn resets(&self) -> bool {
         self.resets
     }
 }
@@ -125,7 +126,7 @@ impl Limit {
     }
 
     /// The part named `name`, if the limit has one.
-    pub fn part_named(&self, name: &str) -> Option<&Part> {
+    pub(crate) fn part_named(&self, name: &str) -> Option<&Part> {
         self.parts.iter().find(|p| p.name == name)
     }
 

@@ -52,7 +52,7 @@ mod setting_names;
 mod tally;
 mod window;
 
-pub use algorithm::{decide_cost, Algorithm};
+pub use algorithm::Algorithm;
 pub use attempt::Attempt;
 pub use builder::LimitsBuilder;
 pub use decision::{Decision, LimitCounters, PartLeft};
@@ -61,7 +61,9 @@ pub use handle::Limits;
 pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
-pub use normalize::{client_network, Normalize, DEFAULT_IPV6_PREFIX};
-pub use outcome::{Outcome, Verdict};
-pub use setting_names::ALGORITHM_NAMES;
+#[cfg(feature = "axum")]
+pub(crate) use normalize::DEFAULT_IPV6_PREFIX;
+pub use normalize::{client_network, Normalize};
+pub use outcome::Outcome;
+pub(crate) use setting_names::ALGORITHM_NAMES;
 pub use window::MAX_SLIDING_WINDOW;

@@ -44,7 +44,8 @@ impl Part {
     }
 
     /// How many values have a budget of their own.
-    pub fn override_count(&self) -> usize {
+    #[cfg(feature = "serve")]
+    pub(crate) fn override_count(&self) -> usize {
         self.overrides.len()
     }
 

@@ -18,7 +18,7 @@ impl Normalize {
 }
 
 /// Every algorithm's name, in the order the docs give them.
-pub const ALGORITHM_NAMES: [&str; 4] = ["fixed-window", "sliding-window", "gcra", "lockout"];
+pub(crate) const ALGORITHM_NAMES: [&str; 4] = ["fixed-window", "sliding-window", "gcra", "lockout"];
 
 impl Algorithm {
     /// `fixed-window`, `sliding-window`, `gcra` or `lockout`.
@@ -33,7 +33,7 @@ impl Algorithm {
 
     /// The algorithm named `name` (one of [`ALGORITHM_NAMES`]) with `budget`
     /// per `window`, and `lock` for a lockout; `None` for another name.
-    pub fn named(name: &str, budget: u64, window: Duration, lock: Duration) -> Option<Self> {
+    pub(crate) fn named(name: &str, budget: u64, window: Duration, lock: Duration) -> Option<Self> {
         Some(match name {
             "fixed-window" => Algorithm::fixed_window(budget, window),
             "sliding-window" => Algorithm::sliding_window(budget, window),

@@ -21,7 +21,7 @@ const REUSE: Duration = Duration::from_secs(1);
 const GIVE_UP: Duration = Duration::from_secs(30);
 /// The key a probe reads.
 const KEY: &str = "limit-store:health";
-use crate::log::KIND_HEALTH;
+use crate::log::Kind;
 
 /// The store's health, probed one read at a time.
 pub(super) struct Health {
@@ -90,9 +90,11 @@ impl Health {
         };
         match (&failure, was) {
             (Some(error), Some(true) | None) => {
-                tracing::warn!(kind = KIND_HEALTH, %error, "the store does not answer health checks")
+                tracing::warn!(kind = Kind::Health.as_str(), %error, "the store does not answer health checks")
             }
-            (None, Some(false)) => tracing::info!(kind = KIND_HEALTH, "the store answers health checks again"),
+            (None, Some(false)) => {
+                tracing::info!(kind = Kind::Health.as_str(), "the store answers health checks again")
+            }
             _ => {}
         }
         let _ = tell.send(Some(ok));

@@ -38,11 +38,11 @@ use axum::Router;
 
 pub use envoy::{run_envoy, EnvoyRules, EnvoyService};
 pub use listener::run;
-pub use routes::MAX_BODY;
 pub use token::{ApiToken, TokenError};
 
 use crate::limits::LimitsBuilder;
 use crate::{Guarded, LimitError, Limits};
+use routes::MAX_BODY;
 
 /// The store the service counts in, behind one guard for as long as the
 /// service runs, and the limits on it, which a reload replaces: a request
@@ -142,7 +142,7 @@ async fn log_request(State(app): State<App>, request: Request, next: Next) -> Re
     let response = next.run(request).await;
     app.metrics.answered(&route, response.status().as_u16());
     tracing::debug!(
-        kind = crate::log::KIND_REQUEST,
+        kind = crate::log::Kind::Request.as_str(),
         %method,
         path,
         status = response.status().as_u16(),

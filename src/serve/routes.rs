@@ -21,7 +21,7 @@ use crate::ratelimit_fields::{fields, refusal_status};
 use crate::Decision;
 
 /// The largest body taken, in bytes.
-pub const MAX_BODY: usize = 16 * 1024;
+pub(crate) const MAX_BODY: usize = 16 * 1024;
 
 const BODY_SHAPE: &str =
     r#"send {"keys": {"<part>": "<value>", ...}}, e.g. {"keys": {"account": "ada@example.com", "ip": "192.0.2.7"}}"#;

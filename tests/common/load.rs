@@ -68,7 +68,7 @@ impl Load {
                                 tally.acked_after_back += u64::from(back_at.is_some());
                             }
                             Err(e) => {
-                                assert!(e.is_unavailable(), "{}: {e}", tally.key);
+                                assert!(e.unavailable_reason().is_some(), "{}: {e}", tally.key);
                                 tally.failed += 1;
                             }
                         }

@@ -47,7 +47,7 @@ async fn resets_and_expiries_keep_the_count_right() {
             // And two more that expire by themselves.
             put(&store, &[&format!("r{round}-short-a"), &format!("r{round}-short-b")], 200).await;
             let exact = store.live_entries().await.unwrap();
-            let estimate = store.live_estimate();
+            let estimate = store.stats().unwrap().held;
             assert!(
                 estimate >= exact && estimate - exact <= 2 * (round + 1),
                 "{url}: round {round}: the count is {estimate}, {exact} are live (only expiries may lag)"
@@ -55,11 +55,11 @@ async fn resets_and_expiries_keep_the_count_right() {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         store.sweep().await.unwrap();
-        assert_eq!(store.live_estimate(), store.live_entries().await.unwrap(), "{url}: exact after a sweep");
-        assert_eq!(store.live_estimate(), 5 * 8, "{url}");
+        assert_eq!(store.stats().unwrap().held, store.live_entries().await.unwrap(), "{url}: exact after a sweep");
+        assert_eq!(store.stats().unwrap().held, 5 * 8, "{url}");
 
         // An update that wrote nothing holds no room.
-        let before = store.live_estimate();
+        let before = store.stats().unwrap().held;
         let refused = store
             .update(&["refused-a", "refused-b"], &mut |_: &[Option<Entry>], now: Millis| {
                 vec![Write::Put(Entry { value: json!(1), expires_at: now + 60_000 })]
@@ -67,6 +67,6 @@ async fn resets_and_expiries_keep_the_count_right() {
             })
             .await;
         assert!(refused.is_err());
-        assert_eq!(store.live_estimate(), before, "{url}: a refused update gives its room back");
+        assert_eq!(store.stats().unwrap().held, before, "{url}: a refused update gives its room back");
     }
 }

@@ -128,12 +128,13 @@ fn the_environment_overrides_the_url_and_the_secret() {
         "LIMIT_STORE_DATABASE_URL" => Some("mysql://other/site".into()),
         "LIMIT_STORE_SECRET" => Some("from-the-environment-0123456789abcdef".into()),
         _ => None,
-    });
+    })
+    .unwrap();
     assert_eq!(c.database_url.expose(), "mysql://other/site");
     assert_eq!(c.secret.as_ref().map(|s| s.expose()), Some("from-the-environment-0123456789abcdef"));
     // Unset or empty variables leave the file's values.
     let mut c = Config::parse(GOOD).unwrap();
-    c.apply_env(|var| (var == "LIMIT_STORE_SECRET").then(String::new));
+    c.apply_env(|var| (var == "LIMIT_STORE_SECRET").then(String::new)).unwrap();
     assert_eq!(c.database_url.expose(), "postgres://limits@db/site");
     assert!(c.secret.as_ref().map(|s| s.expose()).unwrap().starts_with("from-the-file"));
 }
@@ -175,7 +176,7 @@ async fn the_database_store_from_a_file_and_the_environment() {
     let mut c = Config::parse("[rate_limit]\nstore = \"database\"\n").unwrap();
     let err = {
         let mut no_secret = c.clone();
-        no_secret.apply_env(|var| (var == "LIMIT_STORE_DATABASE_URL").then(|| url.clone()));
+        no_secret.apply_env(|var| (var == "LIMIT_STORE_DATABASE_URL").then(|| url.clone())).unwrap();
         no_secret.build_limits().await.unwrap_err()
     };
     assert!(err.to_string().contains("LIMIT_STORE_SECRET"), "{err}");
@@ -183,7 +184,8 @@ async fn the_database_store_from_a_file_and_the_environment() {
         "LIMIT_STORE_DATABASE_URL" => Some(url.clone()),
         "LIMIT_STORE_SECRET" => Some(crate::common::db::SECRET.into()),
         _ => None,
-    });
+    })
+    .unwrap();
     let limits = c.build_limits().await.unwrap();
     for _ in 0..5 {
         assert!(limits.attempt("code-verify", &[("code", "c")]).await.unwrap().allowed);
@@ -197,6 +199,6 @@ fn redis_is_a_store_with_its_url_in_the_file_or_the_environment() {
     assert_eq!(c.store, StoreKind::Redis);
     assert_eq!(c.redis_url.as_ref().map(|u| u.expose()), Some("redis://:pw@cache:6379/2"));
     assert!(!format!("{c:?}").contains(":pw@"), "Debug hides the password");
-    c.apply_env(|var| (var == "LIMIT_STORE_REDIS_URL").then(|| "rediss://cache.internal:6380".to_owned()));
+    c.apply_env(|var| (var == "LIMIT_STORE_REDIS_URL").then(|| "rediss://cache.internal:6380".to_owned())).unwrap();
     assert_eq!(c.redis_url.as_ref().map(|u| u.expose()), Some("rediss://cache.internal:6380"));
 }

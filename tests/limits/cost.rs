@@ -1,4 +1,5 @@
-//! Cost in the pure algorithms (`Algorithm::check_cost`, `decide_cost`): for
+//! Cost in the pure algorithms (`Algorithm::check_cost`; over several parts,
+//! `decide_cost`'s unit test in `src/limits/algorithm.rs`): for
 //! every algorithm, an attempt of cost n allows and writes what n attempts of
 //! cost 1 at the same time would (the fixed window's cooldown aside: one
 //! attempt of cost n starts one cooldown); cost 0 writes nothing and answers
@@ -8,7 +9,7 @@
 
 use std::time::Duration;
 
-use limit_store::limits::{decide_cost, Algorithm, Outcome};
+use limit_store::limits::{Algorithm, Outcome};
 use limit_store::{Entry, Millis, Write};
 use proptest::prelude::*;
 use serde_json::json;
@@ -133,39 +134,6 @@ proptest! {
                 prop_assert_eq!(o.remaining, one.remaining + 1 - cost);
             }
             entry = after(held, &o);
-        }
-    }
-
-    /// Over all parts: a refused attempt writes nothing on any part, a check
-    /// writes nothing at all, and one part's budget under the cost flags it.
-    #[test]
-    fn decide_cost_counts_on_every_part_or_none(
-        parts in proptest::collection::vec(algorithm(), 1..4),
-        steps in proptest::collection::vec((0i64..3_000, 0u64..14), 1..30),
-    ) {
-        let mut entries: Vec<Option<Entry>> = vec![None; parts.len()];
-        let mut now = T0;
-        for (advance, cost) in steps {
-            now += advance;
-            let held: Vec<Option<Entry>> = entries.iter().map(|e| live(e, now)).collect();
-            let (writes, v) = decide_cost(parts.iter(), &held, now, cost);
-            prop_assert_eq!(writes.len(), parts.len());
-            let each: Vec<Outcome> =
-                parts.iter().zip(&held).map(|(a, e)| a.check_cost(e.as_ref(), now, cost)).collect();
-            prop_assert_eq!(v.allowed, each.iter().all(|o| o.allowed));
-            prop_assert_eq!(v.never_fits(), parts.iter().any(|a| !a.can_ever_fit(cost)));
-            if !v.allowed || cost == 0 {
-                prop_assert!(writes.iter().all(|w| *w == Write::Keep), "{writes:?}");
-            }
-            entries = held
-                .into_iter()
-                .zip(writes)
-                .map(|(e, w)| match w {
-                    Write::Put(e) => Some(e),
-                    Write::Keep => e,
-                    Write::Delete => None,
-                })
-                .collect();
         }
     }
 

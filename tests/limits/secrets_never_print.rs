@@ -37,11 +37,13 @@ fn configs_show_neither() {
         every_format("Config", &config);
         assert_eq!(config.database_url.expose(), url, "the URL itself is kept");
         let mut from_env = Config::default();
-        from_env.apply_env(|var| match var {
-            "LIMIT_STORE_DATABASE_URL" => Some(url.clone()),
-            "LIMIT_STORE_SECRET" => Some(SECRET.into()),
-            _ => None,
-        });
+        from_env
+            .apply_env(|var| match var {
+                "LIMIT_STORE_DATABASE_URL" => Some(url.clone()),
+                "LIMIT_STORE_SECRET" => Some(SECRET.into()),
+                _ => None,
+            })
+            .unwrap();
         every_format("Config from the environment", &from_env);
         every_format("LimitsBuilder", &config.apply(Limits::builder()));
     }
@@ -124,7 +126,7 @@ proptest! {
             format!("postgres://app:{pw}@db:99999/app"),
         ] {
             let secret = SecretUrl::new(url.clone());
-            for shown in [secret.to_string(), format!("{secret:?}"), limit_store::secret::redact(&url)] {
+            for shown in [secret.to_string(), format!("{secret:?}"), secret.redacted()] {
                 prop_assert!(!shown.bytes().any(|b| b.is_ascii_uppercase()), "{url} shows as {shown}");
             }
         }

@@ -107,7 +107,7 @@ async fn a_store_that_never_answers_is_cut_off_by_the_guard() {
 async fn a_refusal_is_an_error_not_a_policy() {
     let limits = on("refuses");
     let err = limits.attempt("api", &[("client", "a")]).await.unwrap_err();
-    assert!(matches!(err, LimitError::Store(ref e) if e.is_refused()), "{err}");
+    assert!(matches!(err, LimitError::Store(ref e) if e.refusal().is_some()), "{err}");
     assert_eq!(limits.degraded_total(), 0);
 }
 
@@ -115,7 +115,7 @@ async fn a_refusal_is_an_error_not_a_policy() {
 async fn a_reset_on_a_down_store_is_an_error() {
     let limits = on("down");
     let err = limits.reset("code-verify", &[("code", "a")]).await.unwrap_err();
-    assert!(matches!(err, LimitError::Store(ref e) if e.is_unavailable()), "{err}");
+    assert!(matches!(err, LimitError::Store(ref e) if e.unavailable_reason().is_some()), "{err}");
 }
 
 #[tokio::test]

@@ -135,7 +135,7 @@ async fn a_late_call_counts_nothing() {
     let guard = Guarded::with_limits(slow.clone(), Duration::from_millis(50), 64);
     let runs = AtomicUsize::new(0);
     let err = count_one(&guard, "late", &runs).await.unwrap_err();
-    assert!(err.is_unavailable());
+    assert!(err.unavailable_reason().is_some());
     wait_until_idle(&guard).await;
     assert_eq!(slow.finished.load(Ordering::SeqCst), 1, "the store did finish the call");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "apply is not run after the caller returned");
@@ -182,10 +182,10 @@ async fn a_slow_call_within_the_deadline_counts() {
 async fn refused_input_passes_through_as_refused() {
     let guard = Guarded::new(Arc::new(MemoryStore::new()));
     let err = guard.read(&[]).await.unwrap_err();
-    assert!(err.is_refused(), "{err}");
+    assert!(err.refusal().is_some(), "{err}");
     let err =
         guard.update(&["a", "a"], &mut |c: &[Option<Entry>], _: Millis| vec![Write::Keep; c.len()]).await.unwrap_err();
-    assert!(err.is_refused(), "{err}");
+    assert!(err.refusal().is_some(), "{err}");
     assert_eq!(guard.in_flight(), 0);
 }
 

@@ -195,7 +195,7 @@ async fn a_panicking_apply_leaves_the_store_working() {
         .update(&["a", "b"], &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("on purpose") })
         .await
         .unwrap_err();
-    assert!(err.is_refused() && err.to_string().contains("on purpose"), "{err}");
+    assert!(err.refusal().is_some() && err.to_string().contains("on purpose"), "{err}");
     count(&store, &["a", "b"], 60_000).await.unwrap();
     assert_eq!(value(&store.read(&["a", "b"]).await.unwrap()), vec![Some(2), Some(1)]);
     assert_eq!(store.len(), 2);

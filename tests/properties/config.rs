@@ -53,7 +53,7 @@ pub fn check(input: &Input<'_>) {
         "LIMIT_STORE_SECRET" => secret.map(str::to_owned),
         _ => None,
     };
-    config.apply_env(env);
+    config.apply_env(env).unwrap();
     if let Some(url) = database_url.filter(|v| !v.is_empty()) {
         assert_eq!(config.database_url.expose(), url);
     }

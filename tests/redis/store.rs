@@ -130,14 +130,14 @@ async fn a_server_that_may_evict_is_reported() {
     let store = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap();
     assert!(store.evicts());
     assert_eq!(store.eviction_policy(), "volatile-lru");
-    let lines = logs.lines_of_kind(limit_store::log::KIND_REDIS_EVICTS);
+    let lines = logs.lines_of_kind(limit_store::log::Kind::RedisEvicts.as_str());
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("ERROR") && lines[0].contains("noeviction"), "{}", lines[0]);
     drop(logs);
     let safe = OwnRedis::start(&[]).unwrap();
     let logs = crate::common::capture_logs();
     assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().evicts());
-    assert!(logs.lines_of_kind(limit_store::log::KIND_REDIS_EVICTS).is_empty());
+    assert!(logs.lines_of_kind(limit_store::log::Kind::RedisEvicts.as_str()).is_empty());
 }
 
 #[tokio::test]
@@ -180,11 +180,13 @@ async fn the_settings_choose_redis_for_the_limits() {
     let mut config = Config::parse("[rate_limit]\nstore = \"redis\"\n").unwrap();
     let err = config.build_limits().await.unwrap_err().to_string();
     assert!(err.contains("LIMIT_STORE_REDIS_URL"), "{err}");
-    config.apply_env(|var| match var {
-        "LIMIT_STORE_REDIS_URL" => Some(url.clone()),
-        "LIMIT_STORE_SECRET" => Some(SECRET.to_owned()),
-        _ => None,
-    });
+    config
+        .apply_env(|var| match var {
+            "LIMIT_STORE_REDIS_URL" => Some(url.clone()),
+            "LIMIT_STORE_SECRET" => Some(SECRET.to_owned()),
+            _ => None,
+        })
+        .unwrap();
     let limits = config.build_limits().await.unwrap();
     let account = unique("account");
     let parts = [("account", account.as_str()), ("ip", "192.0.2.7")];

@@ -126,7 +126,7 @@ pub(super) async fn count<B: Attempts>(
         #[cfg(any(feature = "postgres", feature = "mysql"))]
         Err(Failure::Db(e)) if ended_before_applied(&e) => {
             tracing::info!(
-                kind = crate::log::KIND_SESSION_ENDED,
+                kind = crate::log::Kind::SessionEnded.as_str(),
                 error = %e,
                 "the database had ended a pooled connection's session (a restart?); the count runs again on a fresh one"
             );

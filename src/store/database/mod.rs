@@ -143,14 +143,6 @@ impl DatabaseStore {
         on_backend!(&self.shared.db, b => b.count_live(self.shared.secret.generation()).await)
     }
 
-    /// Live entries of this store's generation as its bound counts them,
-    /// without a scan: exact at start and after each sweep or refresh, plus
-    /// what this instance added and removed since (entries that expired, and
-    /// other instances' adds, are seen at the next refresh).
-    pub fn live_estimate(&self) -> u64 {
-        self.shared.bound.estimate()
-    }
-
     /// Live entries per secret generation, this store's own first.
     pub async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
         on_backend!(&self.shared.db, b => b.generations().await)
@@ -159,11 +151,6 @@ impl DatabaseStore {
     /// This store's secret generation.
     pub fn generation(&self) -> i64 {
         self.shared.secret.generation()
-    }
-
-    /// The bound on live entries.
-    pub fn max_entries(&self) -> u64 {
-        self.shared.bound.max()
     }
 
     /// How this store's counts have gone since it connected: how many took

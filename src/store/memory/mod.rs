@@ -124,12 +124,12 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store bounded at 100,000 live entries, on the process's [`SteadyClock`].
+    /// A store bounded at 100,000 live entries, on the process's steady clock (the wall clock's time, read without a call into the OS).
     pub fn new() -> Self {
         Self::with_max_entries(DEFAULT_MAX_ENTRIES)
     }
 
-    /// A store bounded at `max_entries` live entries, on the process's [`SteadyClock`].
+    /// A store bounded at `max_entries` live entries, on the process's steady clock (the wall clock's time, read without a call into the OS).
     pub fn with_max_entries(max_entries: u64) -> Self {
         Self::on(max_entries, StoreClock::Steady(SteadyClock::new()))
     }

@@ -82,7 +82,7 @@ impl Postgres {
         if removed >= BATCH.unsigned_abs() {
             if let Err(e) = self.vacuum().await {
                 tracing::warn!(
-                    kind = crate::log::KIND_VACUUM_FAILED,
+                    kind = crate::log::Kind::VacuumFailed.as_str(),
                     error = %e,
                     "limit store could not vacuum its table after a sweep; autovacuum will"
                 );
