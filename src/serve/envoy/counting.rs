@@ -60,9 +60,12 @@ struct Part {
 enum Slot {
     NoRule,
     Unlimited,
-    /// A rule with a budget of 0: every hit is over it.
-    Closed(Arc<Rule>),
-    Counted(Arc<Rule>, usize),
+    /// A rule with a budget of 0: every hit is over it; and the
+    /// descriptor's hits.
+    Closed(Arc<Rule>, u64),
+    /// A counted rule, the index of its key among the update's, and the
+    /// descriptor's hits.
+    Counted(Arc<Rule>, usize, u64),
 }
 
 /// The store key of a descriptor: `envoy.` and each of the domain, keys and
@@ -120,7 +123,7 @@ pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitReq
             Some(rule) => match &rule.algorithm {
                 None => {
                     closed |= !rule.shadow;
-                    Slot::Closed(rule.clone())
+                    Slot::Closed(rule.clone(), hits(request, descriptor))
                 }
                 Some(algorithm) => {
                     let key = key(&request.domain, descriptor);
@@ -137,7 +140,7 @@ pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitReq
                             parts.len() - 1
                         }
                     };
-                    Slot::Counted(rule.clone(), at)
+                    Slot::Counted(rule.clone(), at, cost)
                 }
             },
         };
@@ -182,7 +185,9 @@ fn decide(
     (vec![Write::Keep; parts.len()], (false, now_held, now))
 }
 
-/// The response: one status per descriptor, in order.
+/// The response: one status per descriptor, in order. A descriptor of 0
+/// hits is a check: answered, and left out of the metrics, as an attempt
+/// of cost 0 is left out of a limit's counters.
 fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) -> Counted {
     let mut answered = Vec::new();
     let statuses = slots
@@ -192,13 +197,15 @@ fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) ->
             Slot::Unlimited => {
                 DescriptorStatus { code: Code::Ok.into(), limit_remaining: u32::MAX, ..Default::default() }
             }
-            Slot::Closed(rule) => {
+            Slot::Closed(rule, hits) => {
                 let said = if rule.shadow { Answered::Shadow } else { Answered::OverLimit };
                 let status = status(&rule, said, 0, millis(rule.unit.duration()));
-                answered.push((rule, said));
+                if hits != 0 {
+                    answered.push((rule, said));
+                }
                 status
             }
-            Slot::Counted(rule, at) => {
+            Slot::Counted(rule, at, hits) => {
                 let o = &outcomes[at];
                 let said = match (o.allowed, rule.shadow) {
                     (true, _) => Answered::Allowed,
@@ -206,7 +213,9 @@ fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) ->
                     (false, false) => Answered::OverLimit,
                 };
                 let status = status(&rule, said, o.remaining, o.reset_at.saturating_sub(now));
-                answered.push((rule, said));
+                if hits != 0 {
+                    answered.push((rule, said));
+                }
                 status
             }
         })
@@ -260,5 +269,40 @@ mod tests {
         assert!([&b, &c, &d].iter().all(|k| **k != a) && b != c && c != d && b != d, "{a} {b} {c} {d}");
         let long = key("d", &descriptor(&[("k", &"v".repeat(2_000))]));
         assert!(long.starts_with("envoy#") && long.len() == 6 + 64, "{long}");
+    }
+
+    /// A descriptor of 0 hits is a check: answered with what its rule
+    /// holds, and left out of the metrics; one of 1 hit is counted there.
+    #[tokio::test]
+    async fn checks_are_answered_and_left_out_of_the_metrics() {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+        let rules = super::Rules::parse(
+            "domain: site\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  \
+             - key: closed\n    rate_limit: {unit: minute, requests_per_unit: 0}\n",
+            "test",
+        )
+        .unwrap();
+        let store = crate::MemoryStore::new();
+        let request = |key: &str, hits: u64| RateLimitRequest {
+            domain: "site".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry { key: key.into(), value: "v".into() }],
+                hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        for key in ["ip", "closed"] {
+            let check = super::count(&store, &rules, &request(key, 0)).await.unwrap();
+            assert_eq!(check.response.statuses.len(), 1);
+            assert!(check.answered.is_empty(), "{key}: a check is not in the metrics");
+            let counted = super::count(&store, &rules, &request(key, 1)).await.unwrap();
+            assert_eq!(counted.answered.len(), 1, "{key}: a hit is");
+        }
+        let after = super::count(&store, &rules, &request("ip", 0)).await.unwrap();
+        assert_eq!(after.response.statuses[0].limit_remaining, 4, "the check counted nothing");
     }
 }
