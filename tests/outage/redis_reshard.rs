@@ -17,8 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::redis_cluster::Topology;
-use crate::slot_moves::{errors, names_in, reshard, slot_of, Move};
-use limit_store::keys::Secret;
+use crate::slot_moves::{errors, names_in, reshard, slot_of, Move, Secret};
 use limit_store::{update_with, Entry, Guarded, LimitStore, RedisStore, StoreError, Write};
 use redis::cluster_routing::Slot;
 use serde_json::json;
@@ -128,7 +127,7 @@ fn counting(store: Arc<Guarded>, keys: Vec<String>, phase: Arc<Phase>) -> tokio:
                     tally.acked_after += u64::from(stage == BACK);
                 }
                 Err(e) => {
-                    assert!(e.is_unavailable(), "{keys:?}: {e}");
+                    assert!(e.unavailable_reason().is_some(), "{keys:?}: {e}");
                     tally.failed += 1;
                 }
             }
@@ -167,7 +166,7 @@ fn racing(
                     r += 1;
                 }
                 Err(e) => {
-                    assert!(e.is_unavailable(), "budget round {r}: {e}");
+                    assert!(e.unavailable_reason().is_some(), "budget round {r}: {e}");
                     rounds[r].failed.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use crate::redis_cluster::Topology;
-use limit_store::keys::Secret;
 use redis::cluster_routing::Slot;
 
 /// How long a slot's move pauses at each step.
@@ -14,6 +13,20 @@ const PAUSE: Duration = Duration::from_millis(10);
 /// A connection to one node of the topology.
 fn node(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().unwrap()
+}
+
+/// The store's secret, to name keys as the store does: HMAC-SHA-256 of
+/// the key under it.
+pub(crate) struct Secret(hmac::Hmac<sha2::Sha256>);
+
+impl Secret {
+    pub(crate) fn new(secret: &str) -> Result<Self, hmac::digest::InvalidLength> {
+        <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(secret.as_bytes()).map(Secret)
+    }
+
+    fn key_hash(&self, key: &str) -> [u8; 32] {
+        hmac::Mac::finalize(hmac::Mac::chain_update(self.0.clone(), key)).into_bytes().into()
+    }
 }
 
 /// The slot of the keys named for `name`: their hash is their hash tag.
