@@ -61,13 +61,17 @@ impl Backend for Arc<dyn LimitStore> {
         (**self).integer_counts()
     }
 
-    /// One way in, whichever the store: `update_owned`, with an `apply` that
-    /// owns what it uses and hands its verdict back through a shared slot.
-    /// A store that runs its call elsewhere (a guarded database or Redis
-    /// store) takes it along, so a call that outlives its caller never
-    /// reaches the caller's memory; a store that answers at once runs it in
-    /// place. The memory store's usual count never comes here: it is
-    /// answered at once, before any future (`at_once.rs`).
+    /// One way in, whichever the store: `update_owned`, with an `apply`
+    /// that owns what it uses and hands its verdict back through a shared
+    /// slot. The rule: a store that runs its call elsewhere (a guarded
+    /// database or Redis store, whose call may outlive a caller that gave
+    /// up) must be able to keep `apply`; an owned one never reaches memory
+    /// its caller freed, and runs there with no message back to the caller.
+    /// A store that answers at once runs it in place (its guard's
+    /// `update_now`). The memory store's attempts never come here: they are
+    /// answered at once, before any future (`at_once.rs`); only a store that
+    /// answers at once without an `update_now` of its own does, for which
+    /// the slot's allocation is nothing beside a boxed future.
     async fn count(
         &self,
         keys: &CallKeys,

@@ -6,7 +6,9 @@
 //! count the way they did before: every attempt increments each part's
 //! counter (refused attempts too), and an attempt is allowed while every
 //! count stays within its part's budget, in fixed windows of the part's
-//! window. Lockout and GCRA don't apply there.
+//! window. Lockout and GCRA don't apply there; a value with a budget of its
+//! own ([`value_override`](super::LimitsBuilder::value_override)) counts by
+//! that budget and window.
 //!
 //! Its calls get the same guard as every store: answered within the deadline
 //! (2 s), at most 64 running at once (both settings of the builder), a slow

@@ -83,7 +83,7 @@ impl KeyRules {
 
     /// The text of address `ip` as `normalize` makes it one: what
     /// [`apply`](Self::apply) gives for the address's text, with no text to
-    /// parse (the layer's extractors find an address, not text).
+    /// parse; its text as given is [`write_address`]'s.
     pub(crate) fn address(&self, normalize: Normalize, ip: IpAddr) -> AddressText {
         let mut text = AddressText::new();
         match (normalize, ip) {

@@ -165,3 +165,28 @@ async fn a_value_with_a_budget_of_its_own_counts_by_it_in_the_apps_store() {
     assert_eq!(calls(&app), ["increment api:client:vip 10"; 3]);
     assert_eq!(limits.attempt("api", &[("client", "other")]).await.unwrap().remaining, 599);
 }
+
+#[tokio::test]
+async fn the_apps_store_is_asked_for_the_keys_the_limit_store_counts() {
+    use limit_store::{LimitStore, MemoryStore};
+    let long = format!("{}@example.com", "A".repeat(limit_store::MAX_KEY_BYTES));
+    for (limit, parts) in [
+        ("api", vec![("client", "k-1".to_owned())]),
+        ("api", vec![("client", long.clone())]),
+        ("sign-in", vec![("account", format!(" {long}")), ("ip", "::ffff:192.0.2.9".to_owned())]),
+    ] {
+        let parts: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (*p, v.as_str())).collect();
+        let app = Arc::new(AppStore::default());
+        let limits = Limits::builder().legacy_store(app.clone()).single_instance(true).build().unwrap();
+        assert!(limits.attempt(limit, &parts).await.unwrap().allowed);
+        let asked: Vec<String> = calls(&app).iter().map(|c| c.split(' ').nth(1).unwrap().to_owned()).collect();
+        assert_eq!(asked.len(), parts.len());
+        let memory = Arc::new(MemoryStore::new());
+        let limits = Limits::builder().store(memory.clone()).single_instance(true).build().unwrap();
+        assert!(limits.attempt(limit, &parts).await.unwrap().allowed);
+        let keys: Vec<&str> = asked.iter().map(String::as_str).collect();
+        let found = memory.read(&keys).await.unwrap();
+        assert!(found.iter().all(Option::is_some), "{limit}: {asked:?} not all in the limit store");
+        assert_eq!(asked.iter().filter(|k| k.contains('#')).count(), usize::from(parts[0].1.len() > 1000), "{asked:?}");
+    }
+}
