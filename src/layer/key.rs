@@ -1,19 +1,15 @@
 //! `Key`: the value a request is counted by, held inline when it is short,
-//! and as the address itself when it is the client's, so that counting a
-//! request by its address needs no heap and no text to parse.
+//! so that counting a request by its address needs no heap.
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::OnceLock;
 
 use arrayvec::ArrayString;
 
-use crate::limits::normalize::{AddressText, KeyRules, Normalize};
+use crate::limits::write_address;
 
 /// The value a request is counted by, as a [`KeyExtractor`](super::KeyExtractor)
-/// finds it: inline up to 48 bytes, else on the heap; a client's address
-/// (from [`PeerIp`](super::PeerIp) or [`ClientIp`](super::ClientIp)) as the
-/// address, its text written only if asked for.
+/// finds it: inline up to 48 bytes (any address's text fits), else on the heap.
 #[derive(Clone)]
 pub struct Key(Repr);
 
@@ -21,7 +17,6 @@ pub struct Key(Repr);
 enum Repr {
     Inline(ArrayString<48>),
     Heap(String),
-    Address { ip: IpAddr, text: OnceLock<AddressText> },
 }
 
 impl Key {
@@ -41,9 +36,10 @@ impl Key {
         Key(Repr::Heap(heap))
     }
 
-    /// The client address `ip` (its network, as the extractor counts it).
+    /// The client address `ip` (its network, as the extractor counts it),
+    /// as the text limits count for it ([`write_address`]).
     pub(crate) fn address(ip: IpAddr) -> Self {
-        Key(Repr::Address { ip, text: OnceLock::new() })
+        Key::write(|out| write_address(ip, out))
     }
 
     /// The key's text.
@@ -51,7 +47,6 @@ impl Key {
         match &self.0 {
             Repr::Inline(s) => s,
             Repr::Heap(s) => s,
-            Repr::Address { ip, text } => text.get_or_init(|| KeyRules::default().address(Normalize::Exact, *ip)),
         }
     }
 }

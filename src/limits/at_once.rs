@@ -5,11 +5,9 @@
 //! further: its state is counted as one integer, with no JSON. Every path
 //! counts the attempt's cost.
 
-use std::sync::Arc;
-
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
-use super::counted::{Backend, Counted, Need};
+use super::counted::{Counted, Need};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
@@ -30,7 +28,7 @@ impl Counted {
                 return Some(self.gcra_decision(step, answered));
             }
         }
-        self.attempt_guarded_now(self.answering_at_once()?, parts, cost)
+        self.attempt_guarded_now(self.backend.at_once()?, parts, cost)
     }
 
     /// The usual attempt (one part, one value) on a limit whose one part is
@@ -53,7 +51,7 @@ impl Counted {
     /// [`attempt_now`](Self::attempt_now) through the store's (guarded) `update_now`.
     fn attempt_guarded_now(
         &self,
-        store: &Arc<dyn LimitStore>,
+        store: &dyn LimitStore,
         parts: &[(&str, &str)],
         cost: u64,
     ) -> Option<Result<Decision, LimitError>> {
@@ -105,14 +103,6 @@ impl Counted {
                 }
             }
             Err(e) => self.failed(e),
-        }
-    }
-
-    /// The store, when it [answers at once](LimitStore::update_now).
-    fn answering_at_once(&self) -> Option<&Arc<dyn LimitStore>> {
-        match &self.backend {
-            Backend::Store(store) if store.answers_at_once() => Some(store),
-            _ => None,
         }
     }
 }

@@ -8,7 +8,8 @@ use crate::guard::{bounded, DEFAULT_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
 use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::{millis, Algorithm};
-use super::counted::{Backend, Counted};
+use super::backend::Backend;
+use super::counted::Counted;
 use super::error::LimitError;
 use super::handle::Limits;
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
@@ -238,20 +239,21 @@ impl LimitsBuilder {
                 "limit counts are kept in this process only: on several instances every budget is multiplied by their number; use the database store, or set rate_limit.single_instance = true if the site runs as one instance"
             );
         }
+        let in_store: Arc<dyn Backend> = Arc::new(store.clone());
         let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l, self.deadline, self.max_in_flight)));
         let counted: Vec<(String, Counted)> = limits
             .into_iter()
             .map(|limit| {
-                let backend = match &legacy {
-                    Some(legacy) if SERVED.contains(&limit.name.as_str()) => Backend::Legacy(legacy.clone()),
-                    _ => Backend::Store(store.clone()),
+                let backend: Arc<dyn Backend> = match &legacy {
+                    Some(legacy) if SERVED.contains(&limit.name.as_str()) => legacy.clone(),
+                    _ => in_store.clone(),
                 };
                 let answers = self.previous.as_ref().and_then(|p| p.answers(&limit.name)).unwrap_or_default();
                 let overrides = Overrides::of(&limit, self.rules)?;
                 Ok((limit.name.clone(), Counted::new(limit, backend, self.rules, answers).with_overrides(overrides)))
             })
             .collect::<Result<_, LimitError>>()?;
-        Ok(Limits::new(counted))
+        Ok(Limits::new(counted, store))
     }
 }
 

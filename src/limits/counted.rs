@@ -13,25 +13,19 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{GcraStep, IntegerCounter, LimitStore, Millis, StoreError, Write};
+use crate::{GcraStep, IntegerCounter, Millis, StoreError};
 
-use super::algorithm::{self, Algorithm, Outcome, Verdict};
+use super::algorithm::{Algorithm, Verdict};
 use super::answers::Answers;
+use super::backend::{Answered, Backend};
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
 use super::key::{self, CallKeys};
-use super::legacy::GuardedLegacy;
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
-use super::parts::{self, Held};
+use super::parts::Held;
 
 use crate::log::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
-/// Where a limit counts.
-pub(super) enum Backend {
-    Store(Arc<dyn LimitStore>),
-    Legacy(Arc<GuardedLegacy>),
-}
-
 /// One limit ready to count, with its counters and log throttles.
 pub(super) struct Counted {
     pub(super) limit: Limit,
@@ -44,7 +38,8 @@ pub(super) struct Counted {
     pub(super) stems: Box<[String]>,
     /// Each part's name, as decisions give it.
     names: Box<[&'static str]>,
-    pub(super) backend: Backend,
+    /// Where and how it counts: the limit store, or the earlier contract's adapter.
+    pub(super) backend: Arc<dyn Backend>,
     /// The step of one attempt on a limit whose one part is a GCRA,
     /// worked out once for its integer count.
     pub(super) only_gcra: Option<GcraStep>,
@@ -69,7 +64,7 @@ pub(super) enum Need {
 }
 
 impl Counted {
-    pub(super) fn new(limit: Limit, backend: Backend, rules: KeyRules, answers: Arc<Answers>) -> Self {
+    pub(super) fn new(limit: Limit, backend: Arc<dyn Backend>, rules: KeyRules, answers: Arc<Answers>) -> Self {
         let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
@@ -78,11 +73,9 @@ impl Counted {
             },
             _ => None,
         };
-        let integer = match &backend {
-            Backend::Store(store) if only_gcra.is_some() => {
-                store.integer_counts().map(|counts| counts.counter(&key::prefix(&stems[0])))
-            }
-            _ => None,
+        let integer = match only_gcra {
+            Some(_) => backend.integer_counts().map(|counts| counts.counter(&key::prefix(&stems[0]))),
+            None => None,
         };
         Counted {
             rules,
@@ -105,11 +98,7 @@ impl Counted {
     /// decision is written where the caller wants it, not moved up through
     /// each call; a failure is settled out of line.
     #[inline]
-    pub(super) fn settle(
-        &self,
-        answered: Result<(Verdict, Held, Millis), StoreError>,
-        cost: u64,
-    ) -> Result<Decision, LimitError> {
+    pub(super) fn settle(&self, answered: Result<Answered, StoreError>, cost: u64) -> Result<Decision, LimitError> {
         match answered {
             Ok((verdict, None, now)) => self.answer(verdict, now, cost),
             Ok((verdict, held, now)) => self.answer_held(verdict, held, now, cost),
@@ -217,32 +206,6 @@ impl Counted {
             part: part.name.clone(),
             expected: "an IP address (IPv4 or IPv6)",
         }
-    }
-
-    /// The earlier contract: increment every part, allowed while each count
-    /// is within its budget. It counts one at a time: the caller refuses
-    /// any other cost.
-    pub(super) async fn legacy_attempt(
-        &self,
-        legacy: &GuardedLegacy,
-        keys: &CallKeys,
-    ) -> Result<(Verdict, Held, Millis), StoreError> {
-        let mut outcomes = Vec::with_capacity(keys.len());
-        let mut now = SystemClock.now();
-        for (i, key) in keys.iter() {
-            let algorithm = &self.limit.parts[i].algorithm;
-            let window = Duration::from_millis(u64::try_from(algorithm.window()).unwrap_or(0));
-            let (count, reset_at) = legacy.increment(key.to_owned(), window).await?;
-            now = SystemClock.now();
-            let budget = algorithm.budget();
-            outcomes.push(if count <= budget {
-                Outcome { allowed: true, remaining: budget - count, reset_at, retry_after: None, write: Write::Keep }
-            } else {
-                Outcome::refused(0, reset_at, reset_at, now)
-            });
-        }
-        let held = parts::held_of(&outcomes);
-        Ok((algorithm::join(outcomes, now).1, held, now))
     }
 
     /// The decision of the store's `verdict` on a limit of one part (or

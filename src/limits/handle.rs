@@ -6,22 +6,25 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use crate::transaction::refuse_in_transaction;
-use crate::{update_with, Millis, StoreError, Write};
+use crate::{LimitStore, Millis, StoreError};
 
 use super::answers::Answers;
+use super::backend::CostNotCounted;
 use super::by_name::ByName;
-use super::counted::{Backend, Counted, Need};
+use super::counted::{Counted, Need};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
-use super::parts::decide_held;
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
     limits: Arc<ByName<Counted>>,
+    /// The limit store (guarded), for its stats and health; every limit but
+    /// those an earlier-contract store serves counts in it.
+    store: Arc<dyn LimitStore>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -32,8 +35,8 @@ impl std::fmt::Debug for Limits {
 
 impl Limits {
     /// The limits ready to count, by name, as the builder put them together.
-    pub(super) fn new(limits: Vec<(String, Counted)>) -> Self {
-        Limits { limits: Arc::new(ByName::new(limits)) }
+    pub(super) fn new(limits: Vec<(String, Counted)>, store: Arc<dyn LimitStore>) -> Self {
+        Limits { limits: Arc::new(ByName::new(limits)), store }
     }
 
     /// An attempt of `cost` on limit `name` here and now, on a store that
@@ -57,8 +60,9 @@ impl Limits {
         counted.attempt_now(parts, cost).map_or(Poll::Pending, Poll::Ready)
     }
 
-    /// [`attempt_cost`](Self::attempt_cost) on a store that answers through a future
-    /// (after [`attempt_at_once`](Self::attempt_at_once) answered `Pending`).
+    /// [`attempt_cost`](Self::attempt_cost) counted through a future, by
+    /// the limit's backend (after [`attempt_at_once`](Self::attempt_at_once)
+    /// answered `Pending`).
     pub(super) async fn attempt_later(
         &self,
         name: &str,
@@ -68,36 +72,12 @@ impl Limits {
         let counted = self.get(name)?;
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
-        let refs = keys.refs();
         let overridden = counted.algorithms_for(&keys);
-        let answered = match &counted.backend {
-            Backend::Store(store) if store.answers_at_once() => {
-                let algorithms = overridden.as_deref().unwrap_or(&counted.algorithms);
-                update_with(&**store, &refs, |current, now| {
-                    let (writes, verdict, held) = decide_held(algorithms, current, now, cost);
-                    (writes, (verdict, held, now))
-                })
-                .await
-            }
-            Backend::Store(store) => {
-                let algorithms = overridden.clone().unwrap_or_else(|| counted.algorithms.clone());
-                let answer = Arc::new(parking_lot::Mutex::new(None));
-                let last = answer.clone();
-                let apply = move |current: &[Option<crate::Entry>], now: Millis| {
-                    let (writes, verdict, held) = decide_held(&algorithms, current, now, cost);
-                    *last.lock() = Some((verdict, held, now));
-                    writes
-                };
-                match store.update_owned(&refs, Box::new(apply)).await {
-                    Ok(()) => answer.lock().take().ok_or_else(crate::store::no_apply_run),
-                    Err(e) => Err(e),
-                }
-            }
-            Backend::Legacy(_) if cost != 1 => {
-                return Err(LimitError::CostNotCounted { limit: counted.limit.name().to_owned(), cost })
-            }
-            Backend::Legacy(legacy) => counted.legacy_attempt(legacy, &keys).await,
-        };
+        let algorithms = overridden.as_ref().unwrap_or(&counted.algorithms);
+        let answered =
+            counted.backend.count(&keys, algorithms, cost).await.map_err(|CostNotCounted| {
+                LimitError::CostNotCounted { limit: counted.limit.name().to_owned(), cost }
+            })?;
         let decided = counted.settle(answered, cost);
         match &overridden {
             Some(algorithms) => counted.with_budgets_of(decided, algorithms),
@@ -118,43 +98,17 @@ impl Limits {
         if keys.is_empty() {
             return Ok(());
         }
-        match &counted.backend {
-            Backend::Store(store) => {
-                let refs = keys.refs();
-                store
-                    .update_owned(
-                        &refs,
-                        Box::new(|current: &[Option<crate::Entry>], _| vec![Write::Delete; current.len()]),
-                    )
-                    .await?;
-            }
-            Backend::Legacy(legacy) => {
-                for (_, key) in keys.iter() {
-                    legacy.reset(key.to_owned()).await?;
-                }
-            }
-        }
-        Ok(())
+        Ok(counted.backend.reset(&keys).await?)
     }
 
     /// The store's fill and sweeps (see [`LimitStore::stats`](crate::LimitStore::stats)).
     pub fn store_stats(&self) -> Option<crate::StoreStats> {
-        self.limits.values().find_map(|c| match &c.backend {
-            Backend::Store(store) => store.stats(),
-            Backend::Legacy(_) => None,
-        })
+        self.store.stats()
     }
 
     /// Whether the store answers: one read through its guard. For health checks.
     pub async fn check_store(&self) -> Result<(), StoreError> {
-        let store = self.limits.values().find_map(|c| match &c.backend {
-            Backend::Store(store) => Some(store),
-            Backend::Legacy(_) => None,
-        });
-        match store {
-            Some(store) => store.read(&["limit-store:health"]).await.map(drop),
-            None => Ok(()),
-        }
+        self.store.read(&["limit-store:health"]).await.map(drop)
     }
 
     /// The definition of limit `name`, as built (overrides applied).

@@ -1,9 +1,10 @@
 //! Store keys of limits: `{limit}:{part}:{value}`, or, when that would pass the
 //! store's 1024-byte key limit, `{limit}:{part}#{sha256 of value, hex}`. Names
 //! never hold `:` or `#`, so the two forms can't meet. [`key_of`] says which
-//! a value takes: every path that names a limit's key (a call's keys here,
-//! the integer count's prefix and rest) goes through it, so the key of a
-//! value is the same text whichever path counts it.
+//! a value takes and what follows the stem: every path that names a limit's
+//! key (a call's keys here, the integer count's prefix and rest, an
+//! override's value read back) goes through it, so the key of a value is the
+//! same text whichever path counts it.
 //!
 //! A call's keys are built on the stack when they are short (almost every
 //! key: a limit, a part and an email or an IP), so counting allocates nothing
@@ -22,15 +23,19 @@ pub(crate) fn stem(limit: &str, part: &str) -> String {
     format!("{limit}:{part}")
 }
 
+/// What a key puts between its stem and a value that fits.
+const BEFORE_VALUE: &str = ":";
+
 /// What every key of `stem` whose value fits starts with: `{stem}:`, the
 /// prefix of the part's [integer counter](crate::IntegerCounts).
 pub(crate) fn prefix(stem: &str) -> String {
-    format!("{stem}:")
+    [stem, BEFORE_VALUE].concat()
 }
 
-/// The key of `value` on the part whose stem is `stem`, after the stem.
+/// The key of `value` on the part whose stem is `stem`, after the stem: the
+/// one place a key's text is decided.
 pub(crate) fn key_of<'v>(stem: &str, value: &'v str) -> KeyOf<'v> {
-    if stem.len() + 1 + value.len() <= MAX_KEY_BYTES {
+    if stem.len() + BEFORE_VALUE.len() + value.len() <= MAX_KEY_BYTES {
         return KeyOf::Plain(value);
     }
     let mut hashed = ArrayString::new();
@@ -41,6 +46,12 @@ pub(crate) fn key_of<'v>(stem: &str, value: &'v str) -> KeyOf<'v> {
     KeyOf::Hashed(hashed)
 }
 
+/// The value of `key`, a key of the part whose stem is `stem`, when it fits
+/// (a long value's key names only its hash): [`key_of`] read back.
+pub(crate) fn plain_value<'k>(stem: &str, key: &'k str) -> Option<&'k str> {
+    key.strip_prefix(stem)?.strip_prefix(BEFORE_VALUE)
+}
+
 /// A value's key after its part's stem: see [`key_of`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum KeyOf<'v> {
@@ -48,6 +59,17 @@ pub(crate) enum KeyOf<'v> {
     Plain(&'v str),
     /// The key is the stem followed by this: `#` and the value's SHA-256, in hex.
     Hashed(ArrayString<65>),
+}
+
+impl KeyOf<'_> {
+    /// The key's text after the stem, in two pieces: a key is its stem
+    /// and these, back to back.
+    pub(crate) fn after_stem(&self) -> [&str; 2] {
+        match self {
+            KeyOf::Plain(value) => [BEFORE_VALUE, value],
+            KeyOf::Hashed(hashed) => [hashed, ""],
+        }
+    }
 }
 
 /// Bytes of a call's keys held on the stack; longer go on the heap.
@@ -76,23 +98,19 @@ impl CallKeys {
 
     /// Adds the key of `value` on the part `stem` (`{limit}:{part}`) names.
     pub(crate) fn push(&mut self, part: usize, stem: &str, value: &str) {
-        match key_of(stem, value) {
-            KeyOf::Plain(value) => match &mut self.text {
-                // The usual key: one check that it fits, then three copies.
-                Text::Inline(inline) if inline.remaining_capacity() > stem.len() + value.len() => {
-                    inline.push_str(stem);
-                    inline.push(':');
-                    inline.push_str(value);
-                }
-                _ => {
-                    self.push_str(stem);
-                    self.push_str(":");
-                    self.push_str(value);
-                }
-            },
-            KeyOf::Hashed(hashed) => {
+        let key = key_of(stem, value);
+        let [mark, rest] = key.after_stem();
+        match &mut self.text {
+            // The usual key: one check that it fits, then three copies.
+            Text::Inline(inline) if inline.remaining_capacity() >= stem.len() + mark.len() + rest.len() => {
+                inline.push_str(stem);
+                inline.push_str(mark);
+                inline.push_str(rest);
+            }
+            _ => {
                 self.push_str(stem);
-                self.push_str(&hashed);
+                self.push_str(mark);
+                self.push_str(rest);
             }
         }
         let end = self.as_str().len();
@@ -136,7 +154,6 @@ impl CallKeys {
         self.iter().map(|(_, key)| key).collect()
     }
 
-    /// How many keys were added.
     /// The key, when there is exactly one.
     pub(crate) fn only(&self) -> Option<&str> {
         match self.ends.as_slice() {
@@ -145,6 +162,7 @@ impl CallKeys {
         }
     }
 
+    /// How many keys were added.
     pub(crate) fn len(&self) -> usize {
         self.ends.len()
     }

@@ -6,20 +6,32 @@
 //! count the way they did before: every attempt increments each part's
 //! counter (refused attempts too), and an attempt is allowed while every
 //! count stays within its part's budget, in fixed windows of the part's
-//! window. Lockout and GCRA don't apply there.
+//! window. Lockout and GCRA don't apply there; a value with a budget of its
+//! own ([`value_override`](super::LimitsBuilder::value_override)) counts by
+//! that budget and window.
 //!
 //! Its calls get the same guard as every store: answered within the deadline
 //! (2 s), at most 64 running at once (both settings of the builder), a slow
 //! call keeping its place until it really ends.
+//!
+//! [`GuardedLegacy`] is the contract's adapter: a limit's
+//! [`Backend`](super::backend::Backend) like the limit store, so no call
+//! of [`Limits`](super::Limits) asks which one a limit counts in.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{BoxError, Unavailable};
 use crate::log::{Throttle, KIND_UNAVAILABLE};
-use crate::{Millis, StoreError};
+use crate::{Millis, StoreError, Write};
+
+use super::algorithm::{self, Algorithm, Outcome};
+use super::backend::{Answered, Backend, CostNotCounted};
+use super::key::CallKeys;
+use super::parts;
 
 /// The earlier store contract: a counter per key that expires with its window.
 #[async_trait::async_trait]
@@ -55,14 +67,30 @@ impl GuardedLegacy {
         }
     }
 
-    pub(crate) async fn increment(&self, key: String, window: Duration) -> Result<(u64, Millis), StoreError> {
+    async fn increment(&self, key: String, window: Duration) -> Result<(u64, Millis), StoreError> {
         let store = self.store.clone();
         self.run(async move { store.increment(&key, window).await }).await
     }
 
-    pub(crate) async fn reset(&self, key: String) -> Result<(), StoreError> {
-        let store = self.store.clone();
-        self.run(async move { store.reset(&key).await }).await
+    /// The earlier contract's count: every part's counter incremented in
+    /// turn, the attempt allowed while each count is within its budget.
+    async fn increment_all(&self, keys: &CallKeys, algorithms: &[Algorithm]) -> Result<Answered, StoreError> {
+        let mut outcomes = Vec::with_capacity(keys.len());
+        let mut now = SystemClock.now();
+        for (i, key) in keys.iter() {
+            let algorithm = &algorithms[i];
+            let window = Duration::from_millis(u64::try_from(algorithm.window()).unwrap_or(0));
+            let (count, reset_at) = self.increment(key.to_owned(), window).await?;
+            now = SystemClock.now();
+            let budget = algorithm.budget();
+            outcomes.push(if count <= budget {
+                Outcome { allowed: true, remaining: budget - count, reset_at, retry_after: None, write: Write::Keep }
+            } else {
+                Outcome::refused(0, reset_at, reset_at, now)
+            });
+        }
+        let held = parts::held_of(&outcomes);
+        Ok((algorithm::join(outcomes, now).1, held, now))
     }
 
     /// Runs `call` in a task that holds its slot until the call really ends,
@@ -100,5 +128,32 @@ impl GuardedLegacy {
             }
         }
         result
+    }
+}
+
+/// The earlier contract as a limit's backend: it counts one at a time
+/// (refusing any other cost, counting nothing), increments refused
+/// attempts too, and answers no attempt here and now.
+#[async_trait::async_trait]
+impl Backend for GuardedLegacy {
+    async fn count(
+        &self,
+        keys: &CallKeys,
+        algorithms: &Arc<[Algorithm]>,
+        cost: u64,
+    ) -> Result<Result<Answered, StoreError>, CostNotCounted> {
+        if cost != 1 {
+            return Err(CostNotCounted);
+        }
+        Ok(self.increment_all(keys, algorithms).await)
+    }
+
+    async fn reset(&self, keys: &CallKeys) -> Result<(), StoreError> {
+        for (_, key) in keys.iter() {
+            let store = self.store.clone();
+            let key = key.to_owned();
+            self.run(async move { store.reset(&key).await }).await?;
+        }
+        Ok(())
     }
 }

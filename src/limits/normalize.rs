@@ -83,7 +83,7 @@ impl KeyRules {
 
     /// The text of address `ip` as `normalize` makes it one: what
     /// [`apply`](Self::apply) gives for the address's text, with no text to
-    /// parse (the layer's extractors find an address, not text).
+    /// parse; its text as given is [`write_address`]'s.
     pub(crate) fn address(&self, normalize: Normalize, ip: IpAddr) -> AddressText {
         let mut text = AddressText::new();
         match (normalize, ip) {
@@ -97,10 +97,33 @@ impl KeyRules {
             },
             // Exact and folded parts count the text as written: an address's
             // text has no space and no capital to fold.
-            (_, IpAddr::V4(v4)) => push_ipv4(&mut text, v4),
-            (_, v6) => push(&mut text, v6),
+            (_, ip) => {
+                let _ = write_address(ip, &mut text);
+            }
         }
         text
+    }
+}
+
+/// Writes address `ip`'s text to `out`, as `Display` writes it (IPv4
+/// without the formatter): the text a part counts when given the address
+/// rather than text, an [`Exact`](Normalize::Exact) part as it is, an
+/// [`Ip`](Normalize::Ip) part as its network. For code that finds a client's
+/// address (the layer's extractors, after
+/// [`client_network`]), so that it counts what a handler given the
+/// address's text counts.
+///
+/// ```
+/// use limit_store::limits::write_address;
+/// let mut text = String::new();
+/// write_address("::ffff:192.0.2.7".parse().unwrap(), &mut text).unwrap();
+/// assert_eq!(text, "::ffff:192.0.2.7");
+/// ```
+pub fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
+    match ip {
+        // Digits and dots only: always text, and at most 15 bytes.
+        IpAddr::V4(v4) => out.write_str(std::str::from_utf8(Ipv4Text::new(v4).as_bytes()).unwrap_or_default()),
+        IpAddr::V6(v6) => write!(out, "{v6}"),
     }
 }
 
@@ -113,14 +136,13 @@ fn push(text: &mut AddressText, what: impl std::fmt::Display) {
     let _ = write!(text, "{what}");
 }
 
-/// Appends `ip` as `Display` writes it, without the formatter: formatting
-/// addresses was a large share of a counted request's cost.
+/// Appends `ip` as `Display` writes it.
 fn push_ipv4(text: &mut AddressText, ip: Ipv4Addr) {
-    // Digits and dots only: always text, and at most 15 bytes.
-    text.push_str(std::str::from_utf8(Ipv4Text::new(ip).as_bytes()).unwrap_or_default());
+    let _ = write_address(IpAddr::V4(ip), text);
 }
 
-/// An IPv4 address's text as `Display` writes it, as bytes.
+/// An IPv4 address's text as `Display` writes it, as bytes, without the
+/// formatter: formatting addresses was a large share of a counted request's cost.
 struct Ipv4Text {
     /// The text, then a `.` past it.
     out: [u8; 16],

@@ -14,7 +14,7 @@ use super::algorithm::{millis, Algorithm};
 use super::counted::Counted;
 use super::decision::Decision;
 use super::error::LimitError;
-use super::key::CallKeys;
+use super::key::{plain_value, CallKeys};
 use super::limit::{Limit, Part};
 use super::normalize::KeyRules;
 use crate::{Millis, MAX_KEY_BYTES};
@@ -130,7 +130,7 @@ impl Counted {
         for (i, key) in keys.iter() {
             // A key is `{stem}:{value}`; a long value is hashed (`{stem}#…`)
             // and has no override (their values are checked to fit).
-            let Some(value) = key.strip_prefix(self.stems[i].as_str()).and_then(|rest| rest.strip_prefix(':')) else {
+            let Some(value) = plain_value(&self.stems[i], key) else {
                 continue;
             };
             if let Some(algorithm) = overrides.by_part[i].get(value) {

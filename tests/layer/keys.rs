@@ -222,3 +222,124 @@ async fn a_closure_over_the_head_counts_by_what_it_reads_beyond_headers() {
     assert_eq!(get("/t/a").await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(get("/t/b").await.unwrap().status(), StatusCode::OK);
 }
+
+/// The text of every key a store was asked to count, in order.
+type Noted = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The memory store, noting each key it counts: at once or only through
+/// futures, with its integer counts or without.
+struct Noting {
+    memory: MemoryStore,
+    at_once: bool,
+    integers: bool,
+    noted: Noted,
+}
+
+#[async_trait::async_trait]
+impl LimitStore for Noting {
+    fn shared(&self) -> bool {
+        false
+    }
+    fn answers_at_once(&self) -> bool {
+        self.at_once
+    }
+    fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
+        if !self.at_once {
+            return None;
+        }
+        self.noted.lock().unwrap().extend(keys.iter().map(|k| (*k).to_owned()));
+        self.memory.update_now(keys, apply)
+    }
+    async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+        self.noted.lock().unwrap().extend(keys.iter().map(|k| (*k).to_owned()));
+        self.memory.update(keys, apply).await
+    }
+    async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+        self.memory.read(keys).await
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.memory.sweep().await
+    }
+    fn integer_counts(&self) -> Option<&dyn limit_store::IntegerCounts> {
+        (self.at_once && self.integers).then_some(self as &dyn limit_store::IntegerCounts)
+    }
+}
+
+impl limit_store::IntegerCounts for Noting {
+    fn counter(&self, prefix: &str) -> Box<dyn limit_store::IntegerCounter> {
+        Box::new(NotingCounter {
+            prefix: prefix.to_owned(),
+            inner: limit_store::IntegerCounts::counter(&self.memory, prefix),
+            noted: self.noted.clone(),
+        })
+    }
+}
+
+struct NotingCounter {
+    prefix: String,
+    inner: Box<dyn limit_store::IntegerCounter>,
+    noted: Noted,
+}
+
+impl limit_store::IntegerCounter for NotingCounter {
+    fn count(&self, rest: &str, step: limit_store::GcraStep) -> Result<limit_store::GcraCounted, StoreError> {
+        self.noted.lock().unwrap().push(format!("{}{rest}", self.prefix));
+        self.inner.count(rest, step)
+    }
+}
+
+/// Every path to a key's text gives the same bytes: the layer's address
+/// (written from the address, not parsed from text) and a handler's text
+/// of it, on an `ip` part and an exact one; a value too long for a key
+/// (its hashed form); each through the integer count, the store's at-once
+/// update and its future.
+#[tokio::test]
+async fn the_layer_and_a_handler_ask_the_store_for_the_same_key_bytes() {
+    let long = "k".repeat(limit_store::MAX_KEY_BYTES);
+    let hashed = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(long.as_bytes());
+        format!("door:client#{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    };
+    // (part, how the layer finds it, peer, header, what a handler passes, the key)
+    let cases: [(&str, bool, &str, &str, &str, &str); 7] = [
+        ("ip", true, "192.0.2.7", "", " 192.0.2.7", "door:ip:192.0.2.7"),
+        ("ip", true, "::ffff:198.51.100.9", "", "198.51.100.9", "door:ip:198.51.100.9"),
+        ("ip", true, "2001:db8:1:2:aaaa::1", "", "2001:DB8:1:2:ffff::9", "door:ip:2001:db8:1:2::/64"),
+        ("client", true, "203.0.113.200", "", "203.0.113.200", "door:client:203.0.113.200"),
+        ("client", true, "::ffff:10.9.8.7", "", "10.9.8.7", "door:client:10.9.8.7"),
+        ("client", true, "2001:db8:1:2:aaaa::1", "", "2001:db8:1:2::", "door:client:2001:db8:1:2::"),
+        ("client", false, "192.0.2.1", &long, &long, &hashed),
+    ];
+    for (at_once, integers) in [(true, true), (true, false), (false, false)] {
+        for &(part, by_address, peer, header_value, given, key) in &cases {
+            let noted = Noted::default();
+            let store = Noting { memory: MemoryStore::new(), at_once, integers, noted: noted.clone() };
+            let mut p = Part::new(part, Algorithm::gcra(5, MINUTE));
+            if part == "ip" {
+                p = p.normalized(Normalize::Ip);
+            }
+            let limits = Limits::builder()
+                .store(Arc::new(store))
+                .single_instance(true)
+                .without_presets()
+                .limit(Limit::new("door").part(p))
+                .build()
+                .unwrap();
+            let app = match by_address {
+                true => router().layer(LimitLayer::new(limits.clone(), "door", part, PeerIp::new()).unwrap()),
+                false => {
+                    router().layer(LimitLayer::new(limits.clone(), "door", part, HeaderKey::new("x-api-key")).unwrap())
+                }
+            };
+            let headers: &[(&str, &str)] = if header_value.is_empty() { &[] } else { &[("x-api-key", header_value)] };
+            assert_eq!(get_from(&app, peer, headers).await.status(), StatusCode::OK);
+            let by_layer = std::mem::take(&mut *noted.lock().unwrap());
+            assert!(limits.attempt("door", &[(part, given)]).await.unwrap().allowed);
+            let by_handler = std::mem::take(&mut *noted.lock().unwrap());
+            let what = format!("{part} from {peer} (at once {at_once}, integers {integers})");
+            assert_eq!(by_layer, [key.to_owned()], "{what}");
+            assert_eq!(by_handler, by_layer, "{what}");
+        }
+    }
+}
