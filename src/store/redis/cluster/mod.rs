@@ -18,10 +18,13 @@
 //!   the eviction-policy check (`nodes.rs`).
 
 mod lock;
+#[cfg(test)]
+mod node_calls;
 mod nodes;
 mod read;
 mod resolve;
 mod scripts;
+pub(super) mod slots;
 pub(super) mod txn;
 
 use std::time::Duration;
