@@ -15,68 +15,39 @@
 //! miss or refusal changes nothing for another, and each count retries on its
 //! own. Only a failure of the whole call (the connection, a timeout) fails
 //! every count in it, as it fails every command in flight on the connection.
+//!
+//! On a cluster a script's declared keys share a slot, so the counts ready
+//! at once are grouped by the primary that serves their slots (as far as
+//! `cluster/slots.rs` knows): a group of one slot is one call as on one
+//! server, routed by its keys; a group of several slots of one node is one
+//! call of the node's script (`WRITE_NODE`), which declares no key and
+//! touches the keys of every slot the node serves. There a count whose slot
+//! the node does not serve (a stale map, a slot moving) is answered "not
+//! here" with nothing of it written, and is sent again in a call of its own
+//! slot, which the cluster client routes and redirects; so is every count of
+//! a node call the node refuses whole (a replica now, no such script flag
+//! before Redis 7). A count sent again is counted once: on a cluster a
+//! written update leaves its mark (`script.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
-use super::entry::Raw;
-use super::family::{push_tag, Tag};
-use super::link::Link;
-use super::script::{millis, raw, unexpected, WRITE};
+use super::cluster::slots::{node, SlotMap};
+use super::link::{Conn, Link};
+use super::script::{millis, unexpected, WRITE, WRITE_NODE};
+use super::write::{answer, command, Elsewhere, Keys, Names};
+pub(super) use super::write::{Op, WriteCall, Written};
 use super::{failed, refused};
-use crate::seen::KeyHash;
-use crate::{Millis, StoreError};
+use crate::StoreError;
 
 /// The most updates one script call carries; more that wait go in several
 /// calls, sent at once.
 const MAX_BATCH: usize = 64;
-
-/// What one key should become.
-#[derive(Debug)]
-pub(super) enum Op {
-    Keep,
-    Delete,
-    /// Put `raw`; Redis drops it at `pxat` (its expiry plus the grace).
-    Put {
-        raw: Raw,
-        pxat: Millis,
-    },
-}
-
-/// One update's compare-and-set: write `ops` if the keys of `hashes` still
-/// hold `expected` and the server's clock is within `lead`/`lag` of `at`.
-/// Owned, since a batch is sent from a task of its own; it comes back with
-/// the answer.
-#[derive(Debug)]
-pub(super) struct WriteCall {
-    pub(super) hashes: Vec<KeyHash>,
-    /// The family tag of each key (see `family.rs`).
-    pub(super) tags: Vec<Tag>,
-    pub(super) expected: Vec<Raw>,
-    pub(super) ops: Vec<Op>,
-    pub(super) at: Millis,
-    pub(super) lead: i64,
-    /// `None`: any.
-    pub(super) lag: Option<i64>,
-    pub(super) token: u64,
-    /// Claim the keys for the next try if this one misses.
-    pub(super) claim: bool,
-}
-
-/// How one compare-and-set went.
-#[derive(Debug)]
-pub(super) enum Written {
-    /// Written, at the server's clock.
-    Done { now: Millis },
-    /// Nothing written: what the keys hold now, and the server's clock.
-    Changed { now: Millis, held: Vec<Raw> },
-    /// Not tried: another update has claimed a key for its next try.
-    Claimed { now: Millis, held: Vec<Raw> },
-}
 
 /// A compare-and-set back from its batch, with its answer.
 pub(super) type Sent = (WriteCall, Result<Written, StoreError>);
@@ -90,17 +61,26 @@ struct Pending {
 pub(super) struct Batcher {
     link: Arc<Link>,
     script: Script,
+    /// The script of one cluster node's several slots.
+    node_script: Script,
+    /// On a cluster: the slots' primaries, as far as known.
+    slots: Option<Arc<SlotMap>>,
+    /// False once a node could not load the node script: calls per slot.
+    node_calls: AtomicBool,
     /// Replicas that must acknowledge a batch before its counts are
     /// answered (`WAIT`); 0: none.
     pub(super) min_acked: u32,
     /// What entries' keys start with, and claims' keys.
     names: String,
     claims: String,
-    /// On a cluster: a call carries only updates of one slot.
+    /// On a cluster: a call carries only updates of one slot, or of one node.
     cluster: bool,
     waiting: Mutex<Vec<Pending>>,
     /// Updates sent in a call with others so far.
     batched: AtomicU64,
+    /// Updates sent in a node's call so far, and those sent again after it.
+    across: AtomicU64,
+    again: AtomicU64,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -113,13 +93,18 @@ impl Batcher {
     pub(super) fn new(link: Arc<Link>, names: String, claims: String, min_acked: u32) -> Arc<Self> {
         Arc::new(Batcher {
             cluster: link.cluster().is_some(),
+            slots: link.cluster().map(|_| SlotMap::new()),
+            node_calls: AtomicBool::new(true),
             link,
             min_acked,
             script: Script::new(WRITE),
+            node_script: Script::new(WRITE_NODE),
             names,
             claims,
             waiting: Mutex::new(Vec::new()),
             batched: AtomicU64::new(0),
+            across: AtomicU64::new(0),
+            again: AtomicU64::new(0),
         })
     }
 
@@ -127,6 +112,18 @@ impl Batcher {
     #[cfg(test)]
     pub(super) fn batched(&self) -> u64 {
         self.batched.load(Ordering::Relaxed)
+    }
+
+    /// Updates sent in a node's call so far, and those sent again after it.
+    #[cfg(test)]
+    pub(super) fn across(&self) -> (u64, u64) {
+        (self.across.load(Ordering::Relaxed), self.again.load(Ordering::Relaxed))
+    }
+
+    /// The map of the slots' primaries, on a cluster.
+    #[cfg(test)]
+    pub(super) fn slot_map(&self) -> Option<&Arc<SlotMap>> {
+        self.slots.as_ref()
     }
 
     /// Sends `call` in the next batch and answers how it went. A count that
@@ -154,7 +151,7 @@ impl Batcher {
         let mut batch: Vec<Pending> = std::mem::take(&mut *self.waiting.lock());
         batch.retain(|p| !p.reply.is_closed());
         let mut calls = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
-        for mut batch in self.by_slot(batch) {
+        for mut batch in self.groups(batch) {
             while batch.len() > MAX_BATCH {
                 let rest = batch.split_off(MAX_BATCH);
                 calls.push(self.send(std::mem::replace(&mut batch, rest)));
@@ -170,29 +167,95 @@ impl Batcher {
         }
     }
 
-    /// `batch` as one group, or on a cluster one group per slot (an update
-    /// sent here has every key in one slot).
-    fn by_slot(&self, batch: Vec<Pending>) -> Vec<Vec<Pending>> {
+    /// `batch` as one group; on a cluster one group per node whose slots
+    /// the map knows, and per slot for the others (an update sent here has
+    /// every key in one slot).
+    fn groups(&self, batch: Vec<Pending>) -> Vec<Vec<Pending>> {
         if !self.cluster {
             return vec![batch];
         }
-        let mut groups: Vec<(u16, Vec<Pending>)> = Vec::new();
+        let nodes = match (&self.slots, self.link.cluster()) {
+            (Some(map), Some(conn)) if self.node_calls.load(Ordering::Relaxed) => map.now(&conn),
+            _ => None,
+        };
+        let mut groups: Vec<((bool, u16), Vec<Pending>)> = Vec::new();
         for pending in batch {
-            let slot = pending.call.hashes.first().map_or(0, super::cluster::slot);
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(pending),
-                None => groups.push((slot, vec![pending])),
+            let slot = first_slot(&pending);
+            let group = match nodes.as_deref().and_then(|nodes| node(nodes, slot)) {
+                Some(node) => (true, node),
+                None => (false, slot),
+            };
+            match groups.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, members)) => members.push(pending),
+                None => groups.push((group, vec![pending])),
             }
         }
-        groups.into_iter().map(|(_, group)| group).collect()
+        groups.into_iter().map(|(_, members)| members).collect()
     }
 
-    /// One script call for `batch`, and each of its updates answered.
+    /// One script call for `batch` (of one slot, or one server: the keys'
+    /// script; of several slots of a node: the node's), and each of its
+    /// updates answered.
     async fn send(&self, batch: Vec<Pending>) {
         if batch.len() > 1 {
             self.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
-        let cmd = self.command(&batch);
+        let slot = first_slot(&batch[0]);
+        if self.cluster && batch.iter().any(|p| first_slot(p) != slot) {
+            self.send_node(slot, batch).await;
+        } else {
+            self.send_keys(batch).await;
+        }
+    }
+
+    /// One call of the node script for `batch`, on the primary of `slot`;
+    /// what the node does not serve, or refuses, is sent again per slot.
+    async fn send_node(&self, slot: u16, batch: Vec<Pending>) {
+        self.across.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let cmd = self.command(&batch, Keys::InArgs);
+        let Conn::Cluster(mut conn) = self.link.conn() else { return answer_all(batch, &not_cluster()) };
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+        let mut reply = self.call_node(&mut conn, &cmd, &route).await;
+        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
+            reply = match self.node_script.load_async(&mut conn).await {
+                Ok(_) => self.call_node(&mut conn, &cmd, &route).await,
+                Err(e) => {
+                    // A node that can't compile it (before Redis 7): calls
+                    // per slot from now on.
+                    if e.to_string().contains("compiling") {
+                        self.node_calls.store(false, Ordering::Relaxed);
+                    }
+                    Err(e)
+                }
+            };
+        }
+        let again = match reply {
+            // The node refused the call whole (a replica now, a cluster
+            // down): nothing of it ran; each slot's call is routed anew.
+            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => batch,
+            reply => self.answer(batch, reply, true),
+        };
+        if again.is_empty() {
+            return;
+        }
+        self.again.fetch_add(again.len() as u64, Ordering::Relaxed);
+        if let Some(map) = &self.slots {
+            map.ask(&conn);
+        }
+        let mut slots: Vec<(u16, Vec<Pending>)> = Vec::new();
+        for pending in again {
+            let slot = first_slot(&pending);
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(pending),
+                None => slots.push((slot, vec![pending])),
+            }
+        }
+        drop(futures_util::future::join_all(slots.into_iter().map(|(_, group)| self.send_keys(group))).await);
+    }
+
+    /// One call of the keys' script for `batch`.
+    async fn send_keys(&self, batch: Vec<Pending>) {
+        let cmd = self.command(&batch, Keys::Declared);
         let mut conn = self.link.conn();
         let mut reply = self.call(&mut conn, &cmd).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
@@ -201,32 +264,78 @@ impl Batcher {
                 Err(e) => Err(e),
             };
         }
+        let again = self.answer(batch, reply, false);
+        debug_assert!(again.is_empty(), "a call by keys answers every update");
+    }
+
+    /// Answers each update of `batch` from `reply`; those a node script
+    /// answered "not here" (`node`) come back, to be sent again.
+    fn answer(&self, batch: Vec<Pending>, reply: redis::RedisResult<(Value, u64)>, node: bool) -> Vec<Pending> {
         let (mut answers, acked) = match reply {
             Ok((Value::Array(items), acked)) => (items.into_iter(), acked),
             Ok((other, _)) => {
                 let e = unexpected(format!("the write script answered {other:?}"));
-                return answer_all(batch, &e);
+                answer_all(batch, &e);
+                return Vec::new();
             }
             Err(e) => {
                 self.link.trouble(false, Some(&e));
-                return answer_all(batch, &e);
+                answer_all(batch, &e);
+                return Vec::new();
             }
         };
         let now = match millis(answers.next()) {
             Ok(now) => now,
-            Err(e) => return answer_all(batch, &e),
+            Err(e) => {
+                answer_all(batch, &e);
+                return Vec::new();
+            }
         };
-        let mut readonly = false;
+        let (mut readonly, mut again) = (false, Vec::new());
         for Pending { call, reply } in batch {
             let answer = match answer(&mut answers, now, call.hashes.len(), &mut readonly) {
-                Ok(Written::Done { .. }) if acked < u64::from(self.min_acked) => Err(unacked(acked, self.min_acked)),
-                answer => answer,
+                Err(Elsewhere(_)) if node => {
+                    again.push(Pending { call, reply });
+                    continue;
+                }
+                Err(Elsewhere(error)) => Err(refused(error)),
+                Ok(Ok(Written::Done { .. })) if acked < u64::from(self.min_acked) => {
+                    Err(unacked(acked, self.min_acked))
+                }
+                Ok(answer) => answer,
             };
             let _ = reply.send((call, answer));
         }
         if readonly {
             self.link.trouble(true, None);
         }
+        again
+    }
+
+    /// Sends `cmd` to the node of `route`, followed by `WAIT` as [`call`](Self::call).
+    async fn call_node(
+        &self,
+        conn: &mut redis::cluster_async::ClusterConnection,
+        cmd: &redis::Cmd,
+        route: &SingleNodeRoutingInfo,
+    ) -> redis::RedisResult<(Value, u64)> {
+        if self.min_acked == 0 {
+            let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
+            return Ok((value.extract_error()?, u64::MAX));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).cmd("WAIT").arg(self.min_acked).arg(WAIT_MS);
+        let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
+        let value = values.next().unwrap_or(Value::Nil).extract_error()?;
+        let acked = redis::from_redis_value(values.next().unwrap_or(Value::Nil).extract_error()?)?;
+        Ok((value, acked))
+    }
+
+    /// The script call of `batch`, its keys placed as `keys` says.
+    fn command(&self, batch: &[Pending], keys: Keys) -> redis::Cmd {
+        let names = Names { entries: &self.names, claims: &self.claims, cluster: self.cluster };
+        let script = if keys == Keys::InArgs { &self.node_script } else { &self.script };
+        command(script.get_hash(), batch.iter().map(|p| &p.call), &names, keys)
     }
 
     /// Sends `cmd`, followed by `WAIT` for the replicas when the store asks
@@ -240,58 +349,6 @@ impl Batcher {
         pipe.add_command(cmd.clone()).cmd("WAIT").arg(self.min_acked).arg(WAIT_MS);
         let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
         Ok((value, acked))
-    }
-
-    /// `EVALSHA` of the write script with every update of `batch`.
-    fn command(&self, batch: &[Pending]) -> redis::Cmd {
-        let keys: usize = batch.iter().map(|p| 2 * p.call.hashes.len()).sum();
-        let mut cmd =
-            redis::Cmd::with_capacity(3 + keys + batch.iter().map(|p| 6 + 3 * p.call.hashes.len()).sum::<usize>(), 0);
-        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
-        let mut name = String::with_capacity(self.claims.len().max(self.names.len()) + 69);
-        for Pending { call, .. } in batch {
-            for (hash, &tag) in call.hashes.iter().zip(&call.tags) {
-                name.clear();
-                name.push_str(&self.names);
-                push_tag(&mut name, tag);
-                super::cluster::push_hash(&mut name, hash, self.cluster);
-                cmd.arg(name.as_str());
-            }
-            for hash in &call.hashes {
-                name.clear();
-                name.push_str(&self.claims);
-                super::cluster::push_hash(&mut name, hash, self.cluster);
-                cmd.arg(name.as_str());
-            }
-        }
-        for Pending { call, .. } in batch {
-            cmd.arg(call.hashes.len()).arg(call.at).arg(call.lead).arg(call.lag.unwrap_or(-1)).arg(call.token).arg(
-                match (call.claim, self.cluster) {
-                    (false, false) => "0",
-                    (true, false) => "1",
-                    // On a cluster, mark the written update (see `script.rs`).
-                    (false, true) => "2",
-                    (true, true) => "3",
-                },
-            );
-            for raw in &call.expected {
-                cmd.arg(raw.as_bytes());
-            }
-            for op in &call.ops {
-                match op {
-                    Op::Keep => cmd.arg("K"),
-                    Op::Delete => cmd.arg("D"),
-                    Op::Put { raw, .. } => cmd.arg(raw.as_bytes()),
-                };
-            }
-            for op in &call.ops {
-                match op {
-                    Op::Put { pxat, .. } => cmd.arg(*pxat),
-                    Op::Keep | Op::Delete => cmd.arg(0),
-                };
-            }
-        }
-        cmd
     }
 }
 
@@ -317,30 +374,12 @@ fn answer_all(batch: Vec<Pending>, e: &redis::RedisError) {
     }
 }
 
-/// The next update's answer in the script's answer, for an update of `n` keys.
-fn answer(
-    answers: &mut impl Iterator<Item = Value>,
-    now: Millis,
-    n: usize,
-    readonly: &mut bool,
-) -> Result<Written, StoreError> {
-    let status = answers.next();
-    let held = |answers: &mut dyn Iterator<Item = Value>| {
-        (0..n).map(|_| raw(answers.next().unwrap_or(Value::Nil))).collect::<redis::RedisResult<_>>().map_err(failed)
-    };
-    match status {
-        Some(Value::Int(1)) => Ok(Written::Done { now }),
-        Some(Value::Int(0)) => Ok(Written::Changed { now, held: held(answers)? }),
-        Some(Value::Int(2)) => Ok(Written::Claimed { now, held: held(answers)? }),
-        Some(Value::Int(3)) => {
-            let error = match answers.next() {
-                Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-                Some(Value::SimpleString(s)) => s,
-                other => format!("{other:?}"),
-            };
-            *readonly |= error.starts_with("READONLY");
-            Err(refused(error))
-        }
-        other => Err(failed(unexpected(format!("the write script answered {other:?} for an update")))),
-    }
+/// The slot of every key of `pending`'s update.
+fn first_slot(pending: &Pending) -> u16 {
+    pending.call.hashes.first().map_or(0, super::cluster::slot)
+}
+
+/// The answer of a node call on a connection that is no longer a cluster's.
+fn not_cluster() -> redis::RedisError {
+    unexpected("the store's connection is not a cluster's".to_owned())
 }

@@ -40,6 +40,7 @@ mod script;
 mod sentinel;
 mod server;
 mod upkeep;
+mod write;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;

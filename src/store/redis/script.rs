@@ -59,78 +59,106 @@ return out
 /// update's claim holds, a write is not tried: `2, raw...`, wait. Claims only
 /// make the order fair, never the count exact: setting or dropping one that
 /// the server refuses is let go (it expires by itself).
-pub(super) const WRITE: &str = r"
+macro_rules! write_body {
+    () => {
+        r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local out, k, a, na = {now}, 0, 0, #ARGV
+local out, k = {now}, 0
 while a < na do
   local n = tonumber(ARGV[a + 1])
   local at, lag = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 4])
   local ok = now >= at - tonumber(ARGV[a + 3]) and (lag < 0 or now <= at + lag)
   local token, mode = ARGV[a + 5], ARGV[a + 6]
   a = a + 6
-  local got = redis.call('MGET', unpack(KEYS, k + 1, k + 2 * n))
-  local status, done, mine = 1, false, nil
-  for i = 1, n do
-    local held = got[i] or ''
-    got[i] = held
-    if held ~= ARGV[a + i] then ok = false end
-    local owner = got[n + i]
-    if owner then
-      if string.sub(owner, 1, 5) == 'done:' then
-        done = done or (i == 1 and (mode == '2' or mode == '3') and owner == 'done:' .. token)
-      elseif owner == token then
-        mine = mine or {}
-        mine[i] = true
-      else
-        status = 2
-      end
-    end
-  end
-  local err
-  if done then
-    status = 1
-  elseif status == 1 and not ok then
-    status = 0
-    if mode == '1' or mode == '3' then
-      for i = 1, n do redis.pcall('SET', KEYS[k + n + i], token, 'PX', 100) end
-    end
-  elseif status == 1 then
+  local base = kb + k
+  local got = redis.pcall('MGET', unpack(K, base + 1, base + 2 * n))
+  if got.err then
+    out[#out + 1] = 4
+    out[#out + 1] = got.err
+  else
+    local status, done, mine = 1, false, nil
     for i = 1, n do
-      local op, r = ARGV[a + n + i], nil
-      if op == 'D' then
-        if got[i] ~= '' then r = redis.pcall('DEL', KEYS[k + i]) end
-      elseif op ~= 'K' then
-        if got[i] == '' then
-          r = redis.pcall('SET', KEYS[k + i], op, 'PXAT', ARGV[a + 2 * n + i], 'NX')
-          if not r then r = {err = 'WRONGTYPE the key holds a value that is not a string'} end
+      local held = got[i] or ''
+      got[i] = held
+      if held ~= ARGV[a + i] then ok = false end
+      local owner = got[n + i]
+      if owner then
+        if string.sub(owner, 1, 5) == 'done:' then
+          done = done or (i == 1 and (mode == '2' or mode == '3') and owner == 'done:' .. token)
+        elseif owner == token then
+          mine = mine or {}
+          mine[i] = true
         else
-          r = redis.pcall('SET', KEYS[k + i], op, 'PXAT', ARGV[a + 2 * n + i])
+          status = 2
         end
       end
-      if type(r) == 'table' and r.err then
-        err = r.err
-        break
+    end
+    local err
+    if done then
+      status = 1
+    elseif status == 1 and not ok then
+      status = 0
+      if mode == '1' or mode == '3' then
+        for i = 1, n do redis.pcall('SET', K[base + n + i], token, 'PX', 100) end
       end
-      if mine and mine[i] then redis.pcall('DEL', KEYS[k + n + i]) end
+    elseif status == 1 then
+      for i = 1, n do
+        local op, r = ARGV[a + n + i], nil
+        if op == 'D' then
+          if got[i] ~= '' then r = redis.pcall('DEL', K[base + i]) end
+        elseif op ~= 'K' then
+          if got[i] == '' then
+            r = redis.pcall('SET', K[base + i], op, 'PXAT', ARGV[a + 2 * n + i], 'NX')
+            if not r then r = {err = 'WRONGTYPE the key holds a value that is not a string'} end
+          else
+            r = redis.pcall('SET', K[base + i], op, 'PXAT', ARGV[a + 2 * n + i])
+          end
+        end
+        if type(r) == 'table' and r.err then
+          err = r.err
+          break
+        end
+        if mine and mine[i] then redis.pcall('DEL', K[base + n + i]) end
+      end
+      if not err and (mode == '2' or mode == '3') then
+        redis.pcall('SET', K[base + n + 1], 'done:' .. token, 'PX', 5000)
+      end
     end
-    if not err and (mode == '2' or mode == '3') then
-      redis.pcall('SET', KEYS[k + n + 1], 'done:' .. token, 'PX', 5000)
-    end
-  end
-  if err then
-    out[#out + 1] = 3
-    out[#out + 1] = err
-  else
-    out[#out + 1] = status
-    if status ~= 1 then
-      for i = 1, n do out[#out + 1] = got[i] end
+    if err then
+      out[#out + 1] = 3
+      out[#out + 1] = err
+    else
+      out[#out + 1] = status
+      if status ~= 1 then
+        for i = 1, n do out[#out + 1] = got[i] end
+      end
     end
   end
   k, a = k + 2 * n, a + 3 * n
 end
 return out
-";
+"
+    };
+}
+
+/// [`write_body!`] on one server or one slot: the keys are `KEYS`.
+pub(super) const WRITE: &str = concat!("local K, kb, a, na = KEYS, 0, 0, #ARGV", write_body!());
+
+/// [`write_body!`] on one cluster node, for updates of several of its slots:
+/// `ARGV` is how many arguments the updates have, those arguments, then the
+/// keys (in `KEYS`' order). Redis 7's flag lets one script touch keys of
+/// every slot the node serves; the script declares no key, so the node never
+/// redirects the call, and each update's `MGET` fails alone (`4, error`,
+/// nothing written) if its slot is not served there, or is moving and its
+/// keys are not all still there.
+pub(super) const WRITE_NODE: &str = concat!(
+    "#!lua flags=allow-cross-slot-keys\n",
+    "local K, a = ARGV, 1\n",
+    "local na = tonumber(ARGV[1]) + 1\n",
+    "local kb = na",
+    write_body!()
+);
 
 /// Removes the keys whose stored expiry has passed on the server's clock (a
 /// sweep's step over keys `SCAN` found); answers how many went. A key that

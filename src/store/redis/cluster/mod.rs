@@ -7,7 +7,8 @@
 //! - **One slot, one round trip.** An update whose keys all share a slot (every
 //!   one-part limit) takes the path it takes on one server (`count.rs`,
 //!   `batch.rs`): its compare-and-set runs in one script on the slot's
-//!   primary, and counts of one slot that are ready at once share a call.
+//!   primary, and counts ready at once whose slots one primary serves share
+//!   a call to it (`slots.rs` keeps which primary serves each slot).
 //! - **Several slots: a commit protocol** (`txn.rs`, argued in
 //!   `PROTOCOL.md`): a lock with the intended value on every key, a commit
 //!   point on one primary key, and readers that resolve a lock they meet
@@ -20,10 +21,13 @@
 
 pub(super) mod ask;
 mod lock;
+#[cfg(test)]
+mod node_calls;
 mod nodes;
 mod read;
 mod resolve;
 mod scripts;
+pub(super) mod slots;
 pub(super) mod txn;
 
 use std::time::Duration;

@@ -34,29 +34,41 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// Prewrite: locks the keys of one slot if each holds what the update read.
 /// `KEYS`: the keys (the primary first on the primary's slot), then on the
 /// primary's slot the update's record. `ARGV`: the update's id, its lease in
-/// ms (0 off the primary's slot), then per key the entry expected, the
-/// lock's body and the lock's `PXAT`. Answers `{now, 1}` locked (or already
-/// locked by this update), `{now, 0, held...}` nothing written, `{now, 2}`
-/// the update was already decided (rolled back by a reader).
+/// ms (0 off the primary's slot), the clock `apply` ran at and how far this
+/// node's clock may be before it (lead) and after it (lag) (-1: any; a basis
+/// the store guessed is checked, one it read is not), then per key the entry
+/// expected, the lock's body and the lock's `PXAT`. Answers `{now, 1}` locked
+/// (or already locked by this update: a call sent again, whose clock is not
+/// checked again), `{now, 0, held...}` nothing written, `{now, 2}` the update
+/// was already decided (rolled back by a reader), `{now, 3}` nothing written:
+/// the node's clock is outside the bounds.
 const PREWRITE: &str = r"
 local txn, lease = ARGV[1], tonumber(ARGV[2])
-local n = (#ARGV - 2) / 3
+local at, lead, lag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local n = (#ARGV - 5) / 3
 local mine = '~' .. txn .. '|'
 if lease > 0 and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {now, 2} end
-local held, ok = {}, true
+local held, ok, again = {}, true, false
 for i = 1, n do
   held[i] = redis.call('GET', KEYS[i]) or ''
-  if held[i] ~= ARGV[3 * i] and string.sub(held[i], 1, #mine) ~= mine then ok = false end
+  if string.sub(held[i], 1, #mine) == mine then
+    again = true
+  elseif held[i] ~= ARGV[3 * i + 3] then
+    ok = false
+  end
 end
 if not ok then
   local out = {now, 0}
   for i = 1, n do out[#out + 1] = held[i] end
   return out
 end
+if not again and ((lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag)) then
+  return {now, 3}
+end
 local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
 for i = 1, n do
   if string.sub(held[i], 1, #mine) ~= mine then
-    redis.call('SET', KEYS[i], head .. ARGV[3 * i + 1], 'PXAT', ARGV[3 * i + 2])
+    redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5])
   end
 end
 return {now, 1}
@@ -97,7 +109,8 @@ return 1
 /// decided; while the primary holds the lock within its lease, `{now, 'W',
 /// ms left}`; past the lease the primary is rolled back and `A` recorded, in
 /// one step, and so is an update whose primary holds no lock and no record
-/// (never prewritten there: no later prewrite of it can land).
+/// (not prewritten there, or not yet: the record keeps a later prewrite of it
+/// from landing).
 const RESOLVE: &str = r"
 local rec = redis.call('GET', KEYS[2])
 if rec then return {now, rec} end

@@ -1,9 +1,10 @@
 //! An update over keys in several hash slots, in the steps `PROTOCOL.md`
 //! argues for: read every key (a script per slot), run `apply`, prewrite a
-//! lock with the new entry on every key (the primary key's slot first, then
-//! the others at once), commit at the primary key, then settle the other
-//! slots' locks to their new entries.
+//! lock with the new entry on every key (every slot at once), commit at the
+//! primary key, then settle the other slots' locks to their new entries in
+//! the background: the count is answered at the commit.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::batch::unacked;
@@ -20,6 +21,7 @@ use crate::bound::FamilyId;
 use crate::error::Unavailable;
 use crate::rules::run_apply;
 use crate::seen::KeyHash;
+use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Millis, StoreError};
 
 /// How long a prewritten update holds its primary key before a reader may
@@ -68,15 +70,32 @@ pub(in crate::store::redis) async fn count(
     // Tries that prewrote and missed; a basis read again is bounded by the
     // call's time alone, as a read is (`read.rs`).
     let mut missed = 0;
+    // The first try runs on the store's guess when it can guess (the entries
+    // it last saw, the estimated clock), as a one-slot count does: the
+    // prewrites check it, clock and all. A wrong guess costs the read.
+    let mut guess = shared.clock.estimate().filter(|_| shared.guess).map(|now| {
+        let held: Vec<Raw> = hashes.iter().map(|h| shared.seen.get(h).unwrap_or_default()).collect();
+        (now, held)
+    });
     while missed < MAX_TRIES {
-        let (now, held) = match next.take() {
-            Some(read) => read,
-            None => basis(shared, &names).await?,
+        let guessed = guess.is_some();
+        let (now, held) = match (guess.take(), next.take()) {
+            (Some(guess), _) => guess,
+            (None, Some(read)) => read,
+            (None, None) => basis(shared, &names).await?,
         };
-        trips += 1;
-        let entries = decode(&held, hashes, now)?;
+        trips += u64::from(!guessed);
+        let entries = match decode(&held, hashes, now) {
+            Ok(entries) => entries,
+            Err(_) if guessed => continue,
+            Err(e) => return Err(e),
+        };
         let writes = run_apply(apply, &entries, now)?;
         let (ops, added, removed) = ops(writes, &held, families, shared.grace);
+        if guessed && ops.iter().all(|op| matches!(op, Op::Keep)) {
+            // A guess is no snapshot: read.
+            continue;
+        }
         if ops.iter().all(|op| matches!(op, Op::Keep)) {
             // Nothing to write, so no prewrite checks the basis: it stands
             // only if it was a snapshot, which reading the keys again shows
@@ -98,9 +117,10 @@ pub(in crate::store::redis) async fn count(
             return Err(store.full(short));
         }
         let txn = format!("{:016x}", shared.token());
-        let step = Step { shared, names: &names, groups: &groups, txn: &txn };
-        trips += 3;
-        match step.run(&held, &ops, now).await? {
+        let step = Step { shared: &store.shared, names: &names, groups: &groups, txn: &txn };
+        // The prewrites and the commit (the settle is not waited for).
+        trips += 2;
+        match step.run(&held, &ops, now, guessed).await? {
             Tried::Committed { acked } => {
                 shared.remember_written(hashes, ops, &held);
                 admission.commit();
@@ -111,6 +131,8 @@ pub(in crate::store::redis) async fn count(
                 return if acked < u64::from(wanted) { Err(unacked(acked, wanted)) } else { Ok(()) };
             }
             Tried::Again if started.elapsed() > CALL_LIMIT => break,
+            // A wrong guess: the next try reads.
+            Tried::Again if guessed => {}
             Tried::Again => {
                 // Apart, so that updates racing for the same keys don't meet again.
                 let spread = 1 + (shared.token() % (1 << missed.min(5)));
@@ -128,15 +150,17 @@ pub(in crate::store::redis) async fn count(
 /// One try of update `txn` on `names`, grouped by slot (the primary key's,
 /// `names[0]`, first).
 struct Step<'a> {
-    shared: &'a Shared,
+    shared: &'a Arc<Shared>,
     names: &'a [String],
     groups: &'a [Vec<usize>],
     txn: &'a str,
 }
 
 impl Step<'_> {
-    async fn run(&self, held: &[Raw], ops: &[Op], now: Millis) -> Result<Tried, StoreError> {
-        let shared = self.shared;
+    /// One try on `held` at `now`; a `guessed` basis has its clock checked
+    /// by the prewrites.
+    async fn run(&self, held: &[Raw], ops: &[Op], now: Millis, guessed: bool) -> Result<Tried, StoreError> {
+        let shared: &Shared = self.shared;
         let primary = &self.names[0];
         let record = record(shared, primary, self.txn);
         let grace = shared.grace;
@@ -162,6 +186,8 @@ impl Step<'_> {
                 call.key(&record);
             }
             call.arg(self.txn).arg(if first { LEASE_MS } else { 0 });
+            let (lead, lag) = if guessed { (MAX_LEAD_MS, MAX_LAG_MS) } else { (-1, -1) };
+            call.arg(now).arg(lead).arg(lag);
             for &i in group {
                 call.arg(held[i].as_bytes()).arg(&locks[i].0).arg(locks[i].1);
             }
@@ -175,22 +201,27 @@ impl Step<'_> {
                 Ok::<_, redis::RedisError>((redis::from_redis_value::<Vec<redis::Value>>(answer)?, acked))
             }
         };
-        // The primary's slot first: updates racing for the same primary key
-        // meet there, before any of them has locked another slot.
-        match prewrite(&self.groups[0], true).await {
-            Ok((answer, _)) if status(&answer) == Some(1) => {}
-            Ok(_) => return Ok(Tried::Again),
-            Err(e) => {
-                self.abort(&record, record_pxat).await;
-                return Err(failed(e));
-            }
-        }
-        let others = futures_util::future::join_all(self.groups[1..].iter().map(|g| prewrite(g, false))).await;
+        // Every slot at once. A prewrite of the primary's slot that lands
+        // after a reader met a lock of this try elsewhere and wrote `A` finds
+        // that record and writes nothing (`PROTOCOL.md`).
+        let (first, others) = futures_util::future::join(
+            prewrite(&self.groups[0], true),
+            futures_util::future::join_all(self.groups[1..].iter().map(|g| prewrite(g, false))),
+        )
+        .await;
+        // Whether any slot may hold a lock of this try (a failed call may have).
+        let mut locked = false;
         let (mut failure, mut missed, mut short) = (None, false, None);
+        match first {
+            Ok((answer, _)) if status(&answer) == Some(1) => locked = true,
+            Ok(_) => missed = true,
+            Err(e) => failure = Some(e),
+        }
         let mut met = Vec::new();
         for (group, answer) in self.groups[1..].iter().zip(others) {
             match answer {
                 Ok((answer, acked)) if status(&answer) == Some(1) => {
+                    locked = true;
                     if acked < u64::from(shared.batcher.min_acked) {
                         short = Some(short.map_or(acked, |s: u64| s.min(acked)));
                     }
@@ -210,6 +241,10 @@ impl Step<'_> {
                 }
                 Err(e) => failure = Some(e),
             }
+        }
+        if failure.is_none() && missed && !locked {
+            // Every slot answered that it wrote nothing: nothing to roll back.
+            return Ok(Tried::Again);
         }
         if failure.is_some() || missed || short.is_some() {
             self.abort(&record, record_pxat).await;
@@ -238,17 +273,19 @@ impl Step<'_> {
                 return Ok(Tried::Again);
             }
         };
-        // Committed: the other slots' locks become their new entries now, or
-        // at the next reader that meets them.
-        let settled = self.groups[1..].iter().map(|g| {
-            let names = group(g);
-            async move { settle(shared, &names, self.txn, "C", None).await }
-        });
-        for done in futures_util::future::join_all(settled).await {
-            if let Err(e) = done {
-                tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
+        // Committed: the other slots' locks become their new entries, in the
+        // background (the count is answered now), or at the next reader that
+        // meets them.
+        let (owner, txn) = (self.shared.clone(), self.txn.to_owned());
+        let others: Vec<Vec<String>> = self.groups[1..].iter().map(group).collect();
+        tokio::spawn(async move {
+            let settled = others.iter().map(|names| settle(&owner, names, &txn, "C", None));
+            for done in futures_util::future::join_all(settled).await {
+                if let Err(e) = done {
+                    tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
+                }
             }
-        }
+        });
         Ok(Tried::Committed { acked })
     }
 
