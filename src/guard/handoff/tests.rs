@@ -81,6 +81,17 @@ async fn a_call_whose_caller_gives_up_runs_to_its_end_in_a_task_of_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_call_is_handed_over_at_its_deadline() {
+    leak_and_wait().await;
+}
+
+/// There the timer fires while the only thread parks, and the call is
+/// spawned from the timer's wake.
+#[tokio::test(flavor = "current_thread")]
+async fn a_leaked_call_is_handed_over_at_its_deadline_on_a_current_thread_runtime() {
+    leak_and_wait().await;
+}
+
+async fn leak_and_wait() {
     let (call, go, ended) = waiting_call();
     let until = Instant::now() + Duration::from_millis(50);
     let mut leaked = Box::pin(handed(call, until));
