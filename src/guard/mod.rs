@@ -12,10 +12,12 @@
 //!   store) runs in the caller's task with the caller's own `apply`, and
 //!   nothing is spawned; a call that finishes on its first poll takes no
 //!   in-flight place (it never waited);
-//! - an [owned `apply`](LimitStore::update_owned) goes with the call into a
-//!   task of its own, which outlives the caller if it must; from the moment the
-//!   caller stops waiting (or the deadline passes) it answers `Keep` for every
-//!   key, so a late call writes nothing;
+//! - an [owned `apply`](LimitStore::update_owned) goes with the call, which
+//!   the caller's task runs until it ends; if the caller stops waiting, or
+//!   the deadline passes, a task of its own takes the call over and finishes
+//!   it, even when the caller's future was leaked (`handoff.rs`). From that
+//!   moment the `apply` answers `Keep` for every key, so a late call writes
+//!   nothing;
 //! - a borrowed `apply` on a store that may wait is reached only by message
 //!   (`ask`): the work sends the entries, the caller answers the writes.
 //!
@@ -23,6 +25,7 @@
 //! caller was answered unavailable: the store finishes what it started.
 
 mod ask;
+mod handoff;
 mod integer_counts;
 mod owned_keys;
 
@@ -30,7 +33,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -40,7 +43,9 @@ use futures_util::FutureExt;
 use crate::error::Unavailable;
 use crate::log::{Throttle, KIND_UNAVAILABLE};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
+use handoff::{handoff, Cell, Handed};
 use owned_keys::OwnedKeys;
+use tokio::time::Instant;
 
 /// The default deadline of a store call.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
@@ -202,31 +207,21 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
         self.settle(outcome)
     }
 
-    /// Runs one call that owns all it uses. It owns its in-flight slot, so the
-    /// slot is freed when the call really ends, not when we stop waiting.
-    async fn spawned<T: Send + 'static>(
+    /// Runs one call that owns all it uses, in the caller's task; a task of
+    /// its own takes it over if the caller stops waiting or `until` passes
+    /// (see `handoff.rs`). The call owns its in-flight slot, so the slot is
+    /// freed when the call really ends, not when we stop waiting.
+    async fn owned<T: Send + 'static>(
         &self,
+        cell: Arc<Cell<T>>,
+        until: Instant,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let mut call = Box::pin(AssertUnwindSafe(call).catch_unwind());
-        // The first poll is where a store sends its request: done here, in the
-        // caller's task, and a call that is ready then needs no task.
-        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        let outcome = match first {
-            Poll::Ready(outcome) => outcome,
-            Poll::Pending => {
-                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                    return Err(self.no_runtime());
-                };
-                let task = runtime.spawn(call);
-                match tokio::time::timeout(self.deadline, task).await {
-                    Ok(Ok(outcome)) => outcome,
-                    Ok(Err(join)) => Err(Box::new(join) as Box<dyn Any + Send>),
-                    Err(_) => return Err(self.timed_out()),
-                }
-            }
-        };
-        self.settle(outcome)
+        match handoff(cell, Box::pin(AssertUnwindSafe(call).catch_unwind()), until).await {
+            Handed::Ended(outcome) => self.settle(outcome),
+            Handed::Late => Err(self.timed_out()),
+            Handed::NoRuntime => Err(self.no_runtime()),
+        }
     }
 }
 
@@ -261,30 +256,6 @@ struct SlotHere<'a>(&'a AtomicUsize);
 impl Drop for SlotHere<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Whether the caller of an owned call still waits: false from the moment its
-/// future ends, is dropped, or its deadline passes (a future leaked with
-/// `mem::forget` ends nothing, so the deadline is checked too).
-#[derive(Clone)]
-struct Waiting {
-    gone: Arc<AtomicBool>,
-    until: tokio::time::Instant,
-}
-
-impl Waiting {
-    fn still(&self) -> bool {
-        !self.gone.load(Ordering::Acquire) && tokio::time::Instant::now() < self.until
-    }
-}
-
-/// Held by the caller's future: marks the caller gone when dropped.
-struct Caller(Arc<AtomicBool>);
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -345,12 +316,15 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             return self.at_once(self.inner.update(keys, &mut *apply)).await;
         }
         let slot = self.slot()?;
-        let caller = Caller(Arc::new(AtomicBool::new(false)));
-        let waiting = Waiting { gone: caller.0.clone(), until: tokio::time::Instant::now() + self.deadline };
+        let until = Instant::now() + self.deadline;
+        let cell = Cell::new();
+        let caller = cell.clone();
+        // Once the caller stops waiting (or the deadline passes), a late call
+        // writes nothing.
         let gated: Box<OwnedApply> =
             Box::new(
                 move |current: &[Option<Entry>], now: Millis| {
-                    if waiting.still() {
+                    if caller.waiting() {
                         apply(current, now)
                     } else {
                         vec![Write::Keep; current.len()]
@@ -359,14 +333,11 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             );
         let inner = self.inner.clone();
         let keys = OwnedKeys::new(keys);
-        let result = self
-            .spawned(async move {
-                let _slot = slot;
-                inner.update_owned(&keys.refs(), gated).await
-            })
-            .await;
-        drop(caller);
-        result
+        self.owned(cell, until, async move {
+            let _slot = slot;
+            inner.update_owned(&keys.refs(), gated).await
+        })
+        .await
     }
 
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
@@ -374,9 +345,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             return self.at_once(self.inner.read(keys)).await;
         }
         let slot = self.slot()?;
+        let until = Instant::now() + self.deadline;
         let inner = self.inner.clone();
         let keys = OwnedKeys::new(keys);
-        self.spawned(async move {
+        self.owned(Cell::new(), until, async move {
             let _slot = slot;
             inner.read(&keys.refs()).await
         })
@@ -388,8 +360,9 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             return self.at_once(self.inner.sweep()).await;
         }
         let slot = self.slot()?;
+        let until = Instant::now() + self.deadline;
         let inner = self.inner.clone();
-        self.spawned(async move {
+        self.owned(Cell::new(), until, async move {
             let _slot = slot;
             inner.sweep().await
         })
