@@ -277,9 +277,13 @@ impl Counted {
         let mut decision = self.decision(verdict, now);
         decision.others = self.parts_left(held);
         decision.limited_by = Some(self.names[verdict.part]);
+        // A check (cost 0) is answered as an attempt would be, and counted in
+        // no tally: neither as a refusal nor as one shadow mode let through.
         if self.limit.shadow {
-            self.answers.shadow_refused.fetch_add(1, Ordering::Relaxed);
-            if self.shadow_log.ready() {
+            if cost != 0 {
+                self.answers.shadow_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            if cost != 0 && self.shadow_log.ready() {
                 tracing::info!(
                     kind = KIND_SHADOW_REFUSAL,
                     limit = %self.limit.name,

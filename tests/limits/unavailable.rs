@@ -141,8 +141,10 @@ async fn shadow_mode_counts_and_logs_but_refuses_nothing() {
         assert_eq!(d.limited_by, Some("code"));
         assert_eq!(d.retry_after, None);
     }
+    let check = limits.attempt_cost("code-verify", &code, 0).await.unwrap();
+    assert!(check.allowed && check.shadow_refused, "a check says what shadow mode would refuse");
     let c = limits.counters("code-verify").unwrap();
-    assert_eq!((c.allowed, c.shadow_refused, c.limited), (5, 3, 0));
+    assert_eq!((c.allowed, c.shadow_refused, c.limited), (5, 3, 0), "and is in no tally");
     let lines = logs.lines_of_kind("limit-shadow-refusal");
     assert_eq!(lines.len(), 1, "throttled: {lines:?}");
     assert!(lines[0].contains("limit=code-verify") && lines[0].contains("part=code"));
