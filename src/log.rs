@@ -159,16 +159,6 @@ pub(crate) const KIND_DEGRADED: &str = Kind::Degraded.as_str();
 pub(crate) const KIND_SHADOW_REFUSAL: &str = Kind::ShadowRefusal.as_str();
 pub(crate) const KIND_NOT_SHARED: &str = Kind::NotShared.as_str();
 pub(crate) const KIND_UNAVAILABLE: &str = Kind::Unavailable.as_str();
-#[cfg(feature = "redis")]
-pub(crate) const KIND_SWEEP_FAILED: &str = Kind::SweepFailed.as_str();
-#[cfg(feature = "redis")]
-pub(crate) const KIND_REDIS_EVICTS: &str = Kind::RedisEvicts.as_str();
-#[cfg(feature = "redis")]
-pub(crate) const KIND_REDIS_REPLICA: &str = Kind::RedisReplica.as_str();
-#[cfg(feature = "redis")]
-pub(crate) const KIND_REDIS_SENTINEL: &str = Kind::RedisSentinel.as_str();
-#[cfg(feature = "redis")]
-pub(crate) const KIND_REDIS_FAILOVER: &str = Kind::RedisFailover.as_str();
 
 const INTERVAL_MS: i64 = 60_000;
 const NEVER: i64 = i64::MIN;

@@ -28,7 +28,7 @@ pub async fn sweep(store: RedisStore) -> anyhow::Result<()> {
 /// `limit-store stats` on Redis.
 pub async fn stats(store: RedisStore) -> anyhow::Result<()> {
     let live = store.live_entries().await?;
-    let max = store.max_entries();
+    let max = store.stats().map_or(0, |s| s.max_entries);
     println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
     println!("generation:    {} (this secret; keys {}…)", store.generation(), store.key_prefix());
     if store.evicts() {

@@ -41,23 +41,23 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use crate::error::Unavailable;
-use crate::log::{Throttle, KIND_UNAVAILABLE};
+use crate::log::{Kind, Throttle};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
 use handoff::{handoff, Cell, Handed};
 use owned_keys::OwnedKeys;
 use tokio::time::Instant;
 
 /// The default deadline of a store call.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest deadline: one given longer (up to `Duration::MAX`) is taken
 /// as this. No caller waits an hour for a rate limit, and a deadline past
 /// what a clock can add would overflow it.
-pub const MAX_DEADLINE: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(3600);
 /// The shortest deadline: one given shorter (zero) is taken as this, as a
 /// cap of 0 calls in flight is taken as 1.
-pub const MIN_DEADLINE: Duration = Duration::from_millis(1);
+pub(crate) const MIN_DEADLINE: Duration = Duration::from_millis(1);
 /// The default number of store calls that may run at once.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 
 /// `deadline` within [`MIN_DEADLINE`] and [`MAX_DEADLINE`]: what every
 /// setter of a deadline takes.
@@ -97,7 +97,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
 
     /// Guards `inner` with a `deadline` per call and at most `max_in_flight`
     /// calls running in it at once (a cap of 0 is taken as 1). A deadline is
-    /// taken between [`MIN_DEADLINE`] and [`MAX_DEADLINE`] (1 ms and 1 h):
+    /// taken between 1 ms and 1 h:
     /// `Duration::ZERO` as 1 ms, `Duration::MAX` as an hour.
     pub fn with_limits(inner: Arc<S>, deadline: Duration, max_in_flight: usize) -> Self {
         Guarded {
@@ -109,19 +109,16 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
         }
     }
 
-    /// The guarded store.
-    pub fn inner(&self) -> &Arc<S> {
+    /// The guarded store (the service's health probe calls it beneath the
+    /// guard).
+    #[cfg(feature = "serve")]
+    pub(crate) fn inner(&self) -> &Arc<S> {
         &self.inner
     }
 
     /// The deadline of each call.
     pub fn deadline(&self) -> Duration {
         self.deadline
-    }
-
-    /// The most calls that run in the store at once.
-    pub fn max_in_flight(&self) -> usize {
-        self.max_in_flight
     }
 
     /// Store calls running now, including those whose callers stopped waiting.
@@ -235,7 +232,7 @@ fn log(logs: &Logs, err: &StoreError) {
             _ => &logs[3],
         };
         if throttle.ready() {
-            tracing::warn!(kind = KIND_UNAVAILABLE, reason = reason.as_str(), error = %err, "limit store call answered unavailable");
+            tracing::warn!(kind = Kind::Unavailable.as_str(), reason = reason.as_str(), error = %err, "limit store call answered unavailable");
         }
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use limit_store::config::Config;
 use limit_store::error::Unavailable;
-use limit_store::guard::{MAX_DEADLINE, MIN_DEADLINE};
 use limit_store::{Apply, Entry, Guarded, LimitStore, Limits, MemoryStore, Millis, StoreError, Write};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -295,6 +294,11 @@ fn the_memory_store_counts_here_and_now_through_the_guard() {
     let read = futures_util::FutureExt::now_or_never(guard.read(&["k"])).expect("answered at once").unwrap();
     assert_eq!(read[0].as_ref().map(|e| e.value.clone()), Some(json!(3)));
 }
+
+/// The longest deadline `Guarded::with_limits` documents: one hour.
+const MAX_DEADLINE: Duration = Duration::from_secs(3600);
+/// The shortest deadline `Guarded::with_limits` documents: 1 ms.
+const MIN_DEADLINE: Duration = Duration::from_millis(1);
 
 /// Every place that takes a deadline takes any `Duration`, and never
 /// panics: a deadline past `MAX_DEADLINE` (one hour) is taken as it, one

@@ -202,7 +202,7 @@ impl Link {
             None => match sentinel.ask().await {
                 Ok(url) => url,
                 Err(why) => {
-                    tracing::warn!(kind = crate::log::KIND_REDIS_SENTINEL, %why, "no Sentinel named a primary; asking again at the next failed call");
+                    tracing::warn!(kind = crate::log::Kind::RedisSentinel.as_str(), %why, "no Sentinel named a primary; asking again at the next failed call");
                     return;
                 }
             },
@@ -214,14 +214,14 @@ impl Link {
             Ok(conn) => {
                 *self.conn.write() = Conn::One(conn);
                 tracing::warn!(
-                    kind = crate::log::KIND_REDIS_FAILOVER,
+                    kind = crate::log::Kind::RedisFailover.as_str(),
                     primary = %crate::secret::redact(&target),
                     "the Redis primary moved (Sentinel): counting goes on at the new primary"
                 );
                 *self.url.lock() = target;
             }
             Err(e) => {
-                tracing::warn!(kind = crate::log::KIND_REDIS_SENTINEL, error = %e, "can't reach the primary Sentinel named; asking again at the next failed call");
+                tracing::warn!(kind = crate::log::Kind::RedisSentinel.as_str(), error = %e, "can't reach the primary Sentinel named; asking again at the next failed call");
             }
         }
     }

@@ -60,18 +60,18 @@ pub use self::builder::RedisStoreBuilder;
 use self::server::ServerInfo;
 
 /// The default bound of a Redis store.
-pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+pub(crate) const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
 /// The default start of every key the store writes.
-pub const DEFAULT_PREFIX: &str = "limit-store";
+pub(crate) const DEFAULT_PREFIX: &str = "limit-store";
 /// How many keys' last entries a store remembers by default, to count them
 /// in one round trip.
-pub const DEFAULT_REMEMBER: usize = 100_000;
+pub(crate) const DEFAULT_REMEMBER: usize = 100_000;
 /// How long after an entry's expiry Redis drops it by default: in the grace
 /// the entry is dead to every read and count, and a sweep can remove it.
-pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// How many times an update tries its compare-and-set before it is answered
 /// unavailable (other instances kept changing its keys).
-pub const MAX_TRIES: usize = 32;
+pub(crate) const MAX_TRIES: usize = 32;
 
 /// Counts in Redis or Valkey, shared by every instance that connects with the
 /// same secret and prefix. Cheap to clone; clones share one connection.
@@ -155,20 +155,10 @@ impl RedisStore {
         &self.shared.names
     }
 
-    /// Live entries of this generation, estimated as the bound counts them.
-    pub fn live_estimate(&self) -> u64 {
-        self.shared.bound.estimate()
-    }
-
     /// Live entries of this generation, counted now with `SCAN` (one pass
     /// over the server's keys, in steps: for `stats`, not for requests).
     pub async fn live_entries(&self) -> Result<u64, StoreError> {
         self.shared.count_live().await
-    }
-
-    /// The bound.
-    pub fn max_entries(&self) -> u64 {
-        self.shared.bound.max()
     }
 
     /// How many round trips this store's updates took, since it was made.

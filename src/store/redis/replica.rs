@@ -5,9 +5,7 @@
 //! do: name the new primary, or let Sentinel follow failovers
 //! (`redis+sentinel://`).
 
-use crate::log::Throttle;
-
-use crate::log::KIND_REDIS_REPLICA as KIND_REPLICA;
+use crate::log::{Kind, Throttle};
 
 /// What a count answered unavailable for `READONLY` says.
 pub(super) const DETAIL: &str = "the Redis server is a replica (it answered READONLY, as the old primary does after a \
@@ -21,7 +19,7 @@ static LOG: Throttle = Throttle::new();
 pub(super) fn noticed() {
     if LOG.ready() {
         tracing::error!(
-            kind = KIND_REPLICA,
+            kind = Kind::RedisReplica.as_str(),
             "the Redis server the store writes to is a replica (READONLY), as after a failover: every count is \
              answered unavailable until redis_url names the primary; a plain redis:// URL does not follow \
              failovers, redis+sentinel://host:port,.../MASTER_NAME does"

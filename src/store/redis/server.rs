@@ -3,7 +3,7 @@
 
 use crate::StoreError;
 
-use crate::log::KIND_REDIS_EVICTS as KIND_EVICTS;
+use crate::log::Kind;
 
 /// The oldest server with `SET … PXAT` (Redis 6.2; every Valkey).
 const OLDEST: (u32, u32) = (6, 2);
@@ -65,7 +65,7 @@ impl ServerInfo {
     pub(super) fn warn_if_evicting(&self, url: &str) {
         if self.evicts() {
             tracing::error!(
-                kind = KIND_EVICTS,
+                kind = Kind::RedisEvicts.as_str(),
                 url,
                 policy = %self.policy,
                 "Redis may evict limit entries (maxmemory-policy {}): a lockout can silently vanish under memory \

@@ -153,7 +153,7 @@ pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task
         if let Some(shared) = store.upgrade() {
             match shared.count_for_bound().await {
                 Ok(()) => {}
-                Err(e) => tracing::warn!(kind = crate::log::KIND_SWEEP_FAILED, error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
+                Err(e) => tracing::warn!(kind = crate::log::Kind::SweepFailed.as_str(), error = %e, "counting the Redis store's entries at start failed; the bound counts only this instance's new keys until the next count"),
             }
         }
         let Some(every) = every else { return };
@@ -161,7 +161,7 @@ pub(super) fn spawn(store: Weak<Shared>, every: Option<Duration>) -> tokio::task
             tokio::time::sleep(every).await;
             let Some(shared) = store.upgrade() else { return };
             if let Err(e) = shared.sweep().await {
-                tracing::warn!(kind = crate::log::KIND_SWEEP_FAILED, error = %e, "sweeping the Redis store failed; retrying at the next interval");
+                tracing::warn!(kind = crate::log::Kind::SweepFailed.as_str(), error = %e, "sweeping the Redis store failed; retrying at the next interval");
             }
         }
     })
