@@ -152,14 +152,6 @@ impl fmt::Display for Kind {
     }
 }
 
-// The texts under their former names, for the files (the guard, the Redis
-// store, parts of `limits`) that still write them so; they go when those move
-// to `Kind`.
-pub(crate) const KIND_DEGRADED: &str = Kind::Degraded.as_str();
-pub(crate) const KIND_SHADOW_REFUSAL: &str = Kind::ShadowRefusal.as_str();
-pub(crate) const KIND_NOT_SHARED: &str = Kind::NotShared.as_str();
-pub(crate) const KIND_UNAVAILABLE: &str = Kind::Unavailable.as_str();
-
 const INTERVAL_MS: i64 = 60_000;
 const NEVER: i64 = i64::MIN;
 

@@ -18,7 +18,7 @@ use super::normalize::KeyRules;
 use super::overrides::Overrides;
 use super::presets;
 
-use crate::log::KIND_NOT_SHARED;
+use crate::log::Kind;
 
 impl Limits {
     /// A builder with the presets on and the memory store.
@@ -235,7 +235,7 @@ impl LimitsBuilder {
         };
         if !store.shared() && !self.single_instance {
             tracing::warn!(
-                kind = KIND_NOT_SHARED,
+                kind = Kind::NotShared.as_str(),
                 "limit counts are kept in this process only: on several instances every budget is multiplied by their number; use the database store, or set rate_limit.single_instance = true if the site runs as one instance"
             );
         }

@@ -25,7 +25,7 @@ use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
 use super::parts::Held;
 
-use crate::log::{KIND_DEGRADED, KIND_SHADOW_REFUSAL};
+use crate::log::Kind;
 /// One limit ready to count, with its counters and log throttles.
 pub(super) struct Counted {
     pub(super) limit: Limit,
@@ -285,7 +285,7 @@ impl Counted {
             }
             if cost != 0 && self.shadow_log.ready() {
                 tracing::info!(
-                    kind = KIND_SHADOW_REFUSAL,
+                    kind = Kind::ShadowRefusal.as_str(),
                     limit = %self.limit.name,
                     part = %part.name,
                     would_refuse = self.answers.shadow_refused.load(Ordering::Relaxed),
@@ -310,7 +310,7 @@ impl Counted {
         let total = self.answers.degraded.fetch_add(1, Ordering::Relaxed) + 1;
         if self.degraded_log.ready() {
             tracing::warn!(
-                kind = KIND_DEGRADED,
+                kind = Kind::Degraded.as_str(),
                 limit = %self.limit.name,
                 reason = reason.as_str(),
                 policy = policy.as_str(),

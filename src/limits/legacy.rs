@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{BoxError, Unavailable};
-use crate::log::{Throttle, KIND_UNAVAILABLE};
+use crate::log::{Kind, Throttle};
 use crate::{Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome};
@@ -124,7 +124,7 @@ impl GuardedLegacy {
         };
         if let Err(e) = &result {
             if self.log.ready() {
-                tracing::warn!(kind = KIND_UNAVAILABLE, reason = e.unavailable_reason().map_or("", Unavailable::as_str), error = %e, "RateLimitStore call answered unavailable");
+                tracing::warn!(kind = Kind::Unavailable.as_str(), reason = e.unavailable_reason().map_or("", Unavailable::as_str), error = %e, "RateLimitStore call answered unavailable");
             }
         }
         result
