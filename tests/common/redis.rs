@@ -117,3 +117,22 @@ impl Drop for OwnRedis {
         self.stop();
     }
 }
+
+/// Counts one attempt on both `keys` (`{"n": n}` each) if both are under
+/// `budget`; answers whether it was counted.
+pub async fn attempt_both(
+    store: &dyn limit_store::LimitStore,
+    keys: [&str; 2],
+    budget: u64,
+) -> Result<bool, limit_store::StoreError> {
+    use limit_store::{update_with, Entry, Write};
+    update_with(store, &keys, |current, now| {
+        let n: Vec<u64> = current.iter().map(|e| e.as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0)).collect();
+        if n.iter().any(|&n| n >= budget) {
+            return (vec![Write::Keep, Write::Keep], false);
+        }
+        let put = |n: u64| Write::Put(Entry { value: serde_json::json!({ "n": n + 1 }), expires_at: now + 600_000 });
+        (vec![put(n[0]), put(n[1])], true)
+    })
+    .await
+}

@@ -88,18 +88,9 @@ async fn add(store: &dyn LimitStore, keys: &[&str]) -> Result<(), StoreError> {
     .await
 }
 
-/// Counts one attempt on both keys if both are under the budget; answers
-/// whether it was counted.
-async fn attempt(store: &dyn LimitStore, keys: [&str; 2]) -> Result<bool, StoreError> {
-    update_with(store, &keys, |current, now| {
-        let n: Vec<u64> = current.iter().map(|e| e.as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0)).collect();
-        if n.iter().any(|&n| n >= BUDGET) {
-            return (vec![Write::Keep, Write::Keep], false);
-        }
-        let put = |n: u64| Write::Put(Entry { value: json!({ "n": n + 1 }), expires_at: now + 600_000 });
-        (vec![put(n[0]), put(n[1])], true)
-    })
-    .await
+/// Counts one attempt on both keys if both are under the budget.
+async fn attempt(store: &dyn LimitStore, keys: [&str; 2]) -> Result<bool, limit_store::StoreError> {
+    crate::common::redis::attempt_both(store, keys, BUDGET).await
 }
 
 /// Every key's count, read as one snapshot.

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
 use limit_store::testing::StorePair;
-use limit_store::{update_with, Entry, Guarded, LimitStore, RedisStore, Write};
+use limit_store::{Guarded, LimitStore, RedisStore};
 use serde_json::json;
 
 const SECRET: &str = "limit-store redis cluster tests: a secret of 32+ bytes";
@@ -72,18 +72,9 @@ mod guarded {
     limit_store::contract_tests!(factory);
 }
 
-/// Counts one attempt on both keys if both are under the budget; answers
-/// whether it was counted.
+/// Counts one attempt on both keys if both are under the budget.
 async fn attempt(store: &dyn LimitStore, keys: [&str; 2]) -> Result<bool, limit_store::StoreError> {
-    update_with(store, &keys, |current, now| {
-        let n: Vec<u64> = current.iter().map(|e| e.as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0)).collect();
-        if n.iter().any(|&n| n >= BUDGET) {
-            return (vec![Write::Keep, Write::Keep], false);
-        }
-        let put = |n: u64| Write::Put(Entry { value: json!({ "n": n + 1 }), expires_at: now + 600_000 });
-        (vec![put(n[0]), put(n[1])], true)
-    })
-    .await
+    crate::common::redis::attempt_both(store, keys, BUDGET).await
 }
 
 /// One of the racing processes (run by the test below, not on its own).

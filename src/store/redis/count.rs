@@ -286,7 +286,7 @@ impl LimitStore for RedisStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::{update_with, Entry, LimitStore, RedisStore, Write};
 
     /// Adds one with a minute to live from `now`; the `now` `apply` saw last.
@@ -300,7 +300,7 @@ mod tests {
     }
 
     /// Adds one to `key`; the count it wrote.
-    async fn add_one(store: &RedisStore, key: &str) -> u64 {
+    pub(in crate::store::redis) async fn add_one(store: &RedisStore, key: &str) -> u64 {
         update_with(store, &[key], |current, now| {
             let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
             (vec![Write::Put(Entry { value: n.into(), expires_at: now + 60_000 })], n)

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::{update_with, Entry, LimitStore, RedisStore, Write};
+use super::super::count::tests::add_one;
+use crate::{LimitStore, RedisStore};
 
 /// A store on the cluster under a prefix of its own, once it knows the
 /// slots' primaries.
@@ -20,16 +21,6 @@ async fn store(name: &str) -> Option<RedisStore> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the store never learned the slots' primaries");
-}
-
-/// Adds one to `key`; the count it wrote.
-async fn add_one(store: &RedisStore, key: &str) -> u64 {
-    update_with(store, &[key], |current, now| {
-        let n = current[0].as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1;
-        (vec![Write::Put(Entry { value: n.into(), expires_at: now + 60_000 })], n)
-    })
-    .await
-    .unwrap()
 }
 
 /// Counts each of `keys` once, all ready at once; the counts they wrote.
