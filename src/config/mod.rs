@@ -291,7 +291,7 @@ impl Config {
     /// (`deadline`, `max_in_flight`), to build limits on it with
     /// [`Config::apply`]: a service guards its store once, and builds every
     /// reload's limits on that guard, keeping its counts.
-    pub async fn open_store(&self) -> Result<crate::Guarded, LimitError> {
+    pub(crate) async fn open_store(&self) -> Result<crate::Guarded, LimitError> {
         let store: Arc<dyn LimitStore> = match self.store {
             StoreKind::Memory => Arc::new(match self.max_entries {
                 Some(n) => MemoryStore::with_max_entries(n),
@@ -306,29 +306,6 @@ impl Config {
             self.max_in_flight
                 .map_or(crate::guard::DEFAULT_MAX_IN_FLIGHT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         ))
-    }
-
-    /// True when `other` opens the same store: only the limits' settings differ.
-    pub fn same_store(&self, other: &Config) -> bool {
-        (
-            self.store,
-            &self.database_url,
-            &self.redis_url,
-            self.redis_min_replicas_acked,
-            &self.table,
-            &self.secret,
-            self.max_entries,
-            self.durable_commits,
-        ) == (
-            other.store,
-            &other.database_url,
-            &other.redis_url,
-            other.redis_min_replicas_acked,
-            &other.table,
-            &other.secret,
-            other.max_entries,
-            other.durable_commits,
-        )
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -24,7 +24,7 @@ const AFTER_ACCEPT_ERROR: Duration = Duration::from_millis(100);
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains.
-pub async fn run(
+pub(crate) async fn run(
     listener: TcpListener,
     router: Router,
     settings: &ServeSettings,

@@ -9,8 +9,11 @@
 //!
 //! With an [`ApiToken`], every route but `/healthz` needs
 //! `Authorization: Bearer`. Every 4xx is the JSON error `{"error", "kind"}`.
-//! [`run`] serves a router with deadlines on slow clients, a cap on
-//! connections, and a bounded drain at shutdown.
+//!
+//! [`run`] is `limit-store serve` whole: it serves these routes from the
+//! settings, with deadlines on slow clients, a cap on connections, reloads,
+//! Envoy's gRPC service beside them, and a bounded drain at shutdown.
+//! [`router`] is the routes alone, to serve inside an app's own axum server.
 
 mod auth;
 mod bodies;
@@ -21,6 +24,7 @@ mod health;
 mod listener;
 mod metrics;
 mod openapi;
+mod program;
 mod routes;
 mod socket;
 mod status;
@@ -36,8 +40,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-pub use envoy::{run_envoy, EnvoyRules, EnvoyService};
-pub use listener::run;
+use envoy::EnvoyService;
+pub use program::run;
 pub use token::{ApiToken, TokenError};
 
 use crate::limits::LimitsBuilder;
@@ -48,7 +52,7 @@ use routes::MAX_BODY;
 /// service runs, and the limits on it, which a reload replaces: a request
 /// keeps the limits it started with.
 #[derive(Clone, Debug)]
-pub struct LimitsHandle(Arc<Held>);
+pub(crate) struct LimitsHandle(Arc<Held>);
 
 #[derive(Debug)]
 struct Held {
@@ -59,27 +63,27 @@ struct Held {
 impl LimitsHandle {
     /// The limits `limits` builds on `store` (the store set on `limits`, if
     /// any, is replaced by `store`).
-    pub fn new(store: Arc<Guarded>, limits: LimitsBuilder) -> Result<Self, LimitError> {
+    pub(crate) fn new(store: Arc<Guarded>, limits: LimitsBuilder) -> Result<Self, LimitError> {
         let built = limits.store(store.clone()).build()?;
         Ok(LimitsHandle(Arc::new(Held { store, current: parking_lot::RwLock::new(Arc::new(built)) })))
     }
 
     /// The limits now.
-    pub fn current(&self) -> Arc<Limits> {
+    pub(crate) fn current(&self) -> Arc<Limits> {
         self.0.current.read().clone()
     }
 
     /// From now on, the limits `limits` builds answer: on the same store
     /// behind the same guard (its counts, its in-flight calls and its cap
     /// are kept), each limit carrying on the counters of the one of its name.
-    pub fn reload(&self, limits: LimitsBuilder) -> Result<(), LimitError> {
+    pub(crate) fn reload(&self, limits: LimitsBuilder) -> Result<(), LimitError> {
         let built = limits.store(self.0.store.clone()).counters_from(&self.current()).build()?;
         *self.0.current.write() = Arc::new(built);
         Ok(())
     }
 
     /// The store, behind its guard.
-    pub fn store(&self) -> &Arc<Guarded> {
+    pub(crate) fn store(&self) -> &Arc<Guarded> {
         &self.0.store
     }
 }
@@ -94,9 +98,16 @@ pub(crate) struct App {
     started: Instant,
 }
 
-/// The service's routes over `limits`; with `token`, callers must send it.
-/// With `envoy`, `/metrics` also holds the Envoy service's counters.
-pub fn router(limits: LimitsHandle, token: Option<ApiToken>, envoy: Option<&EnvoyService>) -> Router {
+/// The service's routes over the limits `limits` builds on `store` (the
+/// store set on `limits`, if any, is replaced by `store`, whose guard
+/// `/healthz` reads beneath); with `token`, callers must send it.
+pub fn router(store: Arc<Guarded>, limits: LimitsBuilder, token: Option<ApiToken>) -> Result<Router, LimitError> {
+    Ok(router_on(LimitsHandle::new(store, limits)?, token, None))
+}
+
+/// The routes over `limits`. With `envoy`, `/metrics` also holds the Envoy
+/// service's counters.
+pub(crate) fn router_on(limits: LimitsHandle, token: Option<ApiToken>, envoy: Option<&EnvoyService>) -> Router {
     let mut metrics = metrics::Metrics::new();
     if let Some(envoy) = envoy {
         envoy.register_metrics(metrics.registry_mut());

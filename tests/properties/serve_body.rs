@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use limit_store::clock::ManualClock;
-use limit_store::serve::{router, LimitsHandle};
+use limit_store::serve::router;
 use limit_store::{Guarded, LimitStore, Limits, MemoryStore};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -65,8 +65,7 @@ impl Service {
         let clock = ManualClock::new(1_700_000_000_000);
         let store = Arc::new(MemoryStore::with_clock(1_000_000, Arc::new(clock.clone())));
         let guarded = Arc::new(Guarded::new(store.clone() as Arc<dyn LimitStore>));
-        let limits = LimitsHandle::new(guarded, Limits::builder()).expect("the presets build");
-        let router = runtime.block_on(async { router(limits, None, None) });
+        let router = runtime.block_on(async { router(guarded, Limits::builder(), None) }).expect("the presets build");
         Service { runtime, router, store, clock, requests: 0 }
     }
 

@@ -27,19 +27,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use rules::Rules;
-pub use service::{run_envoy, EnvoyService};
+pub(crate) use service::{run_envoy, EnvoyService};
 
 use crate::config::ConfigError;
 
 /// The rules the service answers with, which a reload replaces: a call
 /// keeps the ones it started with. Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct EnvoyRules(Arc<parking_lot::RwLock<Arc<Rules>>>);
+pub(crate) struct EnvoyRules(Arc<parking_lot::RwLock<Arc<Rules>>>);
 
 impl EnvoyRules {
     /// The rules of `path` (a YAML file or a directory of them); logs their
     /// domains and how many there are.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
         let rules = Rules::load(path)?;
         tracing::info!(config = %path.display(), domains = ?rules.domains(), rules = rules.len(), "loaded the Envoy rules");
         Ok(EnvoyRules::new(rules))
@@ -60,7 +60,7 @@ impl EnvoyRules {
     /// that can't be used is refused, and the running rules stay. Logged
     /// either way: serve calls it when its settings are reloaded, and
     /// [`watch`](Self::watch) when the YAML changes.
-    pub fn reload(&self, path: &Path) {
+    pub(crate) fn reload(&self, path: &Path) {
         let loaded = Rules::load(path).map(|rules| *self.0.write() = Arc::new(rules));
         match loaded {
             Ok(()) => tracing::info!(
@@ -78,7 +78,7 @@ impl EnvoyRules {
 
     /// Reloads the rules whenever the YAML at `path` changes (a file's
     /// modification time, or a directory's files), looked at every 2 s.
-    pub async fn watch(self, path: std::path::PathBuf) {
+    pub(crate) async fn watch(self, path: std::path::PathBuf) {
         let mut seen = fingerprint(&path);
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;

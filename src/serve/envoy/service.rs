@@ -26,7 +26,7 @@ pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 /// Envoy's rate limit service over the rules of an [`EnvoyRules`], counting
 /// in a store (give it the guarded store the HTTP limits count in).
 #[derive(Clone)]
-pub struct EnvoyService {
+pub(crate) struct EnvoyService {
     rules: EnvoyRules,
     store: Arc<dyn LimitStore>,
     token: Option<ApiToken>,
@@ -42,7 +42,7 @@ impl std::fmt::Debug for EnvoyService {
 impl EnvoyService {
     /// The service over `rules`, counting in `store`; with `token`, callers
     /// must send it as `authorization: Bearer <token>` metadata.
-    pub fn new(rules: EnvoyRules, store: Arc<dyn LimitStore>, token: Option<ApiToken>) -> Self {
+    pub(crate) fn new(rules: EnvoyRules, store: Arc<dyn LimitStore>, token: Option<ApiToken>) -> Self {
         EnvoyService { rules, store, token, metrics: EnvoyMetrics::default() }
     }
 
@@ -99,7 +99,7 @@ impl RateLimitService for EnvoyService {
 /// Serves `service` on `listener` until `shutdown` resolves, then finishes
 /// the calls in flight. Requests over 64 KiB are refused, calls
 /// time out after 10 s, and a connection carries at most 1024 streams at once.
-pub async fn run_envoy(
+pub(crate) async fn run_envoy(
     listener: TcpListener,
     service: EnvoyService,
     shutdown: impl Future<Output = ()> + Send,
