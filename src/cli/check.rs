@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use limit_store::config::{self, Config};
-use limit_store::limits::{Algorithm, Limit};
+use limit_store::limits::{presets, Algorithm, Limit};
 use limit_store::{Limits, MemoryStore, Millis};
 
 /// Options of `check-config`.
@@ -25,11 +25,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let builder = config.apply(Limits::builder()).store(Arc::new(MemoryStore::new())).single_instance(true);
     let limits = builder.build().with_context(|| format!("{}: the limits can't be built", path.display()))?;
     let names = limits.names();
-    let own = config.limits.iter().filter(|l| l.defines.is_some()).count();
-    println!("{}: good; {} limits ({own} of the site's own)", path.display(), names.len());
+    // A limit of the site's own is one whose name is no preset's.
+    let own = |name: &str| presets::named(name).is_none();
+    let own_count = names.iter().filter(|n| own(n)).count();
+    println!("{}: good; {} limits ({own_count} of the site's own)", path.display(), names.len());
     for name in &names {
         if let Some(limit) = limits.limit(name) {
-            println!("{}", describe(limit, config.limits.iter().any(|l| l.name == *name && l.defines.is_some())));
+            println!("{}", describe(limit, own(name)));
         }
     }
     Ok(())

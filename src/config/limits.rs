@@ -330,33 +330,31 @@ impl Parser<'_> {
 
 /// Changes to one preset, or a limit of the site's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LimitSettings {
+pub(crate) struct LimitSettings {
     /// The limit's name.
-    pub name: String,
+    pub(crate) name: String,
     /// A limit of the site's own (a name that is no preset): the limit its
     /// table defines, added to the builder before the changes.
-    pub defines: Option<Limit>,
+    pub(crate) defines: Option<Limit>,
     /// What it answers when the store is unavailable.
-    pub policy: Option<Policy>,
+    pub(crate) policy: Option<Policy>,
     /// Shadow mode.
-    pub shadow: Option<bool>,
+    pub(crate) shadow: Option<bool>,
     /// Budgets and windows of its parts.
-    pub parts: Vec<PartSettings>,
+    pub(crate) parts: Vec<PartSettings>,
 }
 
 /// Changes to one part of a limit.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PartSettings {
+pub(crate) struct PartSettings {
     /// The part's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its budget.
-    pub budget: Option<u64>,
+    pub(crate) budget: Option<u64>,
     /// Its window.
-    pub window: Option<Duration>,
+    pub(crate) window: Option<Duration>,
     /// `[rate_limit.limits.NAME.PART.overrides]`: values with budgets of their own.
-    pub overrides: Vec<OverrideSettings>,
+    pub(crate) overrides: Vec<OverrideSettings>,
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod limits;
-pub use limits::{LimitSettings, PartSettings};
+use limits::LimitSettings;
 mod overrides;
 mod parse;
 mod serve;
@@ -55,7 +55,7 @@ use crate::limits::{LimitError, Limits, LimitsBuilder};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
-pub use overrides::OverrideSettings;
+pub(crate) use overrides::OverrideSettings;
 pub use serve::ServeSettings;
 
 /// The file the settings are read from by default.
@@ -127,8 +127,9 @@ pub struct Config {
     /// [`Normalize::Folded`](crate::limits::Normalize::Folded)'s Unicode rule (`true` when `None`).
     pub fold_case: Option<bool>,
     /// `[rate_limit.limits.NAME]`: changes to the presets, and limits of the
-    /// site's own, in file order.
-    pub limits: Vec<LimitSettings>,
+    /// site's own, in file order, as [`Config::apply`] puts them on a
+    /// builder (in code, the builder takes them directly).
+    pub(crate) limits: Vec<LimitSettings>,
     /// `rate_limit.envoy_config` (or `LIMIT_STORE_ENVOY_CONFIG`): the rules of
     /// `serve --grpc-listen`, a YAML file or a directory of them in envoy's
     /// ratelimit service format (relative to the working directory).

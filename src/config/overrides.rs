@@ -10,14 +10,13 @@ use crate::limits::{Normalize, Part};
 
 /// One value's own budget, from `"value" = { budget = n, window = "1m" }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OverrideSettings {
+pub(crate) struct OverrideSettings {
     /// The value, as its part normalises it.
-    pub value: String,
+    pub(crate) value: String,
     /// Its budget.
-    pub budget: u64,
+    pub(crate) budget: u64,
     /// Its window (the part's when `None`).
-    pub window: Option<Duration>,
+    pub(crate) window: Option<Duration>,
 }
 
 impl Parser<'_> {

@@ -1,10 +1,8 @@
 //! `limit-store.toml`: a good file, errors that name the key and its line,
 //! environment overrides, and limits built from the settings.
 
-use std::time::Duration;
-
 use limit_store::config::{Config, ConfigError, StoreKind};
-use limit_store::Policy;
+use limit_store::{Limits, Policy};
 
 const GOOD: &str = r#"
 # every key there is
@@ -44,16 +42,15 @@ fn a_good_file() {
     assert!(c.durable_commits);
     assert_eq!(c.secret.as_ref().map(|s| s.expose()), Some("from-the-file-0123456789abcdef0123456789"));
     assert!(!format!("{c:?}").contains("from-the-file"), "Debug hides the secret");
-    let sign_in = &c.limits[0];
-    assert_eq!(sign_in.name, "sign-in");
-    assert_eq!(sign_in.policy, Some(Policy::Allow));
-    assert_eq!(sign_in.shadow, Some(true));
-    assert_eq!(sign_in.parts[0].name, "account", "the limit-level budget is the first part's");
-    assert_eq!(sign_in.parts[0].budget, Some(10));
-    assert_eq!(sign_in.parts[0].window, Some(Duration::from_secs(1_800)));
-    assert_eq!(sign_in.parts[1].name, "ip");
-    assert_eq!(sign_in.parts[1].budget, Some(100));
-    assert_eq!(c.limits[1].policy, Some(Policy::Deny));
+    let limits = c.apply(Limits::builder()).build().unwrap();
+    let sign_in = limits.limit("sign-in").unwrap();
+    assert_eq!(sign_in.unavailable_policy(), Policy::Allow);
+    assert!(sign_in.is_shadow());
+    let [account, ip] = sign_in.parts() else { panic!("{sign_in:?}") };
+    assert_eq!(account.name(), "account", "the limit-level budget is the first part's");
+    assert_eq!((account.algorithm().budget(), account.algorithm().window()), (10, 1_800_000));
+    assert_eq!((ip.name(), ip.algorithm().budget(), ip.algorithm().window()), ("ip", 100, 3_600_000));
+    assert_eq!(limits.limit("api").unwrap().unavailable_policy(), Policy::Deny);
 }
 
 #[test]
