@@ -112,7 +112,7 @@ impl LimitsBuilder {
     /// Carries on the counters of `previous` (what each limit answered: see
     /// [`Limits::counters`]) in the limits of the same name, as a reload
     /// that replaces `previous` wants: answers given on either count in both.
-    pub fn counters_from(mut self, previous: &Limits) -> Self {
+    pub(crate) fn counters_from(mut self, previous: &Limits) -> Self {
         self.previous = Some(previous.clone());
         self
     }
@@ -137,7 +137,10 @@ impl LimitsBuilder {
         self
     }
 
-    /// Adds a limit of the app's own, or replaces the one of the same name.
+    /// Adds a limit of the app's own, or replaces the one of the same name:
+    /// a preset's policy or shadow mode changes this way,
+    /// `.limit(presets::named("api").unwrap().policy(Policy::Deny))`
+    /// ([`presets::named`](super::presets::named)).
     pub fn limit(mut self, limit: Limit) -> Self {
         match self.limits.iter_mut().find(|l| l.name == limit.name) {
             Some(slot) => *slot = limit,
@@ -146,13 +149,16 @@ impl LimitsBuilder {
         self
     }
 
-    /// Sets what limit `limit` answers when its store is unavailable.
-    pub fn policy(self, limit: &str, policy: Policy) -> Self {
+    /// Sets what limit `limit` answers when its store is unavailable (in
+    /// code: pass the limit, as [`presets::named`] gives it, to
+    /// [`limit`](Self::limit) with its [`Limit::policy`]).
+    pub(crate) fn policy(self, limit: &str, policy: Policy) -> Self {
         self.change(limit, Change::Policy(policy))
     }
 
-    /// Puts limit `limit` in or out of shadow mode.
-    pub fn shadow(self, limit: &str, shadow: bool) -> Self {
+    /// Puts limit `limit` in or out of shadow mode (in code:
+    /// [`Limit::shadow`], as for [`policy`](Self::policy)).
+    pub(crate) fn shadow(self, limit: &str, shadow: bool) -> Self {
         self.change(limit, Change::Shadow(shadow))
     }
 

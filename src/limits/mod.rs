@@ -67,4 +67,3 @@ pub(crate) use normalize::DEFAULT_IPV6_PREFIX;
 pub use normalize::{client_network, write_address, Normalize};
 pub use outcome::Outcome;
 pub(crate) use setting_names::ALGORITHM_NAMES;
-pub use window::MAX_SLIDING_WINDOW;

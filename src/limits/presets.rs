@@ -30,7 +30,7 @@ pub(crate) const CODE_VERIFY: &str = "code-verify";
 pub(crate) const API: &str = "api";
 
 /// Every preset, in the order of the guide's table.
-pub fn all() -> Vec<Limit> {
+pub(crate) fn all() -> Vec<Limit> {
     vec![
         Limit::new(SIGN_IN)
             .part(Part::new("account", Algorithm::lockout(5, 15 * MINUTE, 15 * MINUTE)).normalized(Normalize::Folded))

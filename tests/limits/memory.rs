@@ -219,7 +219,7 @@ async fn limits_are_refused_inside_the_apps_transaction() {
     let limits = limits_on(&ManualClock::new(T0));
     let parts = [("account", "a"), ("ip", "192.0.2.2")];
     let err = in_transaction(limits.attempt("sign-in", &parts)).await.unwrap_err();
-    assert!(matches!(&err, LimitError::Store(e) if e.refusal() == Some(&RefusedInput::InTransaction)), "{err}");
+    assert!(matches!(&err, LimitError::Store(limit_store::StoreError::Refused(RefusedInput::InTransaction))), "{err}");
     let err = in_transaction(limits.reset("sign-in", &parts)).await.unwrap_err();
     assert!(matches!(err, LimitError::Store(_)));
     assert!(limits.attempt("sign-in", &parts).await.unwrap().allowed);
@@ -231,7 +231,7 @@ async fn bad_definitions_are_refused_at_build() {
     assert!(matches!(&err, LimitError::Invalid { limit, .. } if limit == "sign-in"), "{err}");
     let err = Limits::builder().budget("sign-in", "ip", 1_000).build().unwrap_err();
     assert!(err.to_string().contains("256"), "{err}");
-    let err = Limits::builder().policy("nope", limit_store::Policy::Allow).build().unwrap_err();
+    let err = Limits::builder().budget("nope", "account", 1).build().unwrap_err();
     assert!(matches!(err, LimitError::UnknownLimit { .. }));
     let err = Limits::builder().window("api", "ip", MINUTE).build().unwrap_err();
     assert!(matches!(err, LimitError::UnknownPart { .. }));
