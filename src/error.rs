@@ -29,8 +29,8 @@ pub enum Unavailable {
 }
 
 impl Unavailable {
-    /// A short stable name, used in logs and metrics.
-    pub fn as_str(self) -> &'static str {
+    /// A short stable name, used in logs and metrics (as it prints).
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Unavailable::Timeout => "timeout",
             Unavailable::Overloaded => "overloaded",
@@ -177,7 +177,7 @@ impl StoreError {
     }
 
     /// The store failed with `source`: answered unavailable, source kept.
-    pub fn store_failed(detail: impl Into<String>, source: impl Into<BoxError>) -> Self {
+    pub(crate) fn store_failed(detail: impl Into<String>, source: impl Into<BoxError>) -> Self {
         StoreError::Unavailable { reason: Unavailable::StoreFailed, detail: detail.into(), source: Some(source.into()) }
     }
 
@@ -187,7 +187,7 @@ impl StoreError {
     }
 
     /// Why the store was unavailable, for the unavailable family.
-    pub fn unavailable_reason(&self) -> Option<Unavailable> {
+    pub(crate) fn unavailable_reason(&self) -> Option<Unavailable> {
         match self {
             StoreError::Unavailable { reason, .. } => Some(*reason),
             _ => None,
@@ -195,7 +195,8 @@ impl StoreError {
     }
 
     /// The refusal, for the refused-input family.
-    pub fn refusal(&self) -> Option<&RefusedInput> {
+    #[cfg(test)]
+    pub(crate) fn refusal(&self) -> Option<&RefusedInput> {
         match self {
             StoreError::Refused(r) => Some(r),
             _ => None,
@@ -209,12 +210,14 @@ impl StoreError {
     }
 
     /// True for a store that can't start as configured.
-    pub fn is_setup(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_setup(&self) -> bool {
         matches!(self, StoreError::Setup { .. })
     }
 
     /// True for the corrupt-data family.
-    pub fn is_corrupt(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_corrupt(&self) -> bool {
         matches!(self, StoreError::Corrupt { .. })
     }
 }

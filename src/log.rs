@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// The `kind` field of a log line: [`Kind::as_str`] is its text.
+/// The `kind` field of a log line: a `Kind` prints as its text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
@@ -109,8 +109,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The text of the `kind` field, `limit-...`: stable.
-    pub const fn as_str(self) -> &'static str {
+    /// The text of the `kind` field, `limit-...`: stable (as it prints).
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Kind::Degraded => "limit-degraded",
             Kind::ShadowRefusal => "limit-shadow-refusal",

@@ -70,8 +70,8 @@ impl SecretUrl {
         &self.0
     }
 
-    /// The URL with its passwords as `***`.
-    pub fn redacted(&self) -> String {
+    /// The URL with its passwords as `***`, as it prints.
+    pub(crate) fn redacted(&self) -> String {
         redact(&self.0)
     }
 }

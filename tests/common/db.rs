@@ -69,7 +69,7 @@ async fn migrate(url: &str, table: &str) {
     loop {
         match DatabaseStore::builder(url).table(table).migrate().await {
             Ok(()) => return,
-            Err(e) if e.unavailable_reason().is_some() && tries < 5 => {
+            Err(e) if matches!(e, limit_store::StoreError::Unavailable { .. }) && tries < 5 => {
                 tries += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }

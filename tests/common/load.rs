@@ -68,7 +68,7 @@ impl Load {
                                 tally.acked_after_back += u64::from(back_at.is_some());
                             }
                             Err(e) => {
-                                assert!(e.unavailable_reason().is_some(), "{}: {e}", tally.key);
+                                assert!(matches!(e, limit_store::StoreError::Unavailable { .. }), "{}: {e}", tally.key);
                                 tally.failed += 1;
                             }
                         }

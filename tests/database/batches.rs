@@ -52,7 +52,7 @@ async fn sqlite_counts_that_wait_together_commit_together_and_spoil_none() {
         w.await.unwrap();
     }
     let err = refused.await.unwrap().unwrap_err();
-    assert!(err.refusal().is_some(), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Refused(_)), "{err}");
     assert!(gone.await.unwrap().is_err(), "its caller left before the count ran");
 
     assert_eq!(value(&db, "first").await, Some(1));

@@ -38,7 +38,10 @@ async fn the_migration_makes_an_existing_table_compare_bytes_and_keeps_its_rows(
     // table is migrated, and says how.
     let connect = || DatabaseStore::builder(&url).table(&table).secret(SECRET).sweep_every(None).connect();
     let err = connect().await.unwrap_err();
-    assert!(err.is_setup() && err.to_string().contains("limit-store migrate"), "{err}");
+    assert!(
+        matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("limit-store migrate"),
+        "{err}"
+    );
     // A row as an earlier version wrote it.
     let value = json!({"t": "É", "n": 3}).to_string();
     sqlx::query(&format!("INSERT INTO {table} (key_hash, generation, value, expires_at) VALUES (?, 1, ?, ?)"))

@@ -41,7 +41,9 @@ async fn a_flood_in_one_family_leaves_the_others_counting() {
         assert_eq!(flooded, 16, "{url}: a family alone stops at 80% of the bound");
         let text = refused.to_string();
         assert!(
-            refused.unavailable_reason().is_some() && text.contains("`flood`") && text.contains("share"),
+            matches!(refused, limit_store::StoreError::Unavailable { .. })
+                && text.contains("`flood`")
+                && text.contains("share"),
             "{url}: {text}"
         );
         assert!(!text.contains("key:"), "{url}: the refusal names the family, never a key: {text}");

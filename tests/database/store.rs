@@ -89,7 +89,7 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
             put(&new, &format!("n{i}"), 1, 60_000).await.unwrap_or_else(|e| panic!("{url}: new key {i}: {e}"));
         }
         let err = put(&new, "one-too-many", 1, 60_000).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Full, .. }), "{url}: {err}");
         // …and instances still on the old secret keep counting with them.
         let got = old.read(&["k0"]).await.unwrap();
         assert_eq!(got[0].as_ref().unwrap().value, json!({"n": 7}), "{url}");
@@ -127,13 +127,13 @@ async fn a_corrupt_row_fails_its_key_only() {
         put(&db, "good", 2, 60_000).await.unwrap();
         // A call on both keys fails (it is atomic), naming the bad key's hash.
         let both = db.read(&["good", "bad"]).await.unwrap_err();
-        assert!(both.is_corrupt(), "{url}: {both}");
+        assert!(matches!(both, limit_store::StoreError::Corrupt { .. }), "{url}: {both}");
         let err = db.read(&["bad"]).await.unwrap_err();
-        assert!(err.is_corrupt(), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Corrupt { .. }), "{url}: {err}");
         let message = err.to_string();
         assert!(message.contains("key hash") && !message.contains("bad\""), "{url}: {message}");
         let err = put(&db, "bad", 3, 60_000).await.unwrap_err();
-        assert!(err.is_corrupt(), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Corrupt { .. }), "{url}: {err}");
         assert_eq!(db.read(&["good"]).await.unwrap()[0].as_ref().unwrap().value, json!({"n": 2}), "{url}");
         drop_table(&url, &table).await;
     }
@@ -142,16 +142,28 @@ async fn a_corrupt_row_fails_its_key_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_errors_say_what_to_do() {
     let err = DatabaseStore::builder("oracle://db").secret(SECRET).connect().await.unwrap_err();
-    assert!(err.is_setup() && err.to_string().contains("sqlite://"), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("sqlite://"), "{err}");
     let err = DatabaseStore::builder("sqlite::memory:").secret("short").connect().await.unwrap_err();
-    assert!(err.is_setup() && err.to_string().contains("at least 32 bytes"), "{err}");
+    assert!(
+        matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("at least 32 bytes"),
+        "{err}"
+    );
     let err = DatabaseStore::builder("sqlite::memory:").connect().await.unwrap_err();
-    assert!(err.is_setup() && err.to_string().contains("LIMIT_STORE_SECRET"), "{err}");
+    assert!(
+        matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("LIMIT_STORE_SECRET"),
+        "{err}"
+    );
     let err = DatabaseStore::builder("sqlite::memory:").table("x; drop").secret(SECRET).connect().await.unwrap_err();
-    assert!(err.is_setup() && err.to_string().contains("letters, digits"), "{err}");
+    assert!(
+        matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("letters, digits"),
+        "{err}"
+    );
     for (url, table) in databases("missing") {
         let err = DatabaseStore::builder(&url).table(&table).secret(SECRET).connect().await.unwrap_err();
-        assert!(err.is_setup() && err.to_string().contains("limit-store migrate"), "{url}: {err}");
+        assert!(
+            matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("limit-store migrate"),
+            "{url}: {err}"
+        );
     }
 }
 
@@ -160,9 +172,9 @@ async fn calls_inside_the_apps_transaction_are_refused() {
     for (url, table) in databases("intx") {
         let db = store(&url, &table, SECRET).await;
         let err = in_transaction(put(&db, "k", 1, 60_000)).await.unwrap_err();
-        assert_eq!(err.refusal(), Some(&RefusedInput::InTransaction), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction)), "{url}: {err}");
         let err = in_transaction(db.read(&["k"])).await.unwrap_err();
-        assert_eq!(err.refusal(), Some(&RefusedInput::InTransaction));
+        assert!(matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction)));
         assert_eq!(db.read(&["k"]).await.unwrap(), vec![None], "{url}: nothing was counted");
         put(&db, "k", 1, 60_000).await.expect("outside the transaction it counts");
         drop_table(&url, &table).await;
@@ -187,7 +199,7 @@ async fn a_locked_database_is_answered_unavailable_within_the_deadline() {
         let started = Instant::now();
         let err = put(&guarded, "k", 2, 60_000).await.unwrap_err();
         let took = started.elapsed();
-        assert!(err.unavailable_reason().is_some(), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { .. }), "{url}: {err}");
         assert!(took < Duration::from_millis(2_500), "{url}: answered after {took:?}");
         locker.rollback().await.unwrap();
         put(&guarded, "k", 3, 60_000).await.expect("counts again once the lock is gone");

@@ -78,7 +78,7 @@ async fn a_full_database_store_makes_room_from_expired_rows_and_logs() {
         put(&db, "long0", 1, 60_000).await.unwrap();
         put(&db, "long1", 1, 60_000).await.unwrap();
         let err = put(&db, "new", 1, 60_000).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Full, .. }), "{url}: {err}");
         put(&db, "long0", 2, 60_000).await.expect("held keys keep counting");
         // Room is made from expired rows at most once a second.
         tokio::time::sleep(Duration::from_millis(1_100)).await;

@@ -163,7 +163,7 @@ async fn a_request_without_a_key_is_refused_or_passed_as_configured() {
         let r = app.clone().oneshot(Request::get("/items").body(Body::empty()).unwrap()).await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
-    let warned = logs.lines_of_kind(limit_store::log::Kind::LayerNoPeerAddress.as_str());
+    let warned = logs.lines_of_kind(&limit_store::log::Kind::LayerNoPeerAddress.to_string());
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("into_make_service_with_connect_info"));
     let nothing = |_: &axum::http::request::Parts| None::<String>;

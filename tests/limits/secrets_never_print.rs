@@ -126,7 +126,7 @@ proptest! {
             format!("postgres://app:{pw}@db:99999/app"),
         ] {
             let secret = SecretUrl::new(url.clone());
-            for shown in [secret.to_string(), format!("{secret:?}"), secret.redacted()] {
+            for shown in [secret.to_string(), format!("{secret:?}")] {
                 prop_assert!(!shown.bytes().any(|b| b.is_ascii_uppercase()), "{url} shows as {shown}");
             }
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use limit_store::clock::{Clock, SystemClock};
-use limit_store::rules::{check_keys, is_live, run_apply};
+use limit_store::rules::{check_keys, run_apply};
 use limit_store::testing::{contract, StorePair};
 use limit_store::{Apply, Entry, LimitStore, Millis, StoreError, Write};
 
@@ -114,7 +114,7 @@ impl Naive {
 
     fn current(&self, map: &HashMap<String, Entry>, keys: &[&str], now: Millis) -> Vec<Option<Entry>> {
         keys.iter()
-            .map(|k| map.get(*k).filter(|e| self.defect == Defect::IgnoresExpiry || is_live(e, now)).cloned())
+            .map(|k| map.get(*k).filter(|e| self.defect == Defect::IgnoresExpiry || e.expires_at > now).cloned())
             .collect()
     }
 
@@ -240,11 +240,11 @@ impl LimitStore for Naive {
             map.clear();
         } else if self.defect == Defect::SweepDeletesNothing {
         } else {
-            map.retain(|_, e| is_live(e, now));
+            map.retain(|_, e| e.expires_at > now);
         }
         let removed = (before - map.len()) as u64;
         if self.defect == Defect::SweepDeletesNothing {
-            let expired = map.values().filter(|e| !is_live(e, now)).count() as u64;
+            let expired = map.values().filter(|e| e.expires_at <= now).count() as u64;
             return Ok(expired);
         }
         Ok(if self.defect == Defect::SweepCountsNothing { 0 } else { removed })

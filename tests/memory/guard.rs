@@ -95,12 +95,12 @@ async fn a_slow_store_is_answered_unavailable_at_the_deadline() {
     let started = tokio::time::Instant::now();
     let runs = AtomicUsize::new(0);
     let err = count_one(&guard, "k", &runs).await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Timeout, .. }), "{err}");
     assert_eq!(started.elapsed(), Duration::from_secs(2), "answered at the 2 s default deadline");
     let err = guard.read(&["k"]).await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout));
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Timeout, .. }));
     let err = guard.sweep().await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout));
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Timeout, .. }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,13 +110,16 @@ async fn a_call_past_its_deadline_keeps_its_slot_until_the_store_finishes() {
     let runs = AtomicUsize::new(0);
     for key in ["a", "b"] {
         let err = count_one(&guard, key, &runs).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout));
+        assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Timeout, .. }));
     }
     assert_eq!(guard.in_flight(), 2, "both timed-out calls still hold their slots");
     // Past the cap: answered at once, without reaching the store.
     let err = count_one(&guard, "c", &runs).await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Overloaded), "{err}");
-    assert_eq!(guard.read(&["c"]).await.unwrap_err().unavailable_reason(), Some(Unavailable::Overloaded));
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Overloaded, .. }), "{err}");
+    assert!(matches!(
+        guard.read(&["c"]).await.unwrap_err(),
+        limit_store::StoreError::Unavailable { reason: Unavailable::Overloaded, .. }
+    ));
     assert_eq!(slow.reached.load(Ordering::SeqCst), 2, "the refused calls never reached the store");
     // The store catches up: the slots come back, and calls reach it again.
     slow.gate.add_permits(2);
@@ -134,7 +137,7 @@ async fn a_late_call_counts_nothing() {
     let guard = Guarded::with_limits(slow.clone(), Duration::from_millis(50), 64);
     let runs = AtomicUsize::new(0);
     let err = count_one(&guard, "late", &runs).await.unwrap_err();
-    assert!(err.unavailable_reason().is_some());
+    assert!(matches!(err, limit_store::StoreError::Unavailable { .. }));
     wait_until_idle(&guard).await;
     assert_eq!(slow.finished.load(Ordering::SeqCst), 1, "the store did finish the call");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "apply is not run after the caller returned");
@@ -181,10 +184,10 @@ async fn a_slow_call_within_the_deadline_counts() {
 async fn refused_input_passes_through_as_refused() {
     let guard = Guarded::new(Arc::new(MemoryStore::new()));
     let err = guard.read(&[]).await.unwrap_err();
-    assert!(err.refusal().is_some(), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Refused(_)), "{err}");
     let err =
         guard.update(&["a", "a"], &mut |c: &[Option<Entry>], _: Millis| vec![Write::Keep; c.len()]).await.unwrap_err();
-    assert!(err.refusal().is_some(), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Refused(_)), "{err}");
     assert_eq!(guard.in_flight(), 0);
 }
 
@@ -203,13 +206,13 @@ impl LimitStore for Failing {
         if self.panics {
             panic!("the store's own code panics on purpose");
         }
-        Err(StoreError::store_failed("connection refused", std::io::Error::other("refused")))
+        Err(refused())
     }
     async fn read(&self, _: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         if self.panics {
             panic!("the store's own code panics on purpose");
         }
-        Err(StoreError::store_failed("connection refused", std::io::Error::other("refused")))
+        Err(refused())
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
         Ok(0)
@@ -222,9 +225,9 @@ async fn a_failing_or_panicking_store_is_unavailable_and_frees_its_slot() {
         let guard = Guarded::new(Arc::new(Failing { panics }));
         let runs = AtomicUsize::new(0);
         let err = count_one(&guard, "k", &runs).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::StoreFailed), "{err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::StoreFailed, .. }), "{err}");
         let err = guard.read(&["k"]).await.unwrap_err();
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::StoreFailed), "{err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::StoreFailed, .. }), "{err}");
         wait_until_idle(&guard).await;
     }
 }
@@ -274,10 +277,16 @@ fn a_store_panicking_here_and_now_is_unavailable_and_needs_no_runtime() {
     let guard = Guarded::new(Arc::new(PanicsNow));
     let mut apply = |current: &[Option<Entry>], _: Millis| vec![Write::Keep; current.len()];
     let answer = guard.update_now(&["k"], &mut apply).expect("the guard offers the inner store's path");
-    assert_eq!(answer.unwrap_err().unavailable_reason(), Some(Unavailable::StoreFailed));
+    assert!(matches!(
+        answer.unwrap_err(),
+        limit_store::StoreError::Unavailable { reason: Unavailable::StoreFailed, .. }
+    ));
     // Through the async call too, polled once without a runtime.
     let updated = futures_util::FutureExt::now_or_never(guard.update(&["k"], &mut apply)).expect("answered at once");
-    assert_eq!(updated.unwrap_err().unavailable_reason(), Some(Unavailable::StoreFailed));
+    assert!(matches!(
+        updated.unwrap_err(),
+        limit_store::StoreError::Unavailable { reason: Unavailable::StoreFailed, .. }
+    ));
     assert_eq!(guard.in_flight(), 0);
 }
 
@@ -316,11 +325,13 @@ async fn a_deadline_of_any_length_is_taken_within_its_bounds() {
         assert_eq!(guard.deadline(), taken, "{given:?}");
         let started = tokio::time::Instant::now();
         let err = count_one(&guard, "k", &AtomicUsize::new(0)).await.unwrap_err();
-        assert_eq!((err.unavailable_reason(), started.elapsed()), (Some(Unavailable::Timeout), taken), "{given:?}");
+        assert!(matches!(err, StoreError::Unavailable { reason: Unavailable::Timeout, .. }), "{given:?}: {err}");
+        assert_eq!(started.elapsed(), taken, "{given:?}");
         let started = tokio::time::Instant::now();
         let keep = |current: &[Option<Entry>], _: Millis| vec![Write::Keep; current.len()];
         let err = guard.update_owned(&["k"], Box::new(keep)).await.unwrap_err();
-        assert_eq!((err.unavailable_reason(), started.elapsed()), (Some(Unavailable::Timeout), taken), "{given:?}");
+        assert!(matches!(err, StoreError::Unavailable { reason: Unavailable::Timeout, .. }), "{given:?}: {err}");
+        assert_eq!(started.elapsed(), taken, "{given:?}");
         // Limits, set in code and in the file's settings.
         let mut config = Config::default();
         config.deadline = Some(given);
@@ -334,5 +345,14 @@ async fn a_deadline_of_any_length_is_taken_within_its_bounds() {
         // A store that answers at once answers, whatever the deadline.
         let guard = Guarded::with_limits(Arc::new(MemoryStore::new()), given, 4);
         count_one(&guard, "k", &AtomicUsize::new(0)).await.unwrap();
+    }
+}
+
+/// The store failing: unavailable, with the underlying error kept.
+fn refused() -> StoreError {
+    StoreError::Unavailable {
+        reason: Unavailable::StoreFailed,
+        detail: "connection refused".into(),
+        source: Some(Box::new(std::io::Error::other("refused"))),
     }
 }

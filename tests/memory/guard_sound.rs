@@ -138,7 +138,7 @@ async fn a_late_owned_update_writes_nothing() {
         vec![Write::Put(Entry { value: json!(1), expires_at: now + 60_000 }); current.len()]
     };
     let err = guard.update_owned(&["late"], Box::new(apply)).await.unwrap_err();
-    assert!(err.unavailable_reason().is_some(), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Unavailable { .. }), "{err}");
     wait_for("the late call's slot", || guard.in_flight() == 0).await;
     assert_eq!(store.finished.load(Ordering::SeqCst), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 0);

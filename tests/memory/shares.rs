@@ -95,7 +95,7 @@ async fn an_apps_own_keys_share_the_bound_by_family() {
     let store = MemoryStore::with_clock(100, Arc::new(clock.clone()));
     let (tenant_a, full) = fill(&store, "tenant-a").await;
     assert_eq!(tenant_a, 80, "alone, a family stops at 80% of the bound");
-    assert_eq!(full.unavailable_reason(), Some(Unavailable::Full));
+    assert!(matches!(full, limit_store::StoreError::Unavailable { reason: Unavailable::Full, .. }));
     assert!(full.to_string().contains("`tenant-a`") && !full.to_string().contains("tenant-a:80"), "{full}");
     let (tenant_b, _) = fill(&store, "tenant-b").await;
     assert_eq!(tenant_b, 10, "half of the 20 left");

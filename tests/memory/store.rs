@@ -49,7 +49,7 @@ async fn a_full_store_refuses_new_keys_and_keeps_counting_held_ones() {
         count(&store, &[k], 60_000).await.unwrap();
     }
     let err = count(&store, &["d"], 60_000).await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Full), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Full, .. }), "{err}");
     assert!(err.to_string().contains("max_entries"), "the message says what to do: {err}");
     // Held keys keep counting; nothing live was removed to make room.
     count(&store, &["a"], 60_000).await.unwrap();
@@ -65,7 +65,7 @@ async fn a_full_update_on_several_keys_writes_none_of_them() {
     store.update(&["a"], &mut |_: &[Option<Entry>], _: Millis| vec![Write::Delete]).await.unwrap();
     count(&store, &["c"], 60_000).await.unwrap();
     let err = count(&store, &["b", "a"], 60_000).await.unwrap_err();
-    assert_eq!(err.unavailable_reason(), Some(Unavailable::Full));
+    assert!(matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Full, .. }));
     assert_eq!(value(&store.read(&["a", "b", "c"]).await.unwrap()), vec![None, Some(1), Some(1)], "b was not counted");
 }
 
@@ -195,7 +195,7 @@ async fn a_panicking_apply_leaves_the_store_working() {
         .update(&["a", "b"], &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> { panic!("on purpose") })
         .await
         .unwrap_err();
-    assert!(err.refusal().is_some() && err.to_string().contains("on purpose"), "{err}");
+    assert!(matches!(err, limit_store::StoreError::Refused(_)) && err.to_string().contains("on purpose"), "{err}");
     count(&store, &["a", "b"], 60_000).await.unwrap();
     assert_eq!(value(&store.read(&["a", "b"]).await.unwrap()), vec![Some(2), Some(1)]);
     assert_eq!(store.len(), 2);

@@ -39,8 +39,11 @@ async fn outage(url: &str, host_port: &str) {
         let started = Instant::now();
         let err = count(&guard, &key).await.unwrap_err();
         let took = started.elapsed();
-        assert!(err.unavailable_reason().is_some(), "{url}: {err}");
-        assert_eq!(err.unavailable_reason(), Some(Unavailable::Timeout), "{url}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { .. }), "{url}: {err}");
+        assert!(
+            matches!(err, limit_store::StoreError::Unavailable { reason: Unavailable::Timeout, .. }),
+            "{url}: {err}"
+        );
         assert!(took < Duration::from_millis(2_500), "{url}: answered after {took:?}");
     }
     // The store drops calls the database never answers, and the places come back.

@@ -118,7 +118,7 @@ fn counting(store: Arc<Guarded>, keys: Vec<String>, phase: Arc<Phase>) -> tokio:
                     tally.acked_after += u64::from(stage == BACK);
                 }
                 Err(e) => {
-                    assert!(e.unavailable_reason().is_some(), "{keys:?}: {e}");
+                    assert!(matches!(e, limit_store::StoreError::Unavailable { .. }), "{keys:?}: {e}");
                     tally.failed += 1;
                 }
             }
@@ -157,7 +157,7 @@ fn racing(
                     r += 1;
                 }
                 Err(e) => {
-                    assert!(e.unavailable_reason().is_some(), "budget round {r}: {e}");
+                    assert!(matches!(e, limit_store::StoreError::Unavailable { .. }), "budget round {r}: {e}");
                     rounds[r].failed.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -49,7 +49,7 @@ pub fn check(keys: &[String], runtime: &tokio::runtime::Runtime, store: &MemoryS
     match (&checked, expected(&keys)) {
         (Ok(()), None) => {}
         (Err(e), Some(start)) => {
-            assert!(e.refusal().is_some(), "{e}");
+            assert!(matches!(e, limit_store::StoreError::Refused(_)), "{e}");
             assert!(e.to_string().contains(&start), "{keys:?}: {e} (expected {start:?})");
         }
         (got, want) => panic!("{keys:?}: check_keys answered {got:?}, expected {want:?}"),
@@ -64,7 +64,7 @@ pub fn check(keys: &[String], runtime: &tokio::runtime::Runtime, store: &MemoryS
             let mut delete = |current: &[Option<Entry>], _| current.iter().map(|_| Write::Delete).collect();
             runtime.block_on(LimitStore::update(store, &keys, &mut delete)).expect("deleted");
         }
-        (Err(e), Err(_)) => assert!(e.refusal().is_some(), "{e}"),
+        (Err(e), Err(_)) => assert!(matches!(e, limit_store::StoreError::Refused(_)), "{e}"),
         (got, want) => panic!("{keys:?}: the memory store answered {got:?}, check_keys {want:?}"),
     }
 }

@@ -37,10 +37,10 @@ async fn a_server_made_a_replica_answers_unavailable_and_says_why_once_a_minute(
     for key in ["held", "new", "read first", "held", "new"] {
         let err = add_one(&store, key).await.unwrap_err();
         let text = err.to_string();
-        assert!(err.unavailable_reason().is_some(), "{key}: {err}");
+        assert!(matches!(err, limit_store::StoreError::Unavailable { .. }), "{key}: {err}");
         assert!(text.contains("replica") && text.contains("redis+sentinel://"), "{key}: {text}");
     }
-    let lines = logs.lines_of_kind(Kind::RedisReplica.as_str());
+    let lines = logs.lines_of_kind(&Kind::RedisReplica.to_string());
     assert_eq!(lines.len(), 1, "one line a minute: {lines:#?}");
     assert!(lines[0].contains("replica") && lines[0].contains("redis+sentinel://"), "{}", lines[0]);
 
