@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use limit_store::config::{self, Config};
+use limit_store::config::Config;
 use limit_store::limits::{presets, Algorithm, Limit};
 use limit_store::{Limits, MemoryStore, Millis};
 
@@ -20,7 +20,7 @@ pub struct CheckArgs {
 /// Reads the file and builds its limits as `serve` would (on a memory
 /// store: no store is opened), then prints them.
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
-    let path = args.file.unwrap_or_else(|| PathBuf::from(config::FILE));
+    let path = args.file.unwrap_or_else(|| PathBuf::from(super::SETTINGS_FILE));
     let config = Config::load(&path)?;
     let builder = config.apply(Limits::builder()).store(Arc::new(MemoryStore::new())).single_instance(true);
     let limits = builder.build().with_context(|| format!("{}: the limits can't be built", path.display()))?;
@@ -42,7 +42,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
 fn describe(limit: &Limit, own: bool) -> String {
     let kind = if own { "own" } else { "preset" };
     let shadow = if limit.is_shadow() { ", shadow" } else { "" };
-    let mut text = format!("{} ({kind}, policy {}{shadow})", limit.name(), limit.unavailable_policy().as_str());
+    let mut text = format!("{} ({kind}, policy {}{shadow})", limit.name(), limit.unavailable_policy());
     for part in limit.parts() {
         let a = part.algorithm();
         text.push_str(&format!("\n  {}: {} {} per {}", part.name(), a.name(), a.budget(), duration(a.window())));

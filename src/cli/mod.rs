@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use limit_store::config::{self, Config};
+use limit_store::config::Config;
 
 /// The store behind rate limits.
 #[derive(Debug, Parser)]
@@ -90,10 +90,13 @@ fn logging(level: &str, format: LogFormat) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("install the log subscriber: {e}"))
 }
 
+/// The settings file every subcommand reads when given none.
+const SETTINGS_FILE: &str = "limit-store.toml";
+
 /// The settings every subcommand reads: `path`, or `./limit-store.toml`
 /// when it exists, then the environment.
 fn settings(path: Option<&Path>) -> anyhow::Result<Config> {
-    let default = Path::new(config::FILE);
+    let default = Path::new(SETTINGS_FILE);
     match path {
         Some(path) => Ok(Config::load(path)?),
         None if default.exists() => Ok(Config::load(default)?),

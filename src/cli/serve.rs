@@ -33,7 +33,7 @@ pub struct ServeArgs {
 /// ([`limit_store::serve::run`]).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let path = args.config.clone().or_else(|| {
-        let default = PathBuf::from(limit_store::config::FILE);
+        let default = PathBuf::from(super::SETTINGS_FILE);
         default.exists().then_some(default)
     });
     let mut config = super::settings(path.as_deref())?;

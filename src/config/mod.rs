@@ -58,8 +58,9 @@ use crate::{LimitStore, MemoryStore};
 pub(crate) use overrides::OverrideSettings;
 pub use serve::ServeSettings;
 
-/// The file the settings are read from by default.
-pub const FILE: &str = "limit-store.toml";
+/// The name a settings file goes by: `limit-store serve`'s default, and the
+/// origin of errors in text parsed directly.
+pub(crate) const FILE: &str = "limit-store.toml";
 /// Overrides `rate_limit.database_url`.
 const ENV_DATABASE_URL: &str = "LIMIT_STORE_DATABASE_URL";
 /// Overrides `rate_limit.redis_url`.

@@ -17,12 +17,18 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// `"allow"` or `"deny"`, as in logs and configuration.
-    pub fn as_str(self) -> &'static str {
+    /// `"allow"` or `"deny"`, as in logs and configuration (as it prints).
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Policy::Allow => "allow",
             Policy::Deny => "deny",
         }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

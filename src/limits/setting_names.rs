@@ -43,8 +43,9 @@ impl Algorithm {
         })
     }
 
-    /// How long a lockout locks, in milliseconds; `None` for the others.
-    pub fn lock(&self) -> Option<crate::Millis> {
+    /// How long a lockout locks, in milliseconds; `None` for the others
+    /// (in code: match [`Algorithm::Lockout`]).
+    pub(crate) fn lock(&self) -> Option<crate::Millis> {
         match *self {
             Algorithm::Lockout { lock, .. } => Some(lock),
             _ => None,
