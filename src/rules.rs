@@ -121,6 +121,7 @@ fn expired_is_delete(write: &mut Write, now: Millis) {
 }
 
 /// True when `entry` is live at `now` on the store's clock.
+#[cfg(feature = "redis")]
 pub(crate) fn is_live(entry: &Entry, now: Millis) -> bool {
     entry.expires_at > now
 }

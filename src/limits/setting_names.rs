@@ -45,6 +45,7 @@ impl Algorithm {
 
     /// How long a lockout locks, in milliseconds; `None` for the others
     /// (in code: match [`Algorithm::Lockout`]).
+    #[cfg(any(feature = "serve", test))]
     pub(crate) fn lock(&self) -> Option<crate::Millis> {
         match *self {
             Algorithm::Lockout { lock, .. } => Some(lock),
