@@ -210,13 +210,13 @@ impl StoreError {
     }
 
     /// True for a store that can't start as configured.
-    #[cfg(test)]
+    #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
     pub(crate) fn is_setup(&self) -> bool {
         matches!(self, StoreError::Setup { .. })
     }
 
     /// True for the corrupt-data family.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "redis"))]
     pub(crate) fn is_corrupt(&self) -> bool {
         matches!(self, StoreError::Corrupt { .. })
     }
