@@ -1,7 +1,7 @@
 //! `limit-store serve`: the limits as an HTTP JSON service, for apps in any
-//! language (SPEC §9). It reaches the rest of the crate only through its
-//! public items: [`Limits`] counts, [`ratelimit_fields`](crate::ratelimit_fields)
-//! writes the header fields.
+//! language (SPEC §9). [`Limits`] counts, [`ratelimit_fields`](crate::ratelimit_fields)
+//! writes the header fields, and the settings ([`Config`](crate::config::Config))
+//! open the store behind one guard.
 //!
 //! - `POST /v1/limits/{name}/attempt` with `{"keys": {"account": "...", "ip": "..."}}`
 //! - `POST /v1/limits/{name}/reset` with the same body
