@@ -88,9 +88,10 @@ impl GcraStep {
         GcraStep { interval, capacity, cost }
     }
 
-    /// The same step for an attempt of `cost`.
+    /// The same step for an attempt of `cost`: the limits make a step per
+    /// part once, and give it each attempt's cost.
     #[must_use]
-    pub fn with_cost(self, cost: u64) -> Self {
+    pub(crate) fn with_cost(self, cost: u64) -> Self {
         GcraStep { cost, ..self }
     }
 
