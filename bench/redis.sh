@@ -12,7 +12,8 @@
 #   bash bench/redis.sh --secs 2 --warmup 1   # a rough pass
 #   bash bench/redis.sh --fresh               # also limit-store on brand-new keys
 #   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node,
-#    --no-limitador (then not built either), --no-incr, --no-cluster)
+#    --no-limitador (then not built either), --no-incr, --no-cluster, --min-acked N (the
+#    cluster stores' min_replicas_acked))
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's

@@ -37,9 +37,11 @@
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
 //! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]
-//! [--cluster URL]`. Server: `LIMIT_STORE_BENCH_REDIS` (default redis://127.0.0.1:6379). Every key the
-//! bench writes has an expiry; only `redis-benchmark`'s `lsbench:incr:*` keys
-//! have none, and bench/redis.sh removes them after the run.
+//! [--cluster URL] [--min-acked N]` (N: the cluster stores'
+//! `min_replicas_acked`, 0 by default). Server: `LIMIT_STORE_BENCH_REDIS`
+//! (default redis://127.0.0.1:6379). Every key the bench writes has an
+//! expiry; only `redis-benchmark`'s `lsbench:incr:*` keys have none, and
+//! bench/redis.sh removes them after the run.
 
 #[path = "../common/args.rs"]
 mod args;
@@ -95,6 +97,8 @@ pub(crate) struct Opts {
     pub(crate) url: String,
     /// A `redis+cluster://` URL: the cluster rows.
     pub(crate) cluster: Option<String>,
+    /// The cluster stores' `min_replicas_acked`.
+    pub(crate) min_acked: u32,
 }
 
 impl Opts {
@@ -109,6 +113,7 @@ impl Opts {
             threads: 1,
             url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
             cluster: None,
+            min_acked: 0,
         };
         parse_args(&mut o.timing, |flag, value| {
             match flag {
@@ -119,6 +124,7 @@ impl Opts {
                 "--remember" => o.remember = Some(value()?.parse()?),
                 "--threads" => o.threads = value()?.parse()?,
                 "--cluster" => o.cluster = Some(value()?),
+                "--min-acked" => o.min_acked = value()?.parse()?,
                 _ => return Ok(false),
             }
             Ok(true)
@@ -155,7 +161,9 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
     let mut out = Vec::new();
     for (name, url, two) in [(PAIR, o.url.as_str(), true), (CLUSTER1, cluster, false), (CLUSTER2, cluster, true)] {
         eprintln!("{name}: connecting, counting every key once");
-        let store = Arc::new(builder(url).connect().await.with_context(|| format!("connect to {url}"))?);
+        let acked = if url == cluster { o.min_acked } else { 0 };
+        let store = builder(url).min_replicas_acked(acked).connect().await;
+        let store = Arc::new(store.with_context(|| format!("connect to {url}"))?);
         let bare: Arc<dyn LimitStore> = store.clone();
         let (which, list) = if two { (Keys::Pair(pairs.clone()), firsts.clone()) } else { (Keys::Live, keys.clone()) };
         prefill(bare.clone(), list.clone(), which.clone()).await.with_context(|| format!("{name}'s fill"))?;

@@ -55,6 +55,8 @@ pub(super) type Sent = (WriteCall, Result<Written, StoreError>);
 struct Pending {
     call: WriteCall,
     reply: oneshot::Sender<Sent>,
+    /// On a cluster, the slot of every key of the update; 0 on one server.
+    slot: u16,
 }
 
 /// The compare-and-sets waiting for the next batch, and how to send one.
@@ -132,7 +134,8 @@ impl Batcher {
         let (reply, answer) = oneshot::channel();
         let first = {
             let mut waiting = self.waiting.lock();
-            waiting.push(Pending { call, reply });
+            let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
+            waiting.push(Pending { call, reply, slot });
             waiting.len() == 1
         };
         if first {
@@ -180,7 +183,7 @@ impl Batcher {
         };
         let mut groups: Vec<((bool, u16), Vec<Pending>)> = Vec::new();
         for pending in batch {
-            let slot = first_slot(&pending);
+            let slot = pending.slot;
             let group = match nodes.as_deref().and_then(|nodes| node(nodes, slot)) {
                 Some(node) => (true, node),
                 None => (false, slot),
@@ -200,8 +203,8 @@ impl Batcher {
         if batch.len() > 1 {
             self.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
-        let slot = first_slot(&batch[0]);
-        if self.cluster && batch.iter().any(|p| first_slot(p) != slot) {
+        let slot = batch[0].slot;
+        if self.cluster && batch.iter().any(|p| p.slot != slot) {
             self.send_node(slot, batch).await;
         } else {
             self.send_keys(batch).await;
@@ -244,7 +247,7 @@ impl Batcher {
         }
         let mut slots: Vec<(u16, Vec<Pending>)> = Vec::new();
         for pending in again {
-            let slot = first_slot(&pending);
+            let slot = pending.slot;
             match slots.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, group)) => group.push(pending),
                 None => slots.push((slot, vec![pending])),
@@ -292,10 +295,10 @@ impl Batcher {
             }
         };
         let (mut readonly, mut again) = (false, Vec::new());
-        for Pending { call, reply } in batch {
+        for Pending { call, reply, slot } in batch {
             let answer = match answer(&mut answers, now, call.hashes.len(), &mut readonly) {
                 Err(Elsewhere(_)) if node => {
-                    again.push(Pending { call, reply });
+                    again.push(Pending { call, reply, slot });
                     continue;
                 }
                 Err(Elsewhere(error)) => Err(refused(error)),
@@ -369,14 +372,9 @@ pub(super) fn unacked(acked: u64, wanted: u32) -> StoreError {
 
 /// Every update of `batch` answered with the failure of their call.
 fn answer_all(batch: Vec<Pending>, e: &redis::RedisError) {
-    for Pending { call, reply } in batch {
+    for Pending { call, reply, .. } in batch {
         let _ = reply.send((call, Err(failed(e.clone()))));
     }
-}
-
-/// The slot of every key of `pending`'s update.
-fn first_slot(pending: &Pending) -> u16 {
-    pending.call.hashes.first().map_or(0, super::cluster::slot)
 }
 
 /// The answer of a node call on a connection that is no longer a cluster's.

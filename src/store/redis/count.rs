@@ -13,7 +13,7 @@ use crate::error::Unavailable;
 use crate::rules::{check_keys, run_apply};
 use crate::seen::KeyHash;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
-use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
 
 /// How long an update waits when another instance's update has claimed one
 /// of its keys for its next try.
@@ -262,6 +262,13 @@ impl LimitStore for RedisStore {
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         self.count(keys, apply).await
+    }
+
+    /// The count itself, as [`update`](Self::update): the store keeps
+    /// `apply` in the count's own future, so there is nothing to hand over,
+    /// and no second boxed future through the trait's default.
+    async fn update_owned(&self, keys: &[&str], mut apply: Box<OwnedApply>) -> Result<(), StoreError> {
+        self.count(keys, &mut *apply).await
     }
 
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {

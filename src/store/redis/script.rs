@@ -52,7 +52,10 @@ return out
 /// leaves `done:<token>` in its first key's claim for 5 s, and an update that
 /// finds its own mark there was written already: `1`. The cluster client
 /// sends a call again after a lost connection, and the mark keeps a call
-/// that had been run from being counted twice.
+/// that had been run from being counted twice. The mark takes the place of
+/// the update's own claim there, never follows its removal: in a slot that
+/// is moving out, a node refuses a script's write to a key it does not hold
+/// (and the update's `MGET` ran only because it held them all).
 ///
 /// Claims keep instances fair on a hot key: an update that missed before
 /// claims its keys for its next try (for at most 100 ms), and while another
@@ -119,7 +122,9 @@ while a < na do
           err = r.err
           break
         end
-        if mine and mine[i] then redis.pcall('DEL', K[base + n + i]) end
+        if mine and mine[i] and not (i == 1 and (mode == '2' or mode == '3')) then
+          redis.pcall('DEL', K[base + n + i])
+        end
       end
       if not err and (mode == '2' or mode == '3') then
         redis.pcall('SET', K[base + n + 1], 'done:' .. token, 'PX', 5000)

@@ -206,4 +206,66 @@ mod resend {
         assert!(matches!(again, Ok(Written::Done { .. })), "sent again: {again:?}");
         assert_eq!(store.read(&[&key]).await.unwrap()[0], Some(entry));
     }
+
+    /// A written update marks its first key's claim `done:` in place of its
+    /// own claim, not after removing it: in a slot that is moving out, the
+    /// node refuses a write to a key it no longer holds, and a mark lost so
+    /// would let a call sent again be counted twice.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_claimed_write_in_a_moving_slot_leaves_its_mark() {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS_CLUSTER") else { return };
+        let prefix = format!("lst-moving-{}", std::process::id());
+        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
+        let shared = &store.shared;
+        let key = format!("k{}", crate::keys::hex(&shared.secret.key_hash(&prefix)));
+        let hash = shared.secret.key_hash(&key);
+        let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &key);
+        let slot = super::slot(&hash);
+        let conn = shared.link.cluster().unwrap();
+        let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
+        let on_owner = |cmd: redis::Cmd| {
+            let (mut conn, owner) = (conn.clone(), owner.clone());
+            async move { conn.route_command(cmd, owner).await.unwrap() }
+        };
+        // The entry, and this update's own claim on it (as after a miss).
+        assert_eq!(super::super::count::tests::add_one(&store, &key).await, 1);
+        let entry = store.read(&[&key]).await.unwrap().pop().flatten().unwrap();
+        let mut claim = format!("{prefix}:claim:{:x}:", shared.secret.generation());
+        super::push_hash(&mut claim, &hash, true);
+        on_owner(redis::cmd("SET").arg(&claim).arg(42).arg("PX").arg(10_000).clone()).await;
+        // The slot starts moving to another primary (no key moves yet).
+        let nodes: String =
+            redis::from_redis_value(on_owner(redis::cmd("CLUSTER").arg("NODES").clone()).await).unwrap();
+        let other = nodes
+            .lines()
+            .find(|l| {
+                let flags = l.split_whitespace().nth(2).unwrap_or_default();
+                flags.contains("master") && !flags.contains("myself") && !flags.contains("fail")
+            })
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap()
+            .to_owned();
+        on_owner(redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&other).clone()).await;
+        let next = Entry { value: serde_json::json!(2), expires_at: entry.expires_at };
+        let call = WriteCall {
+            hashes: vec![hash],
+            tags: vec![tag],
+            expected: vec![Raw::encode(&entry)],
+            ops: vec![Op::Put { raw: Raw::encode(&next), pxat: next.expires_at }],
+            at: 0,
+            lead: 0,
+            lag: None,
+            token: 42,
+            claim: true,
+        };
+        let first = shared.batcher.write(call).await;
+        on_owner(redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("STABLE").clone()).await;
+        let (call, first) = first.unwrap();
+        assert!(matches!(first, Ok(Written::Done { .. })), "{first:?}");
+        let (_, again) = shared.batcher.write(call).await.unwrap();
+        assert!(matches!(again, Ok(Written::Done { .. })), "sent again: {again:?}");
+        assert_eq!(store.read(&[&key]).await.unwrap()[0], Some(next));
+        drop(conn);
+    }
 }
