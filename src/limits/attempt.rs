@@ -15,6 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::counted::{Counted, Given};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::handle::Limits;
@@ -26,12 +27,15 @@ pub struct Attempt<'a> {
     state: State<'a>,
 }
 
+/// The limit an attempt counts on, or the name that found no limit.
+pub(super) type Found<'a> = Result<&'a Counted, &'a str>;
+
 /// The answer of a store that answers through a future.
 type Later<'a> = Pin<Box<dyn Future<Output = Result<Decision, LimitError>> + Send + 'a>>;
 
 enum State<'a> {
-    /// Not polled yet.
-    Start { limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64 },
+    /// Not polled yet: the limit (or the name that found none).
+    Start { limits: &'a Limits, found: Found<'a>, parts: &'a [(&'a str, &'a str)], cost: u64 },
     /// Counting through the store's future.
     Later(Later<'a>),
     /// Answered.
@@ -41,7 +45,10 @@ enum State<'a> {
 impl std::fmt::Debug for Attempt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
-            State::Start { name, .. } => format!("not polled yet, on limit {name:?}"),
+            State::Start { found, .. } => {
+                let name = found.map_or_else(|name| name, |counted| counted.limit.name());
+                format!("not polled yet, on limit {name:?}")
+            }
             State::Later(_) => "counting".to_owned(),
             State::Done => "answered".to_owned(),
         };
@@ -56,7 +63,7 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
-        Attempt::new(self, name, parts, 1)
+        Attempt::new(self, self.found(name), parts, 1)
     }
 
     /// [`attempt`](Self::attempt) that counts `cost` at once on every part
@@ -71,7 +78,7 @@ impl Limits {
     /// A limit counted in an earlier-contract [`RateLimitStore`](super::RateLimitStore)
     /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
     pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
-        Attempt::new(self, name, parts, cost)
+        Attempt::new(self, self.found(name), parts, cost)
     }
 
     /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
@@ -83,7 +90,7 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        match self.attempt_at_once(name, parts, cost) {
+        match self.attempt_at_once(self.found(name), Given::Parts(parts), cost) {
             Poll::Ready(answered) => Some(answered),
             Poll::Pending => None,
         }
@@ -91,9 +98,9 @@ impl Limits {
 }
 
 impl<'a> Attempt<'a> {
-    /// An attempt of `cost` on limit `name` of `limits`, for `parts`, not counted yet.
-    pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
-        Attempt { state: State::Start { limits, name, parts, cost } }
+    /// An attempt of `cost` on the limit `found` of `limits`, for `parts`, not counted yet.
+    pub(super) fn new(limits: &'a Limits, found: Found<'a>, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
+        Attempt { state: State::Start { limits, found, parts, cost } }
     }
 }
 
@@ -102,13 +109,16 @@ impl Future for Attempt<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let State::Start { limits, name, parts, cost } = this.state {
+        if let State::Start { limits, found, parts, cost } = this.state {
             this.state = State::Done;
-            let answered = limits.attempt_at_once(name, parts, cost);
+            let answered = limits.attempt_at_once(found, Given::Parts(parts), cost);
             if answered.is_ready() {
                 return answered;
             }
-            this.state = State::Later(Box::pin(limits.attempt_later(name, parts, cost)));
+            // An unknown limit was answered above.
+            if let Ok(counted) = found {
+                this.state = State::Later(Box::pin(limits.attempt_later(counted, parts, cost)));
+            }
         }
         match &mut this.state {
             State::Later(later) => {

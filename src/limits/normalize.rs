@@ -81,6 +81,22 @@ impl KeyRules {
         }
     }
 
+    /// [`address`](Self::address) handed to `f`: an IPv4 address's text
+    /// (or an IPv4-mapped one's, on an `Ip` part) where it is written, with
+    /// nothing copied.
+    #[inline]
+    pub(crate) fn with_address<R>(&self, normalize: Normalize, ip: IpAddr, f: impl FnOnce(&str) -> R) -> R {
+        let v4 = match (normalize, ip) {
+            (_, IpAddr::V4(v4)) => Some(v4),
+            (Normalize::Ip, IpAddr::V6(v6)) => v6.to_ipv4_mapped(),
+            _ => None,
+        };
+        match v4 {
+            Some(v4) => f(Ipv4Text::new(v4).as_str()),
+            None => f(&self.address(normalize, ip)),
+        }
+    }
+
     /// The text of address `ip` as `normalize` makes it one: what
     /// [`apply`](Self::apply) gives for the address's text, with no text to
     /// parse; its text as given is [`write_address`]'s.
@@ -122,7 +138,7 @@ impl KeyRules {
 pub fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
     match ip {
         // Digits and dots only: always text, and at most 15 bytes.
-        IpAddr::V4(v4) => out.write_str(std::str::from_utf8(Ipv4Text::new(v4).as_bytes()).unwrap_or_default()),
+        IpAddr::V4(v4) => out.write_str(Ipv4Text::new(v4).as_str()),
         IpAddr::V6(v6) => write!(out, "{v6}"),
     }
 }
@@ -184,8 +200,17 @@ impl Ipv4Text {
     }
 
     /// The text's bytes.
+    #[cfg(test)]
     fn as_bytes(&self) -> &[u8] {
         &self.out[..self.len]
+    }
+
+    /// The text. All of `out` is ASCII (digits, dots, zeros), checked
+    /// whole, which takes a word at a time, and then cut to the text: a
+    /// check of the text alone goes a byte at a time.
+    #[inline]
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.out).ok().and_then(|all| all.get(..self.len)).unwrap_or_default()
     }
 }
 
@@ -265,6 +290,7 @@ mod tests {
             for ip in [[octet, 0, 9, 10], [99, octet, 100, 1], [255, 7, octet, 0], [1, 2, 3, octet]] {
                 let ip = Ipv4Addr::from(ip);
                 assert_eq!(Ipv4Text::new(ip).as_bytes(), ip.to_string().as_bytes());
+                assert_eq!(Ipv4Text::new(ip).as_str(), ip.to_string());
             }
         }
     }
@@ -290,6 +316,8 @@ mod tests {
                 let from_text = rules.apply(normalize, &text).unwrap();
                 let from_address = rules.address(normalize, ip);
                 proptest::prop_assert_eq!(from_address.as_str(), &*from_text, "{:?} {}", normalize, ip);
+                let handed = rules.with_address(normalize, ip, str::to_owned);
+                proptest::prop_assert_eq!(&handed, &*from_text, "{:?} {}", normalize, ip);
             }
         }
     }
