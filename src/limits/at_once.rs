@@ -6,7 +6,6 @@
 //! counts the attempt's cost.
 
 use std::borrow::Cow;
-use std::net::IpAddr;
 
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
@@ -15,6 +14,7 @@ use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
 use super::key::{key_of, CallKeys, KeyOf};
+use super::limit::Part;
 
 impl Counted {
     /// The attempt counted here and now, on a store that
@@ -34,17 +34,14 @@ impl Counted {
         self.attempt_guarded_now(self.backend.at_once()?, given, cost)
     }
 
-    /// [`attempt_now`](Self::attempt_now) of address `ip` on the limit's
-    /// one part: its text as the part makes it one ([`KeyRules::with_address`](super::normalize::KeyRules::with_address),
-    /// the text that part counts for the address's text), counted from its
-    /// key on. A limit of more parts is missing the others.
-    pub(super) fn attempt_address_now(&self, ip: IpAddr, cost: u64) -> Option<Result<Decision, LimitError>> {
-        let parts = &self.limit.parts;
-        let [part] = &parts[..] else {
+    /// The limit's one part, to count a value given alone (an address);
+    /// a limit of more parts is missing the others.
+    pub(super) fn only_part(&self) -> Result<&Part, LimitError> {
+        match &self.limit.parts[..] {
+            [part] => Ok(part),
             // A limit has at least one part: this one has more.
-            return Some(Err(self.missing(&parts[parts.len().saturating_sub(1)])));
-        };
-        self.rules.with_address(part.normalize, ip, |normal| self.attempt_now(Given::Normal(normal), cost))
+            parts => Err(self.missing(&parts[parts.len().saturating_sub(1)])),
+        }
     }
 
     /// The usual attempt (one part, one value) on a limit whose one part is
@@ -55,15 +52,11 @@ impl Counted {
     #[inline(never)]
     fn gcra_counted(&self, step: GcraStep, given: Given<'_>) -> Option<Result<GcraCounted, StoreError>> {
         let counter = self.integer.as_deref()?;
+        let [part] = &self.limit.parts[..] else { return None };
         let normalized = match given {
             Given::Normal(value) => Cow::Borrowed(value),
-            Given::Parts(given) => {
-                let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
-                if *name != part.name {
-                    return None;
-                }
-                self.rules.apply(part.normalize, value).ok()?
-            }
+            Given::Parts([(name, value)]) if *name == part.name => self.rules.apply(part.normalize, value).ok()?,
+            Given::Parts(_) => return None,
         };
         let KeyOf::Plain(rest) = key_of(&self.stems[0], &normalized) else { return None };
         Some(counter.count(rest, step))

@@ -61,8 +61,9 @@ pub(super) struct Counted {
 pub(super) enum Given<'a> {
     /// `(part, value)` pairs, each value as the caller wrote it.
     Parts(&'a [(&'a str, &'a str)]),
-    /// The value of the limit's only part, already as its part makes
-    /// values one (an address's text from [`KeyRules::address`]).
+    /// The value of the limit's only part (a limit of one part), already
+    /// as its part makes values one (an address's text from
+    /// [`KeyRules::with_address`]).
     Normal(&'a str),
 }
 

@@ -3,9 +3,8 @@
 //! [layer](crate::layer)).
 
 use std::net::IpAddr;
-use std::task::Poll;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Which};
 use super::counted::{Counted, Given};
 use super::decision::Decision;
 use super::error::LimitError;
@@ -45,12 +44,12 @@ impl LimitHandle {
 
     /// [`Limits::attempt_cost`] on this limit.
     pub fn attempt_cost<'a>(&'a self, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
-        Attempt::new(&self.limits, Ok(self.counted()), parts, cost)
+        Attempt::new(&self.limits, Which::Found(self.counted()), parts, cost)
     }
 
     /// [`Limits::attempt_now`] on this limit.
     pub fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        self.now(Given::Parts(parts), cost)
+        self.limits.answer_now(Ok(self.counted()), Given::Parts(parts), cost)
     }
 
     /// [`attempt_now`](Self::attempt_now) on a limit of one part, given
@@ -59,17 +58,13 @@ impl LimitHandle {
     /// extractors do). A limit of more parts is
     /// [`LimitError::MissingPart`].
     pub fn attempt_address_now(&self, ip: IpAddr, cost: u64) -> Option<Result<Decision, LimitError>> {
-        if let Err(e) = crate::transaction::refuse_in_transaction() {
-            return Some(Err(e.into()));
-        }
-        self.counted().attempt_address_now(ip, cost)
-    }
-
-    fn now(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
-        match self.limits.attempt_at_once(Ok(self.counted()), given, cost) {
-            Poll::Ready(answered) => Some(answered),
-            Poll::Pending => None,
-        }
+        let counted = self.counted();
+        let part = match counted.only_part() {
+            Ok(part) => part,
+            Err(e) => return Some(Err(e)),
+        };
+        let answer = |normal: &str| self.limits.answer_now(Ok(counted), Given::Normal(normal), cost);
+        counted.rules.with_address(part.normalize, ip, answer)
     }
 
     fn counted(&self) -> &Counted {
