@@ -31,17 +31,17 @@ struct GuardedCounter {
 
 impl IntegerCounter for GuardedCounter {
     fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
-        let answer = match &self.inner {
+        let error = match &self.inner {
             Some(inner) => match catch_unwind(AssertUnwindSafe(|| inner.count(rest, step))) {
-                Ok(answer) => answer,
-                Err(_panic) => Err(failed("the store call panicked")),
+                // What was counted, on its own: the usual answer moves no error's room.
+                Ok(Ok(counted)) => return Ok(counted),
+                Ok(Err(e)) => e,
+                Err(_panic) => failed("the store call panicked"),
             },
-            None => Err(failed("the store offers no integer counts")),
+            None => failed("the store offers no integer counts"),
         };
-        if let Err(e) = &answer {
-            log(&self.logs, e);
-        }
-        answer
+        log(&self.logs, &error);
+        Err(error)
     }
 }
 

@@ -1,8 +1,11 @@
 //! `Key`: the value a request is counted by, held inline when it is short,
-//! so that counting a request by its address needs no heap.
+//! so that counting a request by its address needs no heap; a client's
+//! address is held as the address, and counted so, its text written only
+//! when asked for.
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use arrayvec::ArrayString;
 
@@ -17,6 +20,8 @@ pub struct Key(Repr);
 enum Repr {
     Inline(ArrayString<48>),
     Heap(String),
+    /// A client address, and its text ([`write_address`]'s) once asked for.
+    Address(IpAddr, OnceLock<ArrayString<48>>),
 }
 
 impl Key {
@@ -36,10 +41,18 @@ impl Key {
         Key(Repr::Heap(heap))
     }
 
-    /// The client address `ip` (its network, as the extractor counts it),
-    /// as the text limits count for it ([`write_address`]).
+    /// The client address `ip` (its network, as the extractor counts it):
+    /// its text is [`write_address`]'s, and a limit counts it as that text.
     pub(crate) fn address(ip: IpAddr) -> Self {
-        Key::write(|out| write_address(ip, out))
+        Key(Repr::Address(ip, OnceLock::new()))
+    }
+
+    /// The address, for a key that is one.
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
+        match &self.0 {
+            Repr::Address(ip, _) => Some(*ip),
+            _ => None,
+        }
     }
 
     /// The key's text.
@@ -47,6 +60,12 @@ impl Key {
         match &self.0 {
             Repr::Inline(s) => s,
             Repr::Heap(s) => s,
+            Repr::Address(ip, text) => text.get_or_init(|| {
+                let mut text = ArrayString::new();
+                // Any address's text fits in 48 bytes.
+                let _ = write_address(*ip, &mut text);
+                text
+            }),
         }
     }
 }

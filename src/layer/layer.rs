@@ -10,6 +10,7 @@ use super::extract::KeyExtractor;
 use super::fields::AdmittedFields;
 use super::refusal::{MissingKey, RefusalBody};
 use super::service::LimitService;
+use crate::limits::LimitHandle;
 use crate::{LimitError, Limits};
 
 /// Counts every request on one limit, keyed by what `K` extracts; answers
@@ -36,7 +37,8 @@ use crate::{LimitError, Limits};
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct LimitLayer<K> {
-    pub(super) limits: Limits,
+    /// The limit, found by name when the layer is built.
+    pub(super) handle: LimitHandle,
     pub(super) limit: String,
     pub(super) part: String,
     pub(super) extractor: K,
@@ -67,11 +69,14 @@ impl<K: KeyExtractor> LimitLayer<K> {
                 takes: takes(),
             });
         }
+        let Some(handle) = limits.handle(limit) else {
+            return Err(LimitError::UnknownLimit { name: limit.to_owned(), known: limits.names() });
+        };
         Ok(LimitLayer {
             limit: limit.to_owned(),
             part: part.to_owned(),
             what: format!("`{part}`"),
-            limits,
+            handle,
             extractor,
             missing: MissingKey::default(),
             body: RefusalBody::default(),

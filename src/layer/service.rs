@@ -158,7 +158,7 @@ impl<S, K> LimitService<S, K> {
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
         Box::pin(async move {
-            let counted = layer.limits.attempt(&layer.limit, &[(&layer.part, key.as_str())]).await;
+            let counted = layer.handle.attempt(&[(&layer.part, key.as_str())]).await;
             match layer.answer(Some(counted)) {
                 Answer::Pass(fields) => LimitFuture::inner(inner.call(request), fields).await,
                 Answer::Refuse(response) => Ok(response),
@@ -178,9 +178,13 @@ enum Answer {
 
 impl<K> LimitLayer<K> {
     /// `key` counted on a store that answers at once; `None` when it answers
-    /// only through a future (nothing is counted then).
+    /// only through a future (nothing is counted then). An address is
+    /// handed over as the address, so its text is not parsed back.
     fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
-        self.limits.attempt_now(&self.limit, &[(&self.part, key.as_str())], 1)
+        match key.ip() {
+            Some(ip) => self.handle.attempt_address_now(ip, 1),
+            None => self.handle.attempt_now(&[(&self.part, key.as_str())], 1),
+        }
     }
 
     /// What to do with a request the limit `counted` (`None`: it has no key).

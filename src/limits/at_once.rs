@@ -5,13 +5,16 @@
 //! further: its state is counted as one integer, with no JSON. Every path
 //! counts the attempt's cost.
 
+use std::borrow::Cow;
+
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
-use super::counted::{Counted, Need};
+use super::counted::{Counted, Given, Need};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
 use super::key::{key_of, CallKeys, KeyOf};
+use super::limit::Part;
 
 impl Counted {
     /// The attempt counted here and now, on a store that
@@ -21,14 +24,24 @@ impl Counted {
     /// them; any other through its `update_now`. `None` when the store has
     /// no such path, and nothing was counted.
     #[inline]
-    pub(super) fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+    pub(super) fn attempt_now(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
         if let Some(step) = self.only_gcra {
             let step = if cost == 1 { step } else { step.with_cost(cost) };
-            if let Some(answered) = self.gcra_counted(step, parts) {
+            if let Some(answered) = self.gcra_counted(step, given) {
                 return Some(self.gcra_decision(step, answered));
             }
         }
-        self.attempt_guarded_now(self.backend.at_once()?, parts, cost)
+        self.attempt_guarded_now(self.backend.at_once()?, given, cost)
+    }
+
+    /// The limit's one part, to count a value given alone (an address);
+    /// a limit of more parts is missing the others.
+    pub(super) fn only_part(&self) -> Result<&Part, LimitError> {
+        match &self.limit.parts[..] {
+            [part] => Ok(part),
+            // A limit has at least one part: this one has more.
+            parts => Err(self.missing(&parts[parts.len().saturating_sub(1)])),
+        }
     }
 
     /// The usual attempt (one part, one value) on a limit whose one part is
@@ -37,13 +50,14 @@ impl Counted {
     /// one whose value its part refuses, and one whose key names a hash of
     /// its value (see [`key_of`]): the general path answers those.
     #[inline(never)]
-    fn gcra_counted(&self, step: GcraStep, given: &[(&str, &str)]) -> Option<Result<GcraCounted, StoreError>> {
-        let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
-        if *name != part.name {
-            return None;
-        }
+    fn gcra_counted(&self, step: GcraStep, given: Given<'_>) -> Option<Result<GcraCounted, StoreError>> {
         let counter = self.integer.as_deref()?;
-        let normalized = self.rules.apply(part.normalize, value).ok()?;
+        let [part] = &self.limit.parts[..] else { return None };
+        let normalized = match given {
+            Given::Normal(value) => Cow::Borrowed(value),
+            Given::Parts([(name, value)]) if *name == part.name => self.rules.apply(part.normalize, value).ok()?,
+            Given::Parts(_) => return None,
+        };
         let KeyOf::Plain(rest) = key_of(&self.stems[0], &normalized) else { return None };
         Some(counter.count(rest, step))
     }
@@ -52,12 +66,17 @@ impl Counted {
     fn attempt_guarded_now(
         &self,
         store: &dyn LimitStore,
-        parts: &[(&str, &str)],
+        given: Given<'_>,
         cost: u64,
     ) -> Option<Result<Decision, LimitError>> {
         let mut keys = CallKeys::new();
-        if let Err(e) = self.keys(parts, Need::All, &mut keys) {
-            return Some(Err(e));
+        match given {
+            Given::Parts(parts) => {
+                if let Err(e) = self.keys(parts, Need::All, &mut keys) {
+                    return Some(Err(e));
+                }
+            }
+            Given::Normal(value) => keys.push(0, &self.stems[0], value),
         }
         // One key, the usual call: no list of them.
         let (one, many);

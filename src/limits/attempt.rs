@@ -15,6 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::counted::{Counted, Given};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::handle::Limits;
@@ -26,12 +27,23 @@ pub struct Attempt<'a> {
     state: State<'a>,
 }
 
+/// The limit an attempt counts on, or the name that found no limit.
+pub(super) type Found<'a> = Result<&'a Counted, &'a str>;
+
+/// The limit an attempt names: by its name, found when the attempt is
+/// first polled, or found already (a [`LimitHandle`](super::LimitHandle)'s).
+#[derive(Clone, Copy)]
+pub(super) enum Which<'a> {
+    Named(&'a str),
+    Found(&'a Counted),
+}
+
 /// The answer of a store that answers through a future.
 type Later<'a> = Pin<Box<dyn Future<Output = Result<Decision, LimitError>> + Send + 'a>>;
 
 enum State<'a> {
     /// Not polled yet.
-    Start { limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64 },
+    Start { limits: &'a Limits, which: Which<'a>, parts: &'a [(&'a str, &'a str)], cost: u64 },
     /// Counting through the store's future.
     Later(Later<'a>),
     /// Answered.
@@ -41,7 +53,13 @@ enum State<'a> {
 impl std::fmt::Debug for Attempt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
-            State::Start { name, .. } => format!("not polled yet, on limit {name:?}"),
+            State::Start { which, .. } => {
+                let name = match which {
+                    Which::Named(name) => name,
+                    Which::Found(counted) => counted.limit.name(),
+                };
+                format!("not polled yet, on limit {name:?}")
+            }
             State::Later(_) => "counting".to_owned(),
             State::Done => "answered".to_owned(),
         };
@@ -56,7 +74,7 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
-        Attempt::new(self, name, parts, 1)
+        Attempt::new(self, Which::Named(name), parts, 1)
     }
 
     /// [`attempt`](Self::attempt) that counts `cost` at once on every part
@@ -71,7 +89,7 @@ impl Limits {
     /// A limit counted in an earlier-contract [`RateLimitStore`](super::RateLimitStore)
     /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
     pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
-        Attempt::new(self, name, parts, cost)
+        Attempt::new(self, Which::Named(name), parts, cost)
     }
 
     /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
@@ -83,17 +101,14 @@ impl Limits {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        match self.attempt_at_once(name, parts, cost) {
-            Poll::Ready(answered) => Some(answered),
-            Poll::Pending => None,
-        }
+        self.answer_now(self.found(name), Given::Parts(parts), cost)
     }
 }
 
 impl<'a> Attempt<'a> {
-    /// An attempt of `cost` on limit `name` of `limits`, for `parts`, not counted yet.
-    pub(super) fn new(limits: &'a Limits, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
-        Attempt { state: State::Start { limits, name, parts, cost } }
+    /// An attempt of `cost` on the limit `which` of `limits`, for `parts`, not counted yet.
+    pub(super) fn new(limits: &'a Limits, which: Which<'a>, parts: &'a [(&'a str, &'a str)], cost: u64) -> Self {
+        Attempt { state: State::Start { limits, which, parts, cost } }
     }
 }
 
@@ -102,13 +117,20 @@ impl Future for Attempt<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let State::Start { limits, name, parts, cost } = this.state {
+        if let State::Start { limits, which, parts, cost } = this.state {
             this.state = State::Done;
-            let answered = limits.attempt_at_once(name, parts, cost);
+            let found = match which {
+                Which::Named(name) => limits.found(name),
+                Which::Found(counted) => Ok(counted),
+            };
+            let answered = limits.attempt_at_once(found, Given::Parts(parts), cost);
             if answered.is_ready() {
                 return answered;
             }
-            this.state = State::Later(Box::pin(limits.attempt_later(name, parts, cost)));
+            // An unknown limit was answered above.
+            if let Ok(counted) = found {
+                this.state = State::Later(Box::pin(limits.attempt_later(counted, parts, cost)));
+            }
         }
         match &mut this.state {
             State::Later(later) => {

@@ -100,8 +100,13 @@ impl<T> ByName<T> {
         self.position(name).map(|i| &self.entries[i].1)
     }
 
+    /// The value at `index`, a [`position`](Self::position) this gave.
+    pub(super) fn at(&self, index: usize) -> &T {
+        &self.entries[index].1
+    }
+
     /// Where the value named `name` is.
-    fn position(&self, name: &str) -> Option<usize> {
+    pub(super) fn position(&self, name: &str) -> Option<usize> {
         match &self.find {
             Find::Slots(slots) => {
                 let tag = tag(name);

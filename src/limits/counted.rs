@@ -56,6 +56,17 @@ pub(super) struct Counted {
     pub(super) shadow_log: Throttle,
 }
 
+/// What an attempt names to count.
+#[derive(Clone, Copy)]
+pub(super) enum Given<'a> {
+    /// `(part, value)` pairs, each value as the caller wrote it.
+    Parts(&'a [(&'a str, &'a str)]),
+    /// The value of the limit's only part (a limit of one part), already
+    /// as its part makes values one (an address's text from
+    /// [`KeyRules::with_address`]).
+    Normal(&'a str),
+}
+
 /// Whether a call needs every part, or only those a reset clears.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Need {
@@ -180,13 +191,7 @@ impl Counted {
                     }
                 }
                 None if need == Need::Resetting && !part.resets => {}
-                None => {
-                    return Err(LimitError::MissingPart {
-                        limit: limit.name.clone(),
-                        part: part.name.clone(),
-                        takes: limit.part_names(),
-                    })
-                }
+                None => return Err(self.missing(part)),
             }
         }
         Ok(())
@@ -197,6 +202,16 @@ impl Counted {
     fn only_value<'v>(&self, given: &[(&str, &'v str)]) -> Option<(&Part, Result<Cow<'v, str>, NotAnIp>)> {
         let ([(name, value)], [part]) = (given, &self.limit.parts[..]) else { return None };
         (*name == part.name).then(|| (part, self.rules.apply(part.normalize, value)))
+    }
+
+    /// A call that gave no value for `part`.
+    #[cold]
+    pub(super) fn missing(&self, part: &Part) -> LimitError {
+        LimitError::MissingPart {
+            limit: self.limit.name.clone(),
+            part: part.name.clone(),
+            takes: self.limit.part_names(),
+        }
     }
 
     /// A value its part's normalization refused (only IPs can be refused).

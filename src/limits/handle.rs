@@ -9,9 +9,10 @@ use crate::transaction::refuse_in_transaction;
 use crate::{LimitStore, Millis, StoreError};
 
 use super::answers::Answers;
+use super::attempt::Found;
 use super::backend::CostNotCounted;
 use super::by_name::ByName;
-use super::counted::{Counted, Need};
+use super::counted::{Counted, Given, Need};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::key::CallKeys;
@@ -39,37 +40,53 @@ impl Limits {
         Limits { limits: Arc::new(ByName::new(limits)), store }
     }
 
-    /// An attempt of `cost` on limit `name` here and now, on a store that
-    /// answers at once; `Pending` when the store answers through a future,
-    /// and nothing was counted. The one way from an attempt to its
+    /// An attempt of `cost` on the limit `found` here and now, on a store
+    /// that answers at once; `Pending` when the store answers through a
+    /// future, and nothing was counted. The one way from an attempt to its
     /// decision: [`attempt_later`](Self::attempt_later) goes on from it.
-    #[inline]
+    /// Inlined into its two callers only, each a body the compiler inlines
+    /// whole: an attempt's future, and [`answer_now`](Self::answer_now).
+    #[inline(always)]
     pub(super) fn attempt_at_once(
         &self,
-        name: &str,
-        parts: &[(&str, &str)],
+        found: Found<'_>,
+        given: Given<'_>,
         cost: u64,
     ) -> Poll<Result<Decision, LimitError>> {
         if let Err(e) = refuse_in_transaction() {
             return Poll::Ready(Err(e.into()));
         }
-        let counted = match self.get(name) {
+        let counted = match found {
             Ok(counted) => counted,
-            Err(e) => return Poll::Ready(Err(e)),
+            Err(name) => return Poll::Ready(Err(self.unknown(name))),
         };
-        counted.attempt_now(parts, cost).map_or(Poll::Pending, Poll::Ready)
+        counted.attempt_now(given, cost).map_or(Poll::Pending, Poll::Ready)
     }
 
-    /// [`attempt_cost`](Self::attempt_cost) counted through a future, by
-    /// the limit's backend (after [`attempt_at_once`](Self::attempt_at_once)
+    /// [`attempt_at_once`](Self::attempt_at_once) for [`attempt_now`](Self::attempt_now)
+    /// and a [`LimitHandle`](super::LimitHandle)'s answers here and now.
+    #[inline(never)]
+    pub(super) fn answer_now(
+        &self,
+        found: Found<'_>,
+        given: Given<'_>,
+        cost: u64,
+    ) -> Option<Result<Decision, LimitError>> {
+        match self.attempt_at_once(found, given, cost) {
+            Poll::Ready(answered) => Some(answered),
+            Poll::Pending => None,
+        }
+    }
+
+    /// [`attempt_cost`](Self::attempt_cost) on `counted` through a future,
+    /// by the limit's backend (after [`attempt_at_once`](Self::attempt_at_once)
     /// answered `Pending`).
     pub(super) async fn attempt_later(
         &self,
-        name: &str,
+        counted: &Counted,
         parts: &[(&str, &str)],
         cost: u64,
     ) -> Result<Decision, LimitError> {
-        let counted = self.get(name)?;
         let mut keys = CallKeys::new();
         counted.keys(parts, Need::All, &mut keys)?;
         let overridden = counted.algorithms_for(&keys);
@@ -151,9 +168,20 @@ impl Limits {
         self.limits.get(name).ok_or_else(|| self.unknown(name))
     }
 
+    /// Limit `name`, or the name when there is none.
+    #[inline]
+    pub(super) fn found<'a>(&'a self, name: &'a str) -> Found<'a> {
+        self.limits.get(name).ok_or(name)
+    }
+
+    /// The limits by name.
+    pub(super) fn by_name(&self) -> &ByName<Counted> {
+        &self.limits
+    }
+
     #[cold]
     #[inline(never)]
-    fn unknown(&self, name: &str) -> LimitError {
+    pub(super) fn unknown(&self, name: &str) -> LimitError {
         LimitError::UnknownLimit { name: name.to_owned(), known: self.names() }
     }
 }

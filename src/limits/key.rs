@@ -283,6 +283,12 @@ mod tests {
     /// integer count when the store offers it and `integers`, else through
     /// `update_now`; and the text of the key `CallKeys` writes for it.
     async fn asked(normalize: Normalize, value: &str, integers: bool) -> (Vec<String>, String) {
+        asked_as(normalize, value, integers, false).await
+    }
+
+    /// [`asked`], the value handed over as an address (it must be one)
+    /// through a [`LimitHandle`](crate::limits::LimitHandle) when `as_address`.
+    async fn asked_as(normalize: Normalize, value: &str, integers: bool, as_address: bool) -> (Vec<String>, String) {
         let noted = Noted::default();
         let store = Noting { memory: MemoryStore::new(), integers, noted: noted.clone() };
         let part = Part::new("who", Algorithm::gcra(5, std::time::Duration::from_secs(60))).normalized(normalize);
@@ -293,7 +299,12 @@ mod tests {
             .limit(Limit::new("door").part(part))
             .build()
             .unwrap();
-        limits.attempt("door", &[("who", value)]).await.unwrap();
+        if as_address {
+            let ip = value.parse().unwrap();
+            limits.handle("door").unwrap().attempt_address_now(ip, 1).unwrap().unwrap();
+        } else {
+            limits.attempt("door", &[("who", value)]).await.unwrap();
+        }
         let mut keys = CallKeys::new();
         keys.push(0, &stem("door", "who"), &KeyRules::default().apply(normalize, value).unwrap());
         let written = keys.only().unwrap().to_owned();
@@ -305,7 +316,7 @@ mod tests {
     /// part and value: the integer count (its prefix and the value), the
     /// general path (`CallKeys`), a value too long for its key (the hashed
     /// form, on both), and an address given as the address (the layer's)
-    /// or as its text.
+    /// or as its text, and handed over as the address.
     #[tokio::test]
     async fn every_path_names_the_same_key() {
         let long = "v".repeat(MAX_KEY_BYTES);
@@ -323,6 +334,15 @@ mod tests {
             assert_eq!(by_integers, std::slice::from_ref(&written), "{normalize:?} {value}");
             assert_eq!(by_update, std::slice::from_ref(&written), "{normalize:?} {value}");
             assert_eq!(written.starts_with("door:who#"), value.len() > 1000, "{value}");
+        }
+        // An address handed over as the address (the layer's), on either path.
+        for value in ["192.0.2.7", "::ffff:192.0.2.7", "2001:db8:1:2:aaaa::1"] {
+            for normalize in [Normalize::Exact, Normalize::Folded, Normalize::Ip] {
+                for integers in [true, false] {
+                    let (by_address, written) = asked_as(normalize, value, integers, true).await;
+                    assert_eq!(by_address, [written], "{normalize:?} {value} {integers}");
+                }
+            }
         }
         let rules = KeyRules::default();
         for text in ["192.0.2.7", "::ffff:192.0.2.7", "2001:db8:1:2:aaaa::1"] {

@@ -41,6 +41,7 @@ mod key;
 mod last_hour;
 mod legacy;
 mod limit;
+mod limit_handle;
 mod lockout;
 mod minutes;
 mod name;
@@ -62,6 +63,7 @@ pub use handle::Limits;
 pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
+pub use limit_handle::LimitHandle;
 #[cfg(feature = "axum")]
 pub(crate) use normalize::DEFAULT_IPV6_PREFIX;
 pub use normalize::{client_network, write_address, Normalize};

@@ -1,0 +1,105 @@
+//! [`LimitHandle`]: one limit of a [`Limits`], found by its name once, for
+//! a caller that counts on the same limit again and again (the
+//! [layer](crate::layer)).
+
+use std::net::IpAddr;
+
+use super::attempt::{Attempt, Which};
+use super::counted::{Counted, Given};
+use super::decision::Decision;
+use super::error::LimitError;
+use super::handle::Limits;
+
+/// One limit of a [`Limits`], found by its name once ([`Limits::handle`]):
+/// its attempts count as [`Limits::attempt`]'s do, on the same counts, with
+/// no lookup by name. Cheap to clone. It counts on the limits it came from:
+/// limits built again (a reload) need a handle of their own.
+#[derive(Clone)]
+pub struct LimitHandle {
+    limits: Limits,
+    /// Where the limit is in `limits`.
+    index: usize,
+}
+
+impl std::fmt::Debug for LimitHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimitHandle").field("limit", &self.counted().limit.name()).finish_non_exhaustive()
+    }
+}
+
+impl Limits {
+    /// A handle to limit `name`, to count on it with no lookup by name;
+    /// `None` when there is no such limit.
+    pub fn handle(&self, name: &str) -> Option<LimitHandle> {
+        let index = self.by_name().position(name)?;
+        Some(LimitHandle { limits: self.clone(), index })
+    }
+}
+
+impl LimitHandle {
+    /// [`Limits::attempt`] on this limit.
+    pub fn attempt<'a>(&'a self, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
+        self.attempt_cost(parts, 1)
+    }
+
+    /// [`Limits::attempt_cost`] on this limit.
+    pub fn attempt_cost<'a>(&'a self, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
+        Attempt::new(&self.limits, Which::Found(self.counted()), parts, cost)
+    }
+
+    /// [`Limits::attempt_now`] on this limit.
+    pub fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
+        self.limits.answer_now(Ok(self.counted()), Given::Parts(parts), cost)
+    }
+
+    /// [`attempt_now`](Self::attempt_now) on a limit of one part, given
+    /// address `ip`: counted as the address's text would be, with no text
+    /// to parse (for code that holds the address, as the layer's
+    /// extractors do). A limit of more parts is
+    /// [`LimitError::MissingPart`].
+    pub fn attempt_address_now(&self, ip: IpAddr, cost: u64) -> Option<Result<Decision, LimitError>> {
+        let counted = self.counted();
+        let part = match counted.only_part() {
+            Ok(part) => part,
+            Err(e) => return Some(Err(e)),
+        };
+        let answer = |normal: &str| self.limits.answer_now(Ok(counted), Given::Normal(normal), cost);
+        counted.rules.with_address(part.normalize, ip, answer)
+    }
+
+    fn counted(&self) -> &Counted {
+        self.limits.by_name().at(self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{LimitError, Limits, MemoryStore};
+
+    /// A handle counts on the same counts as its limits, by parts or by
+    /// address; a name with no limit has no handle, and an address is no
+    /// value for a limit of more parts than one.
+    #[tokio::test]
+    async fn a_handle_counts_as_its_limits_do() {
+        let limits = Limits::builder()
+            .store(Arc::new(MemoryStore::new()))
+            .single_instance(true)
+            .budget("api", "client", 3)
+            .build()
+            .unwrap();
+        assert!(limits.handle("no-such-limit").is_none());
+        let api = limits.handle("api").unwrap();
+        let ip = "192.0.2.7";
+        assert_eq!(api.attempt(&[("client", ip)]).await.unwrap().remaining, 2);
+        assert_eq!(api.attempt_now(&[("client", ip)], 1).unwrap().unwrap().remaining, 1);
+        assert_eq!(api.attempt_address_now(ip.parse().unwrap(), 1).unwrap().unwrap().remaining, 0);
+        assert!(!limits.attempt("api", &[("client", ip)]).await.unwrap().allowed);
+        assert_eq!(limits.counters("api").map(|c| (c.allowed, c.limited)), Some((3, 1)));
+
+        let sign_in = limits.handle("sign-in").unwrap();
+        let answered = sign_in.attempt_address_now(ip.parse().unwrap(), 1).unwrap();
+        assert!(matches!(answered, Err(LimitError::MissingPart { .. })), "{answered:?}");
+    }
+}
