@@ -71,8 +71,7 @@ fn answer(d: &Decision) -> String {
 
 async fn run(scenario: &Scenario) {
     let clock = ManualClock::new(T0);
-    let store =
-        Arc::new(MemoryStore::with_clock(limit_store::store::memory::DEFAULT_MAX_ENTRIES, Arc::new(clock.clone())));
+    let store = Arc::new(MemoryStore::with_clock(100_000, Arc::new(clock.clone())));
     let limits = Limits::builder().store(store.clone()).single_instance(true).build().expect("limits");
     let (mut first_refusal, mut peak, mut refused, mut at_80) = (None, 0, 0u64, None);
     for i in 0..RATE * SECONDS {

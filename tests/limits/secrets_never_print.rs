@@ -89,7 +89,7 @@ async fn a_memory_store_shows_its_fill_not_its_entries() {
     .unwrap();
     every_format("MemoryStore", &store);
     let shown = format!("{store:?}");
-    assert!(shown.contains("len: 1") && !shown.contains("sip"), "{shown}");
+    assert!(shown.contains("held: 1") && !shown.contains("sip"), "{shown}");
 }
 
 /// A password of capitals and the characters a URL parser reads as the end
