@@ -164,7 +164,7 @@ impl Algorithm {
     /// request); allowed only when all of `cost` fits, and then counted whole. Cost 0 is a
     /// check that writes nothing: allowed when an attempt of cost 1 would
     /// be, with what is left now. A cost over the budget is refused with no
-    /// `retry_after` ([`Outcome::never_fits`]: `cost` over [`budget`](Self::budget)).
+    /// `retry_after` (no wait would do: `cost` over [`budget`](Self::budget)).
     #[inline]
     pub fn check_cost(&self, entry: Option<&Entry>, now: Millis, cost: u64) -> Outcome {
         match *self {
