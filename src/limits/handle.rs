@@ -62,8 +62,8 @@ impl Limits {
         counted.attempt_now(given, cost).map_or(Poll::Pending, Poll::Ready)
     }
 
-    /// [`attempt_at_once`](Self::attempt_at_once) for [`attempt_now`](Self::attempt_now)
-    /// and a [`LimitHandle`](super::LimitHandle)'s answers here and now.
+    /// [`attempt_at_once`](Self::attempt_at_once) for a
+    /// [`LimitHandle`](super::LimitHandle)'s answers here and now.
     #[inline(never)]
     pub(super) fn answer_now(
         &self,
