@@ -71,8 +71,7 @@ fn answer(d: &Decision) -> String {
 
 async fn run(scenario: &Scenario) {
     let clock = ManualClock::new(T0);
-    let store =
-        Arc::new(MemoryStore::with_clock(limit_store::store::memory::DEFAULT_MAX_ENTRIES, Arc::new(clock.clone())));
+    let store = Arc::new(MemoryStore::with_clock(100_000, Arc::new(clock.clone())));
     let limits = Limits::builder().store(store.clone()).single_instance(true).build().expect("limits");
     let (mut first_refusal, mut peak, mut refused, mut at_80) = (None, 0, 0u64, None);
     for i in 0..RATE * SECONDS {
@@ -81,9 +80,9 @@ async fn run(scenario: &Scenario) {
         let parts = (scenario.parts)(i);
         let parts: Vec<(&str, &str)> = parts.iter().map(|(p, v)| (*p, v.as_str())).collect();
         let d = limits.attempt(scenario.limit, &parts).await.expect("attempt");
-        let held = store.len();
+        let held = store.stats().unwrap().held;
         peak = peak.max(held);
-        if at_80.is_none() && held * 5 >= store.max_entries() * 4 {
+        if at_80.is_none() && held * 5 >= store.stats().unwrap().max_entries * 4 {
             at_80 = Some(i);
         }
         if d.degraded == Some(Unavailable::Full) {
@@ -93,7 +92,11 @@ async fn run(scenario: &Scenario) {
     }
     let seconds = |i: u64| format!("{:.1} s", (i + 1) as f64 / RATE as f64);
     println!("\n## {}", scenario.name);
-    println!("- requests: {} over {SECONDS} s; held at the end: {}; most held: {peak}", RATE * SECONDS, store.len());
+    println!(
+        "- requests: {} over {SECONDS} s; held at the end: {}; most held: {peak}",
+        RATE * SECONDS,
+        store.stats().unwrap().held
+    );
     println!("- 80% of the bound held (entries, live or not yet swept): {}", at_80.map_or("never".into(), seconds));
     match first_refusal {
         Some((i, held, what)) => {
@@ -109,7 +112,7 @@ async fn run(scenario: &Scenario) {
         println!("  - a new key of `{limit}`: {}", answer(&d));
     }
     let swept = store.sweep().await.expect("sweep");
-    println!("- a sweep at the end removes {swept} expired entries, leaving {}", store.len());
+    println!("- a sweep at the end removes {swept} expired entries, leaving {}", store.stats().unwrap().held);
 }
 
 #[tokio::main(flavor = "current_thread", start_paused = true)]

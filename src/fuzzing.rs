@@ -3,7 +3,7 @@
 //! docs and free to change in any release.
 //!
 //! Everything else the targets drive is public already: [`Config::parse`](crate::config::Config::parse),
-//! [`check_keys`](crate::rules::check_keys), [`Algorithm::check`](crate::limits::Algorithm::check)
+//! [`check_keys`](crate::rules::check_keys), [`Algorithm::check_cost`](crate::limits::Algorithm::check_cost)
 //! and the [`serve`](crate::serve) router.
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

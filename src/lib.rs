@@ -138,7 +138,7 @@ pub use secret::{SecretString, SecretUrl};
 pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use store::redis::{RedisStore, RedisStoreBuilder, RoundTrips};
+pub use store::redis::{RedisInfo, RedisStore, RedisStoreBuilder, RoundTrips};
 pub use store::{
     update_with, Apply, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, Millis, OwnedApply,
     StoreStats, Write,

@@ -7,16 +7,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A secret (the site secret, an API token): prints as `***`.
+/// A secret (the site secret, an API token): prints as `***`. Made from
+/// its text: `SecretString::from(text)`, `text.into()` or `text.parse()`.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct SecretString(String);
 
 impl SecretString {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        SecretString(secret.into())
-    }
-
     /// The secret itself, for the one place that uses it.
     pub fn expose(&self) -> &str {
         &self.0
@@ -37,7 +33,7 @@ impl fmt::Display for SecretString {
 
 impl From<&str> for SecretString {
     fn from(secret: &str) -> Self {
-        SecretString::new(secret)
+        SecretString(secret.to_owned())
     }
 }
 
@@ -50,21 +46,17 @@ impl From<String> for SecretString {
 impl FromStr for SecretString {
     type Err = std::convert::Infallible;
     fn from_str(secret: &str) -> Result<Self, Self::Err> {
-        Ok(SecretString::new(secret))
+        Ok(SecretString(secret.to_owned()))
     }
 }
 
 /// A store's URL (`postgres://user:password@host/db?sslpassword=…`): prints
 /// with its password, in the user info or in a query parameter, as `***`.
+/// Made from its text: `SecretUrl::from(text)`, `text.into()` or `text.parse()`.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct SecretUrl(String);
 
 impl SecretUrl {
-    /// Wraps `url`.
-    pub fn new(url: impl Into<String>) -> Self {
-        SecretUrl(url.into())
-    }
-
     /// The URL itself, password included, for the one place that connects.
     pub fn expose(&self) -> &str {
         &self.0
@@ -90,7 +82,7 @@ impl fmt::Display for SecretUrl {
 
 impl From<&str> for SecretUrl {
     fn from(url: &str) -> Self {
-        SecretUrl::new(url)
+        SecretUrl(url.to_owned())
     }
 }
 
@@ -103,7 +95,7 @@ impl From<String> for SecretUrl {
 impl FromStr for SecretUrl {
     type Err = std::convert::Infallible;
     fn from_str(url: &str) -> Result<Self, Self::Err> {
-        Ok(SecretUrl::new(url))
+        Ok(SecretUrl(url.to_owned()))
     }
 }
 
@@ -267,11 +259,11 @@ mod tests {
             ("not a url with hunter2", "***"),
             ("redis:hunter2", "redis://***"),
         ] {
-            let url = SecretUrl::new(url);
+            let url = SecretUrl(url.to_owned());
             assert_eq!(url.to_string(), shown);
             assert_eq!(format!("{url:?}"), format!("{shown:?}"));
         }
-        let secret = SecretString::new("hunter2");
+        let secret = SecretString::from("hunter2");
         assert_eq!(format!("{secret} {secret:?} {secret:#?}"), "*** *** ***");
         assert_eq!(secret.expose(), "hunter2");
     }

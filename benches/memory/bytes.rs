@@ -65,7 +65,7 @@ fn measure(shape: &str) -> Option<f64> {
                 let value = if shape == "number" { serde_json::json!(n) } else { serde_json::json!({ "n": n }) };
                 put(&store, k, value);
             }
-            (rss()?, store.len())
+            (rss()?, store.stats().unwrap().held)
         }
         "sign-in" => {
             let store = Arc::new(MemoryStore::with_max_entries(1_000_000));
@@ -75,7 +75,7 @@ fn measure(shape: &str) -> Option<f64> {
                 let d = ready(limits.attempt("sign-in", &[("account", account), ("ip", &ip)])).ok()?;
                 assert!(d.allowed);
             }
-            (rss()?, store.len())
+            (rss()?, store.stats().unwrap().held)
         }
         "governor" => {
             let quota = governor::Quota::per_second(std::num::NonZeroU32::new(1_000_000).unwrap());

@@ -66,10 +66,10 @@ impl Contender {
         let name = self.name;
         match &mut self.runner {
             Runner::Store { store, redis, keys: which, list, owned } => {
-                let before = redis.round_trips();
+                let before = redis.info().round_trips;
                 let keys = list.as_ref().unwrap_or(keys);
                 let r = drive(store.clone(), keys.clone(), which.clone(), *owned, c, o).await;
-                let after = redis.round_trips();
+                let after = redis.info().round_trips;
                 let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
                 let all = (one + two + more).max(1) as f64;
                 eprintln!(

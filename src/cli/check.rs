@@ -45,7 +45,7 @@ fn describe(limit: &Limit, own: bool) -> String {
     let mut text = format!("{} ({kind}, policy {}{shadow})", limit.name(), limit.unavailable_policy());
     for part in limit.parts() {
         let a = part.algorithm();
-        text.push_str(&format!("\n  {}: {} {} per {}", part.name(), a.name(), a.budget(), duration(a.window())));
+        text.push_str(&format!("\n  {}: {a} {} per {}", part.name(), a.budget(), duration(a.window())));
         if let Algorithm::Lockout { lock, .. } = a {
             text.push_str(&format!(", lock {}", duration(*lock)));
         }

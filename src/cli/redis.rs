@@ -30,15 +30,16 @@ pub async fn stats(store: RedisStore) -> anyhow::Result<()> {
     let live = store.live_entries().await?;
     let max = store.stats().map_or(0, |s| s.max_entries);
     println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
-    println!("generation:    {} (this secret; keys {}…)", store.generation(), store.key_prefix());
-    if store.evicts() {
+    let info = store.info();
+    println!("generation:    {} (this secret; keys {}…)", info.generation, info.key_prefix);
+    if info.evicts {
         println!(
             "WARNING:       maxmemory-policy is {}: Redis may evict limit entries and silently drop a lockout; \
              use maxmemory-policy noeviction on an instance of the store's own",
-            store.eviction_policy()
+            info.eviction_policy
         );
     } else {
-        println!("eviction:      {} (entries are never evicted)", store.eviction_policy());
+        println!("eviction:      {} (entries are never evicted)", info.eviction_policy);
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 fn token(args: &ServeArgs) -> anyhow::Result<Option<ApiToken>> {
     let (text, from) = match (&args.token_file, &args.token) {
         (Some(path), _) => (
-            SecretString::new(
+            SecretString::from(
                 std::fs::read_to_string(path).with_context(|| format!("read the token file {}", path.display()))?,
             ),
             format!("the token file {}", path.display()),

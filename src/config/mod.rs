@@ -143,7 +143,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             store: StoreKind::Memory,
-            database_url: SecretUrl::new(DEFAULT_DATABASE_URL),
+            database_url: SecretUrl::from(DEFAULT_DATABASE_URL),
             redis_url: None,
             redis_min_replicas_acked: 0,
             table: None,
@@ -227,13 +227,13 @@ impl Config {
     /// process. A value that does not parse is an error that names the variable.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(url) = var(ENV_DATABASE_URL).filter(|v| !v.is_empty()) {
-            self.database_url = SecretUrl::new(url);
+            self.database_url = SecretUrl::from(url);
         }
         if let Some(url) = var(ENV_REDIS_URL).filter(|v| !v.is_empty()) {
-            self.redis_url = Some(SecretUrl::new(url));
+            self.redis_url = Some(SecretUrl::from(url));
         }
         if let Some(secret) = var(ENV_SECRET).filter(|v| !v.is_empty()) {
-            self.secret = Some(SecretString::new(secret));
+            self.secret = Some(SecretString::from(secret));
         }
         if let Some(path) = var(ENV_ENVOY_CONFIG).filter(|v| !v.is_empty()) {
             self.envoy_config = Some(PathBuf::from(path));

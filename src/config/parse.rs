@@ -157,14 +157,14 @@ impl<'t> Parser<'t> {
                         }
                     }
                 }
-                "database_url" => config.database_url = SecretUrl::new(self.string(item, &path)?),
-                "redis_url" => config.redis_url = Some(SecretUrl::new(self.string(item, &path)?)),
+                "database_url" => config.database_url = SecretUrl::from(self.string(item, &path)?),
+                "redis_url" => config.redis_url = Some(SecretUrl::from(self.string(item, &path)?)),
                 "redis_min_replicas_acked" => config.redis_min_replicas_acked = self.replicas(item, &path)?,
                 "table" => config.table = Some(self.string(item, &path)?.to_owned()),
                 "single_instance" => config.single_instance = self.boolean(item, &path)?,
                 "max_entries" => config.max_entries = Some(self.count(item, &path)?),
                 "durable_commits" => config.durable_commits = self.boolean(item, &path)?,
-                "secret" => config.secret = Some(SecretString::new(self.string(item, &path)?)),
+                "secret" => config.secret = Some(SecretString::from(self.string(item, &path)?)),
                 "deadline" => config.deadline = Some(self.duration(item, &path, "a deadline")?),
                 "max_in_flight" => config.max_in_flight = Some(self.count(item, &path)?),
                 "ipv6_prefix" => config.ipv6_prefix = Some(self.prefix(item, &path)?),

@@ -116,8 +116,9 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
         &self.inner
     }
 
-    /// The deadline of each call.
-    pub fn deadline(&self) -> Duration {
+    /// The deadline of each call, as taken (see [`with_limits`](Self::with_limits)).
+    #[cfg(feature = "serve")]
+    pub(crate) fn deadline(&self) -> Duration {
         self.deadline
     }
 

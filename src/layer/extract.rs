@@ -27,17 +27,12 @@ use crate::limits::{client_network, DEFAULT_IPV6_PREFIX};
 /// is_extractor(&tenant);
 /// ```
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
-    /// The value of the request with head `parts`, or `None` when it has none.
-    fn extract(&self, parts: &Parts) -> Option<String>;
+    /// The key of the request with head `parts`, or `None` when it has none.
+    /// The built-in extractors write it inline, with no heap; a closure's
+    /// `String` is taken as it is.
+    fn extract(&self, parts: &Parts) -> Option<Key>;
 
-    /// [`extract`](Self::extract)'s value as the layer counts it. The
-    /// built-in extractors write it inline, with no heap; the default takes
-    /// `extract`'s `String`.
-    fn key(&self, parts: &Parts) -> Option<Key> {
-        self.extract(parts).map(Key::from)
-    }
-
-    /// [`key`](Self::key) of a request with these `headers` and
+    /// [`extract`](Self::extract) of a request with these `headers` and
     /// `extensions`, read where they are, for an extractor that needs
     /// nothing else of the head: the layer then need not take the request
     /// apart to hand it [`Parts`]. The default, `Err(NeedsParts)`, asks for
@@ -57,8 +52,8 @@ impl<F> KeyExtractor for F
 where
     F: Fn(&Parts) -> Option<String> + Clone + Send + Sync + 'static,
 {
-    fn extract(&self, parts: &Parts) -> Option<String> {
-        self(parts)
+    fn extract(&self, parts: &Parts) -> Option<Key> {
+        self(parts).map(Key::from)
     }
 }
 
@@ -94,11 +89,7 @@ impl PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
-    fn extract(&self, parts: &Parts) -> Option<String> {
-        self.key(parts).map(|key| key.as_str().to_owned())
-    }
-
-    fn key(&self, parts: &Parts) -> Option<Key> {
+    fn extract(&self, parts: &Parts) -> Option<Key> {
         self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
     }
 
@@ -150,12 +141,7 @@ impl HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
-    fn extract(&self, parts: &Parts) -> Option<String> {
-        let value = parts.headers.get(&self.name)?.to_str().ok()?.trim();
-        (!value.is_empty()).then(|| value.to_owned())
-    }
-
-    fn key(&self, parts: &Parts) -> Option<Key> {
+    fn extract(&self, parts: &Parts) -> Option<Key> {
         self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
     }
 
@@ -186,19 +172,18 @@ mod tests {
             let parts = head(addr, api_key);
             for prefix in [64, 128] {
                 let ip = PeerIp::new().ipv6_prefix(prefix);
-                assert_eq!(ip.key(&parts).map(|k| k.as_str().to_owned()), ip.extract(&parts));
                 assert_eq!(
-                    ip.extract(&parts),
+                    ip.extract(&parts).map(|k| k.as_str().to_owned()),
                     Some(client_network(peer(&parts.extensions).unwrap(), prefix).to_string())
                 );
             }
             let header = HeaderKey::new("x-api-key");
-            assert_eq!(header.key(&parts).map(|k| k.as_str().to_owned()), header.extract(&parts));
+            let text = Some(api_key.trim()).filter(|k| !k.is_empty());
+            assert_eq!(header.extract(&parts).as_ref().map(Key::as_str), text);
             // A closure reads the whole head: it asks for it.
             let path = |parts: &Parts| Some(parts.uri.path().to_owned());
             assert_eq!(path.key_in_place(&parts.headers, &parts.extensions), Err(NeedsParts));
         }
         assert_eq!(Key::new(&long).as_str(), long);
-        assert_eq!(Key::write(|out| out.write_str(&long)).as_str(), long);
     }
 }

@@ -61,11 +61,6 @@ impl Admitted {
         &self.decision
     }
 
-    /// The fields the answer carries.
-    pub fn fields(&self) -> &RateLimitFields {
-        &self.fields
-    }
-
     /// `response` with the RateLimit fields added.
     pub fn respond(self, response: impl IntoResponse) -> Response {
         let mut response = response.into_response();

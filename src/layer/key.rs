@@ -30,17 +30,6 @@ impl Key {
         ArrayString::from(text).map_or_else(|_| Key(Repr::Heap(text.to_owned())), |s| Key(Repr::Inline(s)))
     }
 
-    /// The key written by `write` (as `Display` writes), inline when it fits.
-    pub fn write(write: impl Fn(&mut dyn fmt::Write) -> fmt::Result) -> Self {
-        let mut inline = ArrayString::<48>::new();
-        if write(&mut inline).is_ok() {
-            return Key(Repr::Inline(inline));
-        }
-        let mut heap = String::new();
-        let _ = write(&mut heap);
-        Key(Repr::Heap(heap))
-    }
-
     /// The client address `ip` (its network, as the extractor counts it):
     /// its text is [`write_address`]'s, and a limit counts it as that text.
     pub(crate) fn address(ip: IpAddr) -> Self {

@@ -182,11 +182,7 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract(&self, parts: &Parts) -> Option<String> {
-        self.key(parts).map(|key| key.as_str().to_owned())
-    }
-
-    fn key(&self, parts: &Parts) -> Option<Key> {
+    fn extract(&self, parts: &Parts) -> Option<Key> {
         self.key_in_place(&parts.headers, &parts.extensions).unwrap_or(None)
     }
 

@@ -121,7 +121,7 @@ where
             // request apart to lend it, then put it back together.
             Err(NeedsParts) => {
                 let (head, body) = request.into_parts();
-                let key = layer.extractor.key(&head);
+                let key = layer.extractor.extract(&head);
                 request = Request::from_parts(head, body);
                 key
             }

@@ -159,18 +159,12 @@ impl Algorithm {
         }
     }
 
-    /// Checks one attempt on one part: what the part would answer, and what to
-    /// write if the whole attempt is allowed.
-    #[inline]
-    pub fn check(&self, entry: Option<&Entry>, now: Millis) -> Outcome {
-        self.check_cost(entry, now, 1)
-    }
-
-    /// [`check`](Self::check) for an attempt that counts `cost` at once:
-    /// allowed only when all of it fits, and then counted whole. Cost 0 is a
+    /// Checks one attempt of `cost` on one part: what the part would answer,
+    /// and what to write if the whole attempt is allowed (cost 1 for one
+    /// request); allowed only when all of `cost` fits, and then counted whole. Cost 0 is a
     /// check that writes nothing: allowed when an attempt of cost 1 would
     /// be, with what is left now. A cost over the budget is refused with no
-    /// `retry_after` ([`Outcome::never_fits`]: `cost` over [`budget`](Self::budget)).
+    /// `retry_after` (no wait would do: `cost` over [`budget`](Self::budget)).
     #[inline]
     pub fn check_cost(&self, entry: Option<&Entry>, now: Millis, cost: u64) -> Outcome {
         match *self {

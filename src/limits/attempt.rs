@@ -1,7 +1,7 @@
-//! [`Limits::attempt`], [`Limits::attempt_cost`] and [`Limits::attempt_now`],
-//! and [`Attempt`], the future of the first two. It counts when first
-//! polled: on a store that answers at once (the memory store) that poll
-//! answers; on any other it counts through the store's own future, boxed.
+//! [`Limits::attempt`] and [`Limits::attempt_cost`], and [`Attempt`], their
+//! future. It counts when first polled: on a store that answers at once
+//! (the memory store) that poll answers; on any other it counts through the
+//! store's own future, boxed.
 //!
 //! A future of its own, not an `async fn`'s, so that the usual count on the
 //! memory store (one value of a limit whose one part is a GCRA) makes its
@@ -90,18 +90,6 @@ impl Limits {
     /// takes only a cost of 1 ([`LimitError::CostNotCounted`]).
     pub fn attempt_cost<'a>(&'a self, name: &'a str, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
         Attempt::new(self, Which::Named(name), parts, cost)
-    }
-
-    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
-    /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
-    /// (the memory store, guarded or not); `None` on a store that answers
-    /// through a future, and then nothing was counted: await `attempt_cost`
-    /// instead. For a caller that answers without a future of its own (a
-    /// tower service's `call`, as the [layer](crate::layer)'s).
-    ///
-    /// Refused inside [`in_transaction`](crate::in_transaction).
-    pub fn attempt_now(&self, name: &str, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        self.answer_now(self.found(name), Given::Parts(parts), cost)
     }
 }
 

@@ -120,7 +120,8 @@ impl<T> ByName<T> {
     }
 
     /// Every value, in the order given.
-    pub(super) fn values(&self) -> impl Iterator<Item = &T> {
+    #[cfg(test)]
+    fn values(&self) -> impl Iterator<Item = &T> {
         self.entries.iter().map(|(_, value)| value)
     }
 

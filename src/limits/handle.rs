@@ -1,12 +1,11 @@
 //! [`Limits`]: the limits of an app as built, and the calls it makes on them
-//! (an attempt, a reset, the counters and the store's health).
+//! (an attempt, a reset, the counters and the store's stats).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
 use crate::transaction::refuse_in_transaction;
-use crate::{LimitStore, Millis, StoreError};
+use crate::{LimitStore, Millis};
 
 use super::answers::Answers;
 use super::attempt::Found;
@@ -63,8 +62,8 @@ impl Limits {
         counted.attempt_now(given, cost).map_or(Poll::Pending, Poll::Ready)
     }
 
-    /// [`attempt_at_once`](Self::attempt_at_once) for [`attempt_now`](Self::attempt_now)
-    /// and a [`LimitHandle`](super::LimitHandle)'s answers here and now.
+    /// [`attempt_at_once`](Self::attempt_at_once) for a
+    /// [`LimitHandle`](super::LimitHandle)'s answers here and now.
     #[inline(never)]
     pub(super) fn answer_now(
         &self,
@@ -123,11 +122,6 @@ impl Limits {
         self.store.stats()
     }
 
-    /// Whether the store answers: one read through its guard. For health checks.
-    pub async fn check_store(&self) -> Result<(), StoreError> {
-        self.store.read(&["limit-store:health"]).await.map(drop)
-    }
-
     /// The definition of limit `name`, as built (overrides applied).
     pub fn limit(&self, name: &str) -> Option<&Limit> {
         self.limits.get(name).map(|c| &c.limit)
@@ -156,11 +150,6 @@ impl Limits {
     /// [`SystemClock`](crate::clock::SystemClock) for most stores).
     pub fn last_hour(&self, name: &str, now: Millis) -> Option<LastHour> {
         self.limits.get(name).map(|c| c.answers.last_hour(now))
-    }
-
-    /// Attempts answered by an unavailable policy, over every limit.
-    pub fn degraded_total(&self) -> u64 {
-        self.limits.values().map(|c| c.answers.degraded.load(Ordering::Relaxed)).sum()
     }
 
     #[inline]

@@ -47,7 +47,15 @@ impl LimitHandle {
         Attempt::new(&self.limits, Which::Found(self.counted()), parts, cost)
     }
 
-    /// [`Limits::attempt_now`] on this limit.
+    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
+    /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
+    /// (the memory store, guarded or not); `None` on a store that answers
+    /// through a future, and then nothing was counted: await `attempt_cost`
+    /// instead. For a caller that answers without a future of its own (a
+    /// tower service's `call`, as the [layer](crate::layer)'s), holding the
+    /// handle it found once.
+    ///
+    /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
         self.limits.answer_now(Ok(self.counted()), Given::Parts(parts), cost)
     }

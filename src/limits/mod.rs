@@ -64,8 +64,10 @@ pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use limit_handle::LimitHandle;
+pub use normalize::Normalize;
 #[cfg(feature = "axum")]
 pub(crate) use normalize::DEFAULT_IPV6_PREFIX;
-pub use normalize::{client_network, write_address, Normalize};
+#[cfg(feature = "axum")]
+pub(crate) use normalize::{client_network, write_address};
 pub use outcome::Outcome;
 pub(crate) use setting_names::ALGORITHM_NAMES;

@@ -125,17 +125,9 @@ impl KeyRules {
 /// without the formatter): the text a part counts when given the address
 /// rather than text, an [`Exact`](Normalize::Exact) part as it is, an
 /// [`Ip`](Normalize::Ip) part as its network. For code that finds a client's
-/// address (the layer's extractors, after
-/// [`client_network`]), so that it counts what a handler given the
-/// address's text counts.
-///
-/// ```
-/// use limit_store::limits::write_address;
-/// let mut text = String::new();
-/// write_address("::ffff:192.0.2.7".parse().unwrap(), &mut text).unwrap();
-/// assert_eq!(text, "::ffff:192.0.2.7");
-/// ```
-pub fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
+/// address (the layer's extractors, after `client_network`), so that it
+/// counts what a handler given the address's text counts.
+pub(crate) fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
     match ip {
         // Digits and dots only: always text, and at most 15 bytes.
         IpAddr::V4(v4) => out.write_str(Ipv4Text::new(v4).as_str()),
@@ -217,14 +209,10 @@ impl Ipv4Text {
 /// The address `ip` counts as: an IPv4-mapped IPv6 address as its IPv4
 /// address, another IPv6 address as the first address of its network of
 /// `ipv6_prefix` bits (64: what one client is handed), IPv4 as it is. For
-/// code that keys a part counted [`Normalize::Exact`] by client address.
-///
-/// ```
-/// use limit_store::limits::client_network;
-/// let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
-/// assert_eq!(ip.to_string(), "2001:db8:1:2::");
-/// ```
-pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
+/// the layer's extractors, which key a part counted [`Normalize::Exact`] by
+/// client address.
+#[cfg(feature = "axum")]
+pub(crate) fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -275,6 +263,22 @@ mod tests {
         for bad in ["not-an-ip", "", "192.0.2.256", "2001:db8::1/64", "192.0.2.07", "0192.0.2.7"] {
             assert!(rules.apply(Normalize::Ip, bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_address_is_written_as_given() {
+        let mut text = String::new();
+        write_address("::ffff:192.0.2.7".parse().unwrap(), &mut text).unwrap();
+        assert_eq!(text, "::ffff:192.0.2.7");
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn a_client_counts_in_its_network() {
+        let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
+        assert_eq!(ip.to_string(), "2001:db8:1:2::");
+        let mapped = client_network("::ffff:192.0.2.7".parse().unwrap(), 64);
+        assert_eq!(mapped.to_string(), "192.0.2.7");
     }
 
     #[test]

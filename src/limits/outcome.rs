@@ -7,7 +7,7 @@
 //! - cost 0 is a check: it writes nothing, is allowed when an attempt of cost
 //!   1 would be, and answers what is left now;
 //! - a cost over a part's budget can never fit: it is refused with no
-//!   `retry_after` (see [`Outcome::never_fits`]), since no wait would do.
+//!   `retry_after`, since no wait would do.
 
 use crate::{Entry, Millis, Write};
 
@@ -55,11 +55,6 @@ impl Outcome {
     /// An attempt whose cost is over the budget: refused, now and always.
     pub(crate) fn never(remaining: u64, reset_at: Millis) -> Self {
         Outcome { allowed: false, remaining, reset_at, retry_after: None, write: Write::Keep }
-    }
-
-    /// Refused because its cost is over the part's budget: no wait would do.
-    pub fn never_fits(&self) -> bool {
-        !self.allowed && self.retry_after.is_none()
     }
 }
 

@@ -7,8 +7,8 @@ use super::algorithm::Algorithm;
 use super::normalize::Normalize;
 
 impl Normalize {
-    /// `exact`, `folded` or `ip`.
-    pub fn as_str(self) -> &'static str {
+    /// `exact`, `folded` or `ip` (as it prints).
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Normalize::Exact => "exact",
             Normalize::Folded => "folded",
@@ -17,12 +17,27 @@ impl Normalize {
     }
 }
 
+/// Prints `exact`, `folded` or `ip`, as the settings file takes it.
+impl std::fmt::Display for Normalize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Prints the algorithm's name, `fixed-window`, `sliding-window`, `gcra` or
+/// `lockout`, as the settings file takes it (`{:?}` shows its numbers).
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Every algorithm's name, in the order the docs give them.
 pub(crate) const ALGORITHM_NAMES: [&str; 4] = ["fixed-window", "sliding-window", "gcra", "lockout"];
 
 impl Algorithm {
-    /// `fixed-window`, `sliding-window`, `gcra` or `lockout`.
-    pub fn name(&self) -> &'static str {
+    /// `fixed-window`, `sliding-window`, `gcra` or `lockout` (as it prints).
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow { .. } => "fixed-window",
             Algorithm::SlidingWindow { .. } => "sliding-window",

@@ -85,9 +85,9 @@ proptest! {
                 prop_assert_eq!(&o.write, &Write::Keep, "a refusal writes nothing");
             }
             if cost > a.budget() {
-                prop_assert!(o.never_fits() && cost > a.budget(), "{o:?}");
+                prop_assert!(!o.allowed && o.retry_after.is_none() && cost > a.budget(), "{o:?}");
             } else {
-                prop_assert!(!o.never_fits() && cost <= a.budget());
+                prop_assert!((o.allowed || o.retry_after.is_some()) && cost <= a.budget());
             }
             if cost == 0 {
                 // A check: nothing written, the answer of an attempt, what is left now.
@@ -183,7 +183,7 @@ fn a_cost_over_the_budget_is_refused_for_good_on_every_algorithm() {
         Algorithm::gcra(5, minute),
     ] {
         let o = a.check_cost(None, T0, 6);
-        assert!(!o.allowed && o.never_fits(), "{a:?}: {o:?}");
+        assert!(!o.allowed && o.retry_after.is_none(), "{a:?}: {o:?}");
         assert_eq!(o.remaining, 5, "{a:?}: all of the budget is left");
         assert_eq!(o.write, Write::Keep);
         let whole = a.check_cost(None, T0, 5);

@@ -47,9 +47,9 @@ fn configs_show_neither() {
         every_format("Config from the environment", &from_env);
         every_format("LimitsBuilder", &config.apply(Limits::builder()));
     }
-    let secret = SecretString::new(SECRET);
+    let secret = SecretString::from(SECRET);
     assert_clean("SecretString", &format!("{secret} {secret:?}"));
-    let url = SecretUrl::new(urls()[0].clone());
+    let url = SecretUrl::from(urls()[0].clone());
     assert_clean("SecretUrl", &format!("{url} {url:?}"));
 }
 
@@ -89,7 +89,7 @@ async fn a_memory_store_shows_its_fill_not_its_entries() {
     .unwrap();
     every_format("MemoryStore", &store);
     let shown = format!("{store:?}");
-    assert!(shown.contains("len: 1") && !shown.contains("sip"), "{shown}");
+    assert!(shown.contains("held: 1") && !shown.contains("sip"), "{shown}");
 }
 
 /// A password of capitals and the characters a URL parser reads as the end
@@ -125,7 +125,7 @@ proptest! {
             format!("redis://:{pw}@"),
             format!("postgres://app:{pw}@db:99999/app"),
         ] {
-            let secret = SecretUrl::new(url.clone());
+            let secret = SecretUrl::from(url.clone());
             for shown in [secret.to_string(), format!("{secret:?}")] {
                 prop_assert!(!shown.bytes().any(|b| b.is_ascii_uppercase()), "{url} shows as {shown}");
             }

@@ -37,9 +37,9 @@ fn value(entries: &[Option<Entry>]) -> Vec<Option<u64>> {
 #[tokio::test]
 async fn defaults() {
     let store = MemoryStore::new();
-    assert_eq!(store.max_entries(), 100_000);
+    assert_eq!(store.stats().unwrap().max_entries, 100_000);
     assert!(!store.shared());
-    assert!(store.is_empty());
+    assert_eq!(store.stats().unwrap().held, 0);
 }
 
 #[tokio::test]
@@ -55,7 +55,7 @@ async fn a_full_store_refuses_new_keys_and_keeps_counting_held_ones() {
     count(&store, &["a"], 60_000).await.unwrap();
     let got = store.read(&["a", "b", "c", "d"]).await.unwrap();
     assert_eq!(value(&got), vec![Some(2), Some(1), Some(1), None]);
-    assert_eq!(store.len(), 3);
+    assert_eq!(store.stats().unwrap().held, 3);
 }
 
 #[tokio::test]
@@ -80,7 +80,7 @@ async fn a_full_store_makes_room_from_expired_entries_only() {
     count(&store, &["new"], 60_000).await.expect("the expired entry made room");
     let got = store.read(&["short", "long-1", "long-2", "new"]).await.unwrap();
     assert_eq!(value(&got), vec![None, Some(1), Some(1), Some(1)]);
-    assert_eq!(store.len(), 3);
+    assert_eq!(store.stats().unwrap().held, 3);
 }
 
 #[tokio::test]
@@ -89,18 +89,18 @@ async fn expired_entries_go_lazily_and_by_sweep() {
     for i in 0..10 {
         count(&store, &[&format!("k{i}")], 1_000 + i * 1_000).await.unwrap();
     }
-    assert_eq!(store.len(), 10);
+    assert_eq!(store.stats().unwrap().held, 10);
     clock.advance(Duration::from_millis(3_500)); // k0, k1 and k2 have expired
     assert_eq!(store.read(&["k0"]).await.unwrap(), vec![None]);
     // An update that keeps an expired key drops it.
     store.update(&["k0"], &mut |cur: &[Option<Entry>], _: Millis| vec![Write::Keep; cur.len()]).await.unwrap();
-    assert_eq!(store.len(), 9);
+    assert_eq!(store.stats().unwrap().held, 9);
     assert_eq!(store.sweep().await.unwrap(), 2, "k1 and k2");
     assert_eq!(store.sweep().await.unwrap(), 0);
-    assert_eq!(store.len(), 7);
+    assert_eq!(store.stats().unwrap().held, 7);
     clock.advance(Duration::from_secs(60));
     assert_eq!(store.sweep().await.unwrap(), 7);
-    assert!(store.is_empty());
+    assert_eq!(store.stats().unwrap().held, 0);
 }
 
 /// New keys of `families` (one task each, 500 keys a task) counted at once;
@@ -135,13 +135,13 @@ async fn the_bound_and_the_shares_are_exact_under_concurrency() {
     let (store, _clock) = store(1_000);
     let one: u64 = flood_at_once(&store, &["flood"; 8]).await.iter().sum();
     assert_eq!(one, 800, "exactly one family's share of new keys");
-    assert_eq!(store.len(), 800);
+    assert_eq!(store.stats().unwrap().held, 800);
     let families: Vec<String> = (0..8).map(|t| format!("f{t}")).collect();
     let families: Vec<&str> = families.iter().map(String::as_str).collect();
     let each = flood_at_once(&store, &families).await;
     assert!(each.iter().all(|&n| n > 0), "every family added keys: {each:?}");
-    assert_eq!(store.len(), 800 + each.iter().sum::<u64>(), "held exactly what was granted");
-    assert!(store.len() < 1_000, "the last place is never taken: {each:?}");
+    assert_eq!(store.stats().unwrap().held, 800 + each.iter().sum::<u64>(), "held exactly what was granted");
+    assert!(store.stats().unwrap().held < 1_000, "the last place is never taken: {each:?}");
 }
 
 #[tokio::test]
@@ -161,7 +161,7 @@ async fn filling_and_a_full_share_are_logged_once_a_minute() {
     for i in 0..20 {
         let _ = count(&store, &[&format!("k{i}")], 60_000).await;
     }
-    assert_eq!(store.len(), 8, "one family (keys without ':') stops at 80%");
+    assert_eq!(store.stats().unwrap().held, 8, "one family (keys without ':') stops at 80%");
     let filling = logs.lines_of_kind("limit-store-filling");
     let share = logs.lines_of_kind("limit-store-share-full");
     assert_eq!(filling.len(), 1, "{filling:#?}");
@@ -181,7 +181,7 @@ async fn a_full_store_is_logged_once_a_minute() {
     for i in 0..20 {
         let _ = count(&store, &[&format!("k{i}")], 60_000).await;
     }
-    assert_eq!(store.len(), 4);
+    assert_eq!(store.stats().unwrap().held, 4);
     let full = logs.lines_of_kind("limit-store-full");
     assert_eq!(full.len(), 1, "{full:#?}");
     assert!(full[0].contains("ERROR"), "{full:#?}");
@@ -198,5 +198,5 @@ async fn a_panicking_apply_leaves_the_store_working() {
     assert!(matches!(err, limit_store::StoreError::Refused(_)) && err.to_string().contains("on purpose"), "{err}");
     count(&store, &["a", "b"], 60_000).await.unwrap();
     assert_eq!(value(&store.read(&["a", "b"]).await.unwrap()), vec![Some(2), Some(1)]);
-    assert_eq!(store.len(), 2);
+    assert_eq!(store.stats().unwrap().held, 2);
 }

@@ -65,7 +65,7 @@ pub fn check(input: &Input<'_>) {
     }
     // The secret never shows: Debug reads the same under any other secret.
     let mut other = config.clone();
-    other.secret = config.secret.as_ref().map(|_| limit_store::SecretString::new("another secret altogether"));
+    other.secret = config.secret.as_ref().map(|_| limit_store::SecretString::from("another secret altogether"));
     assert_eq!(format!("{config:?}"), format!("{other:?}"), "Debug shows the secret");
     // Whatever parsed builds limits or answers a named error; never a panic.
     let built = config.apply(Limits::builder().store(Arc::new(MemoryStore::new()))).build();

@@ -117,7 +117,7 @@ pub fn check(input: &Input<'_>) {
 /// One attempt on `entry`: an answer within the budget, a wait of at least
 /// 1 ms when refused, and a value that fits the store when allowed.
 fn count(algorithm: &Algorithm, entry: &Entry, now: Millis) {
-    let outcome = algorithm.check(Some(entry), now);
+    let outcome = algorithm.check_cost(Some(entry), now, 1);
     assert!(
         outcome.remaining < algorithm.budget() || !outcome.allowed && outcome.remaining <= algorithm.budget(),
         "{algorithm:?} on {entry:?} at {now}: {outcome:?}"
@@ -141,6 +141,6 @@ fn count(algorithm: &Algorithm, entry: &Entry, now: Millis) {
     }
     // The next attempt on what was written, a moment later: never a panic.
     if let Write::Put(e) = &outcome.write {
-        let _ = algorithm.check(Some(e), now.saturating_add(1));
+        let _ = algorithm.check_cost(Some(e), now.saturating_add(1), 1);
     }
 }

@@ -109,7 +109,7 @@ fn worker() {
             let (g, u) = task.await.unwrap();
             sum = (sum.0 + g, sum.1 + u);
         }
-        let trips = store.round_trips();
+        let trips = store.info().round_trips;
         // The keys lie in two slots: every granted update took the protocol's
         // steps (prewrites and commit, after a read unless on a guess), and a
         // refused one (it writes nothing) two agreeing reads.

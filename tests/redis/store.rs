@@ -44,7 +44,8 @@ async fn keys_are_hmacs_under_a_prefix_with_the_generation() {
     let keys = keys_under(&url, &prefix).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     let name = &keys[0];
-    let tagged = name.strip_prefix(&format!("{prefix}:{:x}:", store.generation())).expect("the generation in the name");
+    let tagged =
+        name.strip_prefix(&format!("{prefix}:{:x}:", store.info().generation)).expect("the generation in the name");
     // The family's tag (hashed too), then the key's hash.
     let (tag, hash) = tagged.split_once(':').expect("a family tag");
     assert!(tag.len() == 4 && tag.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
@@ -67,7 +68,7 @@ async fn a_new_secret_neither_reads_nor_counts_old_entries() {
     add_one(&old, "k").await.unwrap();
     let new_secret = format!("{SECRET}, rotated");
     let new = RedisStore::builder(&url).secret(&new_secret).prefix(&prefix).connect().await.unwrap();
-    assert_ne!(old.generation(), new.generation());
+    assert_ne!(old.info().generation, new.info().generation);
     assert_eq!(new.read(&["k"]).await.unwrap(), vec![None]);
     assert_eq!(new.live_entries().await.unwrap(), 0, "old entries don't count against the new bound");
     assert_eq!(add_one(&new, "k").await.unwrap(), 1, "the new generation counts afresh");
@@ -128,15 +129,15 @@ async fn a_server_that_may_evict_is_reported() {
     let Some(own) = OwnRedis::start(&["--maxmemory-policy", "volatile-lru"]) else { return };
     let logs = crate::common::capture_logs();
     let store = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap();
-    assert!(store.evicts());
-    assert_eq!(store.eviction_policy(), "volatile-lru");
+    assert!(store.info().evicts);
+    assert_eq!(store.info().eviction_policy, "volatile-lru");
     let lines = logs.lines_of_kind(&limit_store::log::Kind::RedisEvicts.to_string());
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("ERROR") && lines[0].contains("noeviction"), "{}", lines[0]);
     drop(logs);
     let safe = OwnRedis::start(&[]).unwrap();
     let logs = crate::common::capture_logs();
-    assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().evicts());
+    assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().info().evicts);
     assert!(logs.lines_of_kind(&limit_store::log::Kind::RedisEvicts.to_string()).is_empty());
 }
 
@@ -211,7 +212,7 @@ async fn a_count_takes_one_round_trip_when_the_guess_holds_and_two_when_not() {
         store.read(&["warm"]).await.unwrap();
     }
     let trips = |s: &RedisStore| {
-        let t = s.round_trips();
+        let t = s.info().round_trips;
         (t.one, t.two, t.more)
     };
     assert_eq!(add_one(&a, "k").await.unwrap(), 1);

@@ -17,7 +17,7 @@
 //! kept from an earlier count when its keys are the same (`spare.rs`).
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
-//! and by a background sweeper (every [`SWEEP_EVERY`], and sooner near the bound).
+//! and by a background sweeper (every minute, and sooner near the bound).
 //! The bound is kept exactly with one atomic counter, and one per family of
 //! keys (the text before a key's first `:`, kept in the top bits of its slot's
 //! hash), touched only when an entry is added or removed, never when an
@@ -36,8 +36,6 @@ mod sweeper;
 mod table;
 mod update;
 
-pub use sweeper::SWEEP_EVERY;
-
 use key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
 use table::Table;
 
@@ -52,9 +50,14 @@ use crate::clock::{Clock, SteadyClock};
 use crate::{Apply, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, Millis, StoreError};
 
 /// The default bound of a memory store.
-pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 
 /// Counts in this process's memory. Cheap to clone: clones share the entries.
+///
+/// Expired entries go when an update meets them, at [`sweep`](LimitStore::sweep),
+/// and by a background sweeper that runs every minute (sooner near the bound)
+/// when the store is made inside a tokio runtime. [`stats`](LimitStore::stats)
+/// tells the entries held, the bound and the sweeps.
 ///
 /// `shared()` is false: on several instances, every budget is multiplied by
 /// their number (say so with `single_instance` when you run one).
@@ -66,7 +69,10 @@ pub struct MemoryStore {
 /// Shows the fill, never the entries or the random key they are held under.
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("len", &self.len()).field("max_entries", &self.max_entries()).finish()
+        f.debug_struct("MemoryStore")
+            .field("held", &self.inner.bound.held())
+            .field("max_entries", &self.inner.bound.max())
+            .finish()
     }
 }
 
@@ -161,21 +167,6 @@ impl MemoryStore {
             let _ = inner.sweeper.set(sweeper);
         }
         MemoryStore { inner }
-    }
-
-    /// Entries held now: live ones, and expired ones not yet dropped.
-    pub fn len(&self) -> u64 {
-        self.inner.bound.held()
-    }
-
-    /// True when the store holds no entry.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The bound on live entries.
-    pub fn max_entries(&self) -> u64 {
-        self.inner.bound.max()
     }
 
     /// The fixed start of keys that [`count_number_after`](Self::count_number_after)

@@ -1,5 +1,5 @@
 //! The memory store's background sweeper: expired entries go every
-//! [`SWEEP_EVERY`], and sooner (at most once a second) when the store nears
+//! `SWEEP_EVERY`, and sooner (at most once a second) when the store nears
 //! its bound, shard by shard so no lock is held long. After each sweep what
 //! is held is what is live, so the 80% warning is judged then, on live
 //! entries. It holds the store only weakly, and the store stops it when
@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use super::Inner;
 
 /// How often the sweeper runs unasked.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The least time between two sweeps asked for by a store nearing its bound.
 const SOONEST: Duration = Duration::from_secs(1);
@@ -88,6 +88,6 @@ mod tests {
         let swept = sweep.join().unwrap();
         counted.expect("room made from the expired entries the sweep had not reached yet");
         assert_eq!(swept, 0, "the request had removed them before the sweep reached them");
-        assert_eq!(store.len(), 1);
+        assert_eq!(store.inner.bound.held(), 1);
     }
 }

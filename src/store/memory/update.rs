@@ -370,6 +370,6 @@ mod tests {
         assert!(matches!(refused.refusal(), Some(crate::error::RefusedInput::KeyTooLong { .. })));
         count("k", 4, None).unwrap();
         assert_eq!(read(store.clone()).await, None, "an entry expired as it is written is a delete");
-        assert_eq!(store.len(), 0);
+        assert_eq!(store.inner.bound.held(), 0);
     }
 }

@@ -317,7 +317,7 @@ pub(super) mod tests {
     }
 
     fn trips(store: &RedisStore) -> (u64, u64) {
-        let t = store.round_trips();
+        let t = store.info().round_trips;
         (t.one, t.two)
     }
 

@@ -134,38 +134,25 @@ impl RedisStore {
         RedisStoreBuilder::new(url)
     }
 
-    /// The server's `maxmemory-policy` when the store connected; anything but
-    /// `noeviction` may drop a lockout under memory pressure.
-    pub fn eviction_policy(&self) -> &str {
-        &self.shared.server.policy
-    }
-
-    /// True when the server may evict entries (see [`Self::eviction_policy`]).
-    pub fn evicts(&self) -> bool {
-        self.shared.server.evicts()
-    }
-
-    /// This store's secret generation.
-    pub fn generation(&self) -> i64 {
-        self.shared.secret.generation()
-    }
-
-    /// The prefix of every key of this store's generation.
-    pub fn key_prefix(&self) -> &str {
-        &self.shared.names
-    }
-
     /// Live entries of this generation, counted now with `SCAN` (one pass
     /// over the server's keys, in steps: for `stats`, not for requests).
     pub async fn live_entries(&self) -> Result<u64, StoreError> {
         self.shared.count_live().await
     }
 
-    /// How many round trips this store's updates took, since it was made.
-    pub fn round_trips(&self) -> RoundTrips {
+    /// What the store found when it connected (the server's eviction
+    /// policy, this store's generation and key prefix), and the round trips
+    /// its updates took since: for `stats`, and a look at how it counts.
+    pub fn info(&self) -> RedisInfo {
         use std::sync::atomic::Ordering::Relaxed;
         let t = &self.shared.trips;
-        RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) }
+        RedisInfo {
+            eviction_policy: self.shared.server.policy.clone(),
+            evicts: self.shared.server.evicts(),
+            generation: self.shared.secret.generation(),
+            key_prefix: self.shared.names.clone(),
+            round_trips: RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) },
+        }
     }
 
     /// The key of the entry of `hash`, of the family tagged `tag`.
@@ -177,6 +164,24 @@ impl RedisStore {
         cluster::push_hash(&mut name, hash, self.shared.cluster);
         name
     }
+}
+
+/// A [`RedisStore`]'s server and secret as it connected, and its round
+/// trips since, from [`RedisStore::info`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisInfo {
+    /// The server's `maxmemory-policy` when the store connected; anything but
+    /// `noeviction` may drop a lockout under memory pressure.
+    pub eviction_policy: String,
+    /// True when the server may evict entries: any policy but `noeviction`.
+    pub evicts: bool,
+    /// This store's secret generation.
+    pub generation: i64,
+    /// The prefix of every key of this store's generation.
+    pub key_prefix: String,
+    /// How many round trips this store's updates took, since it was made.
+    pub round_trips: RoundTrips,
 }
 
 /// Updates answered, by the round trips to the server they took: one (the
