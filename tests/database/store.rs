@@ -98,6 +98,13 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
             generations.contains(&(old.generation(), 6)) && generations.contains(&(new.generation(), 8)),
             "{url}: {generations:?}"
         );
+        assert_eq!(
+            generations[0].0,
+            new.generation(),
+            "{url}: the store's own generation comes first: {generations:?}"
+        );
+        let seen_by_old = old.generations().await.unwrap();
+        assert_eq!(seen_by_old[0].0, old.generation(), "{url}: the old store's own comes first: {seen_by_old:?}");
         // Old rows go when they expire, not sooner: a sweep keeps the live ones.
         tokio::time::sleep(Duration::from_millis(900)).await;
         let removed = new.sweep().await.unwrap();

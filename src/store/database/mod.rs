@@ -143,9 +143,13 @@ impl DatabaseStore {
         on_backend!(&self.shared.db, b => b.count_live(self.shared.secret.generation()).await)
     }
 
-    /// Live entries per secret generation, this store's own first.
+    /// Live entries per secret generation, this store's own first, then
+    /// the others by generation, highest first.
     pub async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-        on_backend!(&self.shared.db, b => b.generations().await)
+        let mut all = on_backend!(&self.shared.db, b => b.generations().await)?;
+        let own = self.shared.secret.generation();
+        all.sort_unstable_by_key(|&(generation, _)| (generation != own, std::cmp::Reverse(generation)));
+        Ok(all)
     }
 
     /// This store's secret generation.
