@@ -185,6 +185,8 @@ impl LimitsBuilder {
     /// IPv6 addresses of `ip` parts count per network of this many bits: 64
     /// by default (what one client is handed), 128 per address. IPv4 counts
     /// per address, and an IPv4-mapped IPv6 address as its IPv4 address.
+    /// The one place the network is set: the [layer](crate::layer)'s
+    /// extractors hand over the client's address, and its part counts it so.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.rules.ipv6_prefix = bits.min(128);
         self
