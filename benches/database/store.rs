@@ -106,7 +106,7 @@ pub(crate) fn store_for_run(
                     Ok::<_, anyhow::Error>(s)
                 })
                 .await?;
-            let p = s.info().await?.count_paths;
+            let p = s.info().await?;
             eprintln!(
                 "    (the store's counts so far: {} in one statement, {} read then written, {} locked; {} batched)",
                 p.one_statement, p.read_then_write, p.locked, p.batched

@@ -282,7 +282,7 @@ async fn remembered_rows_on(url: &str) {
     for n in 1..=5 {
         assert_eq!(add_one(&a, key).await, n);
     }
-    let paths = a.info().await.unwrap().count_paths;
+    let paths = a.info().await.unwrap();
     assert_eq!(paths.one_statement + paths.read_then_write + paths.locked, 5, "{paths:?}");
     // The first count has no clock reading to guess from; most of the rest
     // are one statement (a slow spell of over 50 ms may make one miss).
@@ -292,9 +292,9 @@ async fn remembered_rows_on(url: &str) {
     for n in 6..=8 {
         assert_eq!(add_one(&b, key).await, n);
     }
-    let before = a.info().await.unwrap().count_paths;
+    let before = a.info().await.unwrap();
     assert_eq!(add_one(&a, key).await, 9, "a stale remembered row must not be counted from");
-    let after = a.info().await.unwrap().count_paths;
+    let after = a.info().await.unwrap();
     assert_eq!(after.one_statement, before.one_statement, "the guess missed: {after:?}");
     assert_eq!(after.read_then_write, before.read_then_write + 1, "{after:?}");
 
@@ -302,14 +302,14 @@ async fn remembered_rows_on(url: &str) {
     b.update(&[key], &mut |_: &[Option<Entry>], _| vec![Write::Delete]).await.unwrap();
     assert_eq!(add_one(&a, key).await, 1);
     // A count that writes nothing is confirmed in one statement too.
-    let before = a.info().await.unwrap().count_paths;
+    let before = a.info().await.unwrap();
     let seen = limit_store::update_with(&a, &[key], |current: &[Option<Entry>], _| {
         (vec![Write::Keep], current[0].as_ref().map(|e| e.value.clone()))
     })
     .await
     .unwrap();
     assert_eq!(seen, Some(json!(1)));
-    let after = a.info().await.unwrap().count_paths;
+    let after = a.info().await.unwrap();
     assert!(after.one_statement + after.read_then_write == before.one_statement + before.read_then_write + 1);
 
     // A delete of a row this store remembers is one statement as well (a
@@ -322,22 +322,18 @@ async fn remembered_rows_on(url: &str) {
     let mut in_one = 0;
     for _ in 0..3 {
         assert_eq!(add_one(&a, key).await, 2);
-        let before = a.info().await.unwrap().count_paths;
+        let before = a.info().await.unwrap();
         delete(&a).await;
-        in_one += a.info().await.unwrap().count_paths.one_statement - before.one_statement;
+        in_one += a.info().await.unwrap().one_statement - before.one_statement;
         assert_eq!(b.read(&[key]).await.unwrap()[0], None, "{url}: deleted");
         assert_eq!(add_one(&a, key).await, 1);
     }
     assert!(in_one >= 1, "{url}: no delete of a remembered row was one statement");
     add_one(&b, key).await;
-    let before = a.info().await.unwrap().count_paths;
+    let before = a.info().await.unwrap();
     delete(&a).await;
     assert_eq!(b.read(&[key]).await.unwrap()[0], None, "{url}: a stale remembered row is deleted all the same");
-    assert_eq!(
-        a.info().await.unwrap().count_paths.read_then_write,
-        before.read_then_write + 1,
-        "{url}: the guess missed"
-    );
+    assert_eq!(a.info().await.unwrap().read_then_write, before.read_then_write + 1, "{url}: the guess missed");
     assert_eq!(add_one(&a, key).await, 1);
 
     // Both at once, many tasks each: every count lands exactly once.
@@ -356,7 +352,7 @@ async fn remembered_rows_on(url: &str) {
     }
     let got = a.read(&[key]).await.unwrap();
     assert_eq!(got[0].as_ref().unwrap().value, json!(201));
-    let (pa, pb) = (a.info().await.unwrap().count_paths, b.info().await.unwrap().count_paths);
+    let (pa, pb) = (a.info().await.unwrap(), b.info().await.unwrap());
     eprintln!("paths under contention: {pa:?} {pb:?}");
     drop_table(url, &table).await;
 }

@@ -138,7 +138,7 @@ use on_backend;
 
 impl DatabaseStore {
     /// What the store holds and how its counts went, in one value: what
-    /// `limit-store database stats` shows. The live entries are counted
+    /// `limit-store stats` shows. The live entries are counted
     /// exactly (index scans: for a look now and then, not for every request).
     pub async fn info(&self) -> Result<DatabaseInfo, StoreError> {
         let shared = &*self.shared;
@@ -146,14 +146,23 @@ impl DatabaseStore {
         let live_entries = on_backend!(&shared.db, b => b.count_live(generation).await)?;
         let mut generations = on_backend!(&shared.db, b => b.generations().await)?;
         generations.sort_unstable_by_key(|&(g, _)| (g != generation, std::cmp::Reverse(g)));
-        let batched = on_backend!(&shared.db, b => b.batched());
-        let read_together = on_backend!(&shared.db, b => b.read_together());
-        let count_paths = CountPaths { batched, read_together, ..shared.tally.paths() };
-        Ok(DatabaseInfo { generation, live_entries, generations, count_paths })
+        let [one_statement, read_then_write, locked] = shared.tally.paths();
+        Ok(DatabaseInfo {
+            generation,
+            live_entries,
+            generations,
+            one_statement,
+            read_then_write,
+            locked,
+            batched: on_backend!(&shared.db, b => b.batched()),
+            read_together: on_backend!(&shared.db, b => b.read_together()),
+        })
     }
 }
 
-/// A [`DatabaseStore`]'s table and counts, from [`DatabaseStore::info`].
+/// A [`DatabaseStore`]'s table, and how its counts went since it connected
+/// (how many took one statement, a read then a write, or the locked
+/// transaction), from [`DatabaseStore::info`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DatabaseInfo {
@@ -164,15 +173,6 @@ pub struct DatabaseInfo {
     /// Live entries per secret generation: this store's own first (when it
     /// has any), then the others by generation, highest first.
     pub generations: Vec<(i64, u64)>,
-    /// How this store's counts went since it connected.
-    pub count_paths: CountPaths,
-}
-
-/// How a [`DatabaseStore`]'s counts went: how many took one statement, a
-/// read then a write, or the locked transaction ([`DatabaseInfo::count_paths`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CountPaths {
     /// Counts done in one statement from a remembered row, or of a key
     /// whose row was missing, as guessed (PostgreSQL, MySQL).
     pub one_statement: u64,
