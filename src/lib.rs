@@ -135,7 +135,7 @@ pub use rules::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use secret::{SecretString, SecretUrl};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))))]
-pub use store::database::{CountPaths, DatabaseStore, DatabaseStoreBuilder};
+pub use store::database::{DatabaseInfo, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use store::redis::{RedisInfo, RedisStore, RedisStoreBuilder, RoundTrips};

@@ -301,7 +301,7 @@ pub(crate) async fn run_size(o: &Opts, res: &mut Results, keys: &Arc<Vec<String>
         let generation = prepare_store_table(&url, T_SIZE_L, &small).await?;
         fill_to(&url, T_SIZE_L, generation, SIZE_BIG).await?;
         let check = store(&url, T_SIZE_L, 1, 2 * SIZE_BIG).await?;
-        eprintln!("  live entries in the large table: {}", check.live_entries().await?);
+        eprintln!("  live entries in the large table: {}", check.info().await?.live_entries);
         drop(check);
         let mut contenders = vec![
             op_contender(db, SIZE_SMALL, SIZE_KEYS, store_make(&url, T_SIZE_S, small.clone())),

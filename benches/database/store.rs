@@ -106,7 +106,7 @@ pub(crate) fn store_for_run(
                     Ok::<_, anyhow::Error>(s)
                 })
                 .await?;
-            let p = s.count_paths();
+            let p = s.info().await?;
             eprintln!(
                 "    (the store's counts so far: {} in one statement, {} read then written, {} locked; {} batched)",
                 p.one_statement, p.read_then_write, p.locked, p.batched
@@ -202,7 +202,7 @@ pub(crate) async fn prepare_store_table(url: &str, table: &str, keys: &[String])
     fresh_table(url, table).await?;
     // The secret's generation as the store records it; a row is named by
     // HMAC-SHA-256 of its key under the secret (SPEC §5).
-    let generation = store(url, table, 1, 1_000_000).await?.generation();
+    let generation = store(url, table, 1, 1_000_000).await?.info().await?.generation;
     let mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(SECRET.as_bytes())?;
     let hashes: Vec<[u8; 32]> =
         keys.iter().map(|k| hmac::Mac::finalize(hmac::Mac::chain_update(mac.clone(), k)).into_bytes().into()).collect();

@@ -75,13 +75,13 @@ fn router() -> Router {
 }
 
 fn ours() -> Router {
-    router().layer(LimitLayer::new(per_ip(), "per-ip", "ip", PeerIp::new()).unwrap())
+    router().layer(LimitLayer::new(per_ip(), "per-ip", "ip", PeerIp).unwrap())
 }
 
 /// `LimitLayer` sending the RateLimit fields on refusals only, as
 /// `tower_governor` sends its headers only when asked.
 fn ours_refusals() -> Router {
-    router().layer(LimitLayer::new(per_ip(), "per-ip", "ip", PeerIp::new()).unwrap().fields_on_admitted(false))
+    router().layer(LimitLayer::new(per_ip(), "per-ip", "ip", PeerIp).unwrap().fields_on_admitted(false))
 }
 
 fn per_ip() -> Limits {

@@ -131,12 +131,12 @@ pub async fn stats(args: StoreArgs) -> anyhow::Result<()> {
         return super::redis::stats(store).await;
     }
     let store = args.open().await?;
-    let live = store.live_entries().await?;
-    let max = store.stats().map_or(0, |s| s.max_entries);
+    let info = store.info().await?;
+    let (live, max) = (info.live_entries, store.stats().map_or(0, |s| s.max_entries));
     println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
-    println!("generation:    {} (this secret)", store.generation());
-    for (generation, n) in store.generations().await? {
-        let whose = if generation == store.generation() { "this secret" } else { "another secret" };
+    println!("generation:    {} (this secret)", info.generation);
+    for (generation, n) in info.generations {
+        let whose = if generation == info.generation { "this secret" } else { "another secret" };
         println!("  generation {generation}: {n} live entries ({whose})");
     }
     Ok(())

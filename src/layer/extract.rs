@@ -10,7 +10,6 @@ use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap};
 
 use super::key::Key;
-use crate::limits::{client_network, DEFAULT_IPV6_PREFIX};
 
 /// Finds the value a request is counted by. `None` is a missing key, which the
 /// layer answers as its [`MissingKey`](super::MissingKey) says.
@@ -62,31 +61,11 @@ where
 /// with `into_make_service_with_connect_info::<SocketAddr>()`. Behind a
 /// proxy, use [`ClientIp`](super::ClientIp) instead.
 ///
-/// IPv6 clients count per /64 (see [`PeerIp::ipv6_prefix`]).
-#[derive(Clone, Copy, Debug)]
-pub struct PeerIp {
-    ipv6_prefix: u8,
-}
-
-impl Default for PeerIp {
-    fn default() -> Self {
-        PeerIp { ipv6_prefix: DEFAULT_IPV6_PREFIX }
-    }
-}
-
-impl PeerIp {
-    /// The peer address, IPv6 per /64.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// IPv6 addresses count per network of this many bits (128: per address).
-    #[must_use]
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.ipv6_prefix = bits.min(128);
-        self
-    }
-}
+/// The address is counted as the layer's part counts it: put it on a part
+/// normalized [`Ip`](crate::limits::Normalize::Ip), which counts IPv6
+/// clients per network ([`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix)).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerIp;
 
 impl KeyExtractor for PeerIp {
     fn extract(&self, parts: &Parts) -> Option<Key> {
@@ -95,7 +74,7 @@ impl KeyExtractor for PeerIp {
 
     #[inline]
     fn key_in_place(&self, _: &HeaderMap, extensions: &Extensions) -> Result<Option<Key>, NeedsParts> {
-        Ok(peer(extensions).map(|ip| client_key(ip, self.ipv6_prefix)))
+        Ok(peer(extensions).map(client_key))
     }
 }
 
@@ -115,10 +94,11 @@ pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     found
 }
 
-/// An address as the layer counts it: its client network, which an `ip`
-/// part (normalized [`Ip`](crate::limits::Normalize::Ip)) takes too.
-pub(crate) fn client_key(ip: IpAddr, ipv6_prefix: u8) -> Key {
-    Key::address(client_network(ip, ipv6_prefix))
+/// A client's address as the layer hands it to its limit: an IPv4-mapped
+/// IPv6 address as its IPv4 address, any other as it is. The limit's part
+/// then counts it as it counts the address's text.
+pub(crate) fn client_key(ip: IpAddr) -> Key {
+    Key::address(ip.to_canonical())
 }
 
 /// The value of a request header, as an API key: `HeaderKey::new("x-api-key")`.
@@ -170,13 +150,10 @@ mod tests {
             ("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:1", ""),
         ] {
             let parts = head(addr, api_key);
-            for prefix in [64, 128] {
-                let ip = PeerIp::new().ipv6_prefix(prefix);
-                assert_eq!(
-                    ip.extract(&parts).map(|k| k.as_str().to_owned()),
-                    Some(client_network(peer(&parts.extensions).unwrap(), prefix).to_string())
-                );
-            }
+            assert_eq!(
+                PeerIp.extract(&parts).map(|k| k.as_str().to_owned()),
+                Some(peer(&parts.extensions).unwrap().to_canonical().to_string())
+            );
             let header = HeaderKey::new("x-api-key");
             let text = Some(api_key.trim()).filter(|k| !k.is_empty());
             assert_eq!(header.extract(&parts).as_ref().map(Key::as_str), text);

@@ -20,7 +20,6 @@ use axum::http::{Extensions, HeaderMap};
 
 use super::extract::{client_key, peer, KeyExtractor, NeedsParts};
 use super::key::Key;
-use crate::limits::DEFAULT_IPV6_PREFIX;
 
 /// A network of addresses, as `10.0.0.0/8`, `2001:db8::/32` or one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +106,6 @@ pub enum ForwardedHeader {
 pub struct ClientIp {
     trusted: std::sync::Arc<[Cidr]>,
     header: ForwardedHeader,
-    ipv6_prefix: u8,
 }
 
 impl ClientIp {
@@ -118,24 +116,13 @@ impl ClientIp {
         S: AsRef<str>,
     {
         let trusted = trusted.into_iter().map(|s| s.as_ref().parse()).collect::<Result<Vec<Cidr>, _>>()?;
-        Ok(ClientIp {
-            trusted: trusted.into(),
-            header: ForwardedHeader::XForwardedFor,
-            ipv6_prefix: DEFAULT_IPV6_PREFIX,
-        })
+        Ok(ClientIp { trusted: trusted.into(), header: ForwardedHeader::XForwardedFor })
     }
 
     /// Reads `header` (X-Forwarded-For by default).
     #[must_use]
     pub fn header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
-        self
-    }
-
-    /// IPv6 addresses count per network of this many bits (64 by default).
-    #[must_use]
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.ipv6_prefix = bits.min(128);
         self
     }
 
@@ -188,7 +175,7 @@ impl KeyExtractor for ClientIp {
 
     fn key_in_place(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Option<Key>, NeedsParts> {
         let ip = peer(extensions).and_then(|peer| self.client(peer, headers));
-        Ok(ip.map(|ip| client_key(ip, self.ipv6_prefix)))
+        Ok(ip.map(client_key))
     }
 }
 

@@ -34,7 +34,7 @@ enum Change {
     Shadow(bool),
     Budget(String, u64),
     Window(String, Millis),
-    /// A value of a part with its own budget and window (see [`Part::with_override`](super::limit::Part::with_override)).
+    /// A value of a part with its own budget and window (see [`LimitsBuilder::value_override`]).
     Override {
         part: String,
         value: String,
@@ -174,8 +174,11 @@ impl LimitsBuilder {
     }
 
     /// Gives `value` of `part` of limit `limit` (as the part normalises it)
-    /// its own `budget` per `window` (the part's window when `None`): a
-    /// customer's plan, an allow-listed network.
+    /// its own `budget` per `window` (the part's window when `None`),
+    /// counted by the part's algorithm: a customer's plan, an allow-listed
+    /// network. For a preset and a limit of the app's own alike. Given
+    /// twice, the last one counts. A limit kept on an earlier-contract store
+    /// ([`legacy_store`](Self::legacy_store)) counts by the part's budget.
     pub fn value_override(self, limit: &str, part: &str, value: &str, budget: u64, window: Option<Duration>) -> Self {
         let change =
             Change::Override { part: part.to_owned(), value: value.to_owned(), budget, window: window.map(millis) };
@@ -185,6 +188,8 @@ impl LimitsBuilder {
     /// IPv6 addresses of `ip` parts count per network of this many bits: 64
     /// by default (what one client is handed), 128 per address. IPv4 counts
     /// per address, and an IPv4-mapped IPv6 address as its IPv4 address.
+    /// The one place the network is set: the [layer](crate::layer)'s
+    /// extractors hand over the client's address, and its part counts it so.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.rules.ipv6_prefix = bits.min(128);
         self

@@ -39,7 +39,8 @@ pub struct Part {
     pub(crate) algorithm: Algorithm,
     pub(crate) resets: bool,
     pub(crate) normalize: Normalize,
-    /// Values with a budget of their own (see [`Part::with_override`]).
+    /// Values with a budget of their own (see
+    /// [`LimitsBuilder::value_override`](super::LimitsBuilder::value_override)).
     pub(crate) overrides: Vec<super::overrides::ValueOverride>,
 }
 

@@ -64,10 +64,8 @@ pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use limit_handle::LimitHandle;
+#[cfg(feature = "axum")]
+pub(crate) use normalize::write_address;
 pub use normalize::Normalize;
-#[cfg(feature = "axum")]
-pub(crate) use normalize::DEFAULT_IPV6_PREFIX;
-#[cfg(feature = "axum")]
-pub(crate) use normalize::{client_network, write_address};
 pub use outcome::Outcome;
 pub(crate) use setting_names::ALGORITHM_NAMES;

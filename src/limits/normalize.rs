@@ -50,7 +50,7 @@ impl Default for KeyRules {
 
 /// The network an IPv6 client counts in by default: a /64 is what one
 /// subscriber or one server is handed.
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// A value that is not what its part expects.
 #[derive(Debug)]
@@ -125,8 +125,8 @@ impl KeyRules {
 /// without the formatter): the text a part counts when given the address
 /// rather than text, an [`Exact`](Normalize::Exact) part as it is, an
 /// [`Ip`](Normalize::Ip) part as its network. For code that finds a client's
-/// address (the layer's extractors, after `client_network`), so that it
-/// counts what a handler given the address's text counts.
+/// address (the layer's extractors), so that it counts what a handler given
+/// the address's text counts.
 pub(crate) fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
     match ip {
         // Digits and dots only: always text, and at most 15 bytes.
@@ -206,22 +206,6 @@ impl Ipv4Text {
     }
 }
 
-/// The address `ip` counts as: an IPv4-mapped IPv6 address as its IPv4
-/// address, another IPv6 address as the first address of its network of
-/// `ipv6_prefix` bits (64: what one client is handed), IPv4 as it is. For
-/// the layer's extractors, which key a part counted [`Normalize::Exact`] by
-/// client address.
-#[cfg(feature = "axum")]
-pub(crate) fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(network(v6, ipv6_prefix)),
-        },
-    }
-}
-
 /// The first address of `ip`'s network of `bits` bits.
 fn network(ip: Ipv6Addr, bits: u8) -> Ipv6Addr {
     let mask = u128::MAX.checked_shl(128 - u32::from(bits.min(128))).unwrap_or(0);
@@ -270,15 +254,6 @@ mod tests {
         let mut text = String::new();
         write_address("::ffff:192.0.2.7".parse().unwrap(), &mut text).unwrap();
         assert_eq!(text, "::ffff:192.0.2.7");
-    }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn a_client_counts_in_its_network() {
-        let ip = client_network("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
-        assert_eq!(ip.to_string(), "2001:db8:1:2::");
-        let mapped = client_network("::ffff:192.0.2.7".parse().unwrap(), 64);
-        assert_eq!(mapped.to_string(), "192.0.2.7");
     }
 
     #[test]

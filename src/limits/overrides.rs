@@ -28,12 +28,10 @@ pub(crate) struct ValueOverride {
 }
 
 impl Part {
-    /// Gives `value` (as the part normalises it) its own `budget` per
-    /// `window` (the part's window when `None`), counted by the part's
-    /// algorithm: a customer's plan, an allow-listed network. Given twice,
-    /// the last one counts. A limit kept on an earlier-contract store
-    /// ([`LimitsBuilder::legacy_store`](super::LimitsBuilder::legacy_store)) counts by the part's budget.
-    pub fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
+    /// Gives `value` its own `budget` per `window`: what
+    /// [`LimitsBuilder::value_override`](super::LimitsBuilder::value_override)
+    /// does to a part, for the settings' checks and tests.
+    pub(crate) fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
         self.set_override(value, budget, window.map(millis));
         self
     }

@@ -54,7 +54,8 @@ pub trait IntegerCounter: Send + Sync {
 /// One attempt of `cost` on a GCRA, as data: the interval between two
 /// refilled attempts and the bucket's capacity, both in ms. A key holds the
 /// interval it was counted at as its value and its TAT (when the bucket is
-/// full again) as its expiry.
+/// full again) as its expiry. The limits make the steps; a store only runs
+/// them ([`run`](Self::run)), so their numbers stay the crate's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraStep {
     interval: Millis,
@@ -78,7 +79,7 @@ pub struct GcraCounted {
 impl GcraStep {
     /// An attempt of `cost` on `budget` attempts per `window` ms. A budget
     /// of 0, or a window too short for it, counts at an interval of 1 ms.
-    pub fn new(budget: u64, window: Millis, cost: u64) -> Self {
+    pub(crate) fn new(budget: u64, window: Millis, cost: u64) -> Self {
         let interval = match Millis::try_from(budget) {
             Ok(budget) if budget > 0 => window / budget,
             _ => 0,
@@ -96,17 +97,17 @@ impl GcraStep {
     }
 
     /// Milliseconds between two refilled attempts.
-    pub fn interval(self) -> Millis {
+    pub(crate) fn interval(self) -> Millis {
         self.interval
     }
 
     /// The bucket's capacity: the budget's intervals, in ms.
-    pub fn capacity(self) -> Millis {
+    pub(crate) fn capacity(self) -> Millis {
         self.capacity
     }
 
     /// The attempt's cost, in attempts.
-    pub fn cost(self) -> u64 {
+    pub(crate) fn cost(self) -> u64 {
         self.cost
     }
 

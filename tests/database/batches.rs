@@ -61,7 +61,7 @@ async fn sqlite_counts_that_wait_together_commit_together_and_spoil_none() {
     }
     assert_eq!(value(&db, "refused").await, None, "a refused count writes nothing");
     assert_eq!(value(&db, "gone").await, None, "a count whose caller left writes nothing");
-    let paths = db.count_paths();
+    let paths = db.info().await.unwrap();
     assert!(paths.batched >= 6, "the waiting counts went in one transaction: {paths:?}");
 }
 
@@ -89,7 +89,11 @@ async fn sqlite_batches_stay_exact_under_many_callers() {
         total += value(&db, &format!("k{i}")).await.unwrap();
     }
     assert_eq!(total, 3_200, "every count landed once");
-    assert!(db.count_paths().batched > 0, "32 callers should have shared some commits: {:?}", db.count_paths());
+    assert!(
+        db.info().await.unwrap().batched > 0,
+        "32 callers should have shared some commits: {:?}",
+        db.info().await.unwrap()
+    );
 }
 
 /// A PostgreSQL store on a fresh table of its own.
@@ -143,7 +147,7 @@ async fn postgres_guesses_that_wait_go_in_one_statement() {
         assert_eq!(value(&db, &format!("k{i}")).await, Some(2), "k{i}: counted once more, exactly");
     }
     assert_eq!(value(&db, "gone").await, Some(1), "a count whose caller left while it waited counts nothing");
-    let paths = db.count_paths();
+    let paths = db.info().await.unwrap();
     // Eight went alone and the first to queue went on its own; the rest together.
     assert!(paths.batched >= 11, "the guesses that queued went in one statement: {paths:?}");
     drop_table(&url, &table).await;
@@ -175,7 +179,7 @@ async fn postgres_batches_stay_exact_beside_another_instance() {
         total += value(&first, &format!("k{i}")).await.unwrap_or(0);
     }
     assert_eq!(total, 48 * 40, "every count landed once");
-    let paths = first.count_paths();
+    let paths = first.info().await.unwrap();
     assert!(paths.batched > 0 && paths.one_statement > 0, "32 callers on one store share statements: {paths:?}");
     drop_table(&url, &table).await;
 }

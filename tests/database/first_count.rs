@@ -46,7 +46,7 @@ async fn a_new_stores_first_count_of_a_new_key_on(url: &str) {
     let table = fresh_table(url, "new").await;
     let db = store(url, &table).await;
     add_one(&db, "new-key").await;
-    let paths = db.count_paths();
+    let paths = db.info().await.unwrap();
     assert_eq!((paths.one_statement, paths.read_then_write, paths.locked), (1, 0, 0), "{paths:?}");
     assert_eq!(value(&db, "new-key").await, Some(1));
     drop_table(url, &table).await;
@@ -72,19 +72,19 @@ async fn a_row_this_store_never_saw_and_a_stale_guess_on(url: &str) {
     let second = store(url, &table).await;
     add_one(&second, "k").await;
     assert_eq!(value(&second, "k").await, Some(4), "the row the second store never saw was counted on");
-    let paths = second.count_paths();
+    let paths = second.info().await.unwrap();
     assert_eq!((paths.one_statement, paths.read_then_write), (0, 1), "a missed guess, then its write: {paths:?}");
 
-    let before = first.count_paths();
+    let before = first.info().await.unwrap();
     add_one(&first, "k").await; // remembers 3: stale
     assert_eq!(value(&first, "k").await, Some(5), "the stale guess wrote nothing; the count landed once");
-    let after = first.count_paths();
+    let after = first.info().await.unwrap();
     assert_eq!(after.read_then_write, before.read_then_write + 1, "{before:?} then {after:?}");
 
     add_one(&second, "k").await; // remembers 4, but the row is 5 now
     add_one(&second, "k").await; // remembers 6: right
     assert_eq!(value(&second, "k").await, Some(7));
-    assert_eq!(second.count_paths().one_statement, 1, "{:?}", second.count_paths());
+    assert_eq!(second.info().await.unwrap().one_statement, 1, "{:?}", second.info().await.unwrap());
     drop_table(url, &table).await;
 }
 
@@ -126,7 +126,10 @@ async fn three_new_stores_on_the_same_keys_on(url: &str) {
         total += value(&stores[0], &format!("k{i}")).await.unwrap_or(0);
     }
     assert_eq!(total, 30 + 48 * 30, "every count landed once");
-    let paths: Vec<_> = stores.iter().map(|s| s.count_paths()).collect();
+    let mut paths = Vec::new();
+    for store in &stores {
+        paths.push(store.info().await.unwrap());
+    }
     assert!(paths.iter().any(|p| p.one_statement > 0), "{paths:?}");
     drop_table(url, &table).await;
 }
@@ -157,7 +160,7 @@ async fn rows_never_seen_are_read_together_under_load_and_stay_exact() {
     for i in 0..64 {
         assert_eq!(value(&db, &format!("k{i}")).await, Some(2), "k{i}");
     }
-    let paths = db.count_paths();
+    let paths = db.info().await.unwrap();
     assert!(paths.read_together > 1, "{paths:?}");
     assert_eq!(paths.one_statement, 0, "every row was there, so no guess held: {paths:?}");
     drop_table(&url, &table).await;

@@ -113,7 +113,7 @@ async fn the_sweep_by_pages_removes_every_expired_row_and_no_live_one() {
     assert_eq!(store.sweep().await.unwrap(), 1_500);
     let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&mut conn).await.unwrap();
     assert_eq!(left, 1_500);
-    assert_eq!(store.live_entries().await.unwrap(), 1_500);
+    assert_eq!(store.info().await.unwrap().live_entries, 1_500);
     assert_eq!(store.sweep().await.unwrap(), 0, "nothing left to sweep");
     drop(store);
     drop_table(&mut conn, &table).await;

@@ -79,11 +79,13 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
             .connect()
             .await
             .unwrap();
-        assert_ne!(new.generation(), old.generation());
+        let (new_generation, old_generation) =
+            (new.info().await.unwrap().generation, old.info().await.unwrap().generation);
+        assert_ne!(new_generation, old_generation);
         // The new instances can't read the old rows…
         assert_eq!(new.read(&["k0", "k1"]).await.unwrap(), vec![None, None], "{url}");
         // …the old ones don't count against their bound…
-        assert_eq!(new.live_entries().await.unwrap(), 0, "{url}");
+        assert_eq!(new.info().await.unwrap().live_entries, 0, "{url}");
         // One family of keys alone takes 80% of the bound (its share).
         for i in 0..max - max / 5 {
             put(&new, &format!("n{i}"), 1, 60_000).await.unwrap_or_else(|e| panic!("{url}: new key {i}: {e}"));
@@ -93,18 +95,14 @@ async fn a_new_secret_reads_nothing_old_and_old_rows_expire_in_their_time() {
         // …and instances still on the old secret keep counting with them.
         let got = old.read(&["k0"]).await.unwrap();
         assert_eq!(got[0].as_ref().unwrap().value, json!({"n": 7}), "{url}");
-        let generations = new.generations().await.unwrap();
+        let generations = new.info().await.unwrap().generations;
         assert!(
-            generations.contains(&(old.generation(), 6)) && generations.contains(&(new.generation(), 8)),
+            generations.contains(&(old_generation, 6)) && generations.contains(&(new_generation, 8)),
             "{url}: {generations:?}"
         );
-        assert_eq!(
-            generations[0].0,
-            new.generation(),
-            "{url}: the store's own generation comes first: {generations:?}"
-        );
-        let seen_by_old = old.generations().await.unwrap();
-        assert_eq!(seen_by_old[0].0, old.generation(), "{url}: the old store's own comes first: {seen_by_old:?}");
+        assert_eq!(generations[0].0, new_generation, "{url}: the store's own generation comes first: {generations:?}");
+        let seen_by_old = old.info().await.unwrap().generations;
+        assert_eq!(seen_by_old[0].0, old_generation, "{url}: the old store's own comes first: {seen_by_old:?}");
         // Old rows go when they expire, not sooner: a sweep keeps the live ones.
         tokio::time::sleep(Duration::from_millis(900)).await;
         let removed = new.sweep().await.unwrap();
@@ -284,7 +282,7 @@ async fn remembered_rows_on(url: &str) {
     for n in 1..=5 {
         assert_eq!(add_one(&a, key).await, n);
     }
-    let paths = a.count_paths();
+    let paths = a.info().await.unwrap();
     assert_eq!(paths.one_statement + paths.read_then_write + paths.locked, 5, "{paths:?}");
     // The first count has no clock reading to guess from; most of the rest
     // are one statement (a slow spell of over 50 ms may make one miss).
@@ -294,9 +292,9 @@ async fn remembered_rows_on(url: &str) {
     for n in 6..=8 {
         assert_eq!(add_one(&b, key).await, n);
     }
-    let before = a.count_paths();
+    let before = a.info().await.unwrap();
     assert_eq!(add_one(&a, key).await, 9, "a stale remembered row must not be counted from");
-    let after = a.count_paths();
+    let after = a.info().await.unwrap();
     assert_eq!(after.one_statement, before.one_statement, "the guess missed: {after:?}");
     assert_eq!(after.read_then_write, before.read_then_write + 1, "{after:?}");
 
@@ -304,14 +302,14 @@ async fn remembered_rows_on(url: &str) {
     b.update(&[key], &mut |_: &[Option<Entry>], _| vec![Write::Delete]).await.unwrap();
     assert_eq!(add_one(&a, key).await, 1);
     // A count that writes nothing is confirmed in one statement too.
-    let before = a.count_paths();
+    let before = a.info().await.unwrap();
     let seen = limit_store::update_with(&a, &[key], |current: &[Option<Entry>], _| {
         (vec![Write::Keep], current[0].as_ref().map(|e| e.value.clone()))
     })
     .await
     .unwrap();
     assert_eq!(seen, Some(json!(1)));
-    let after = a.count_paths();
+    let after = a.info().await.unwrap();
     assert!(after.one_statement + after.read_then_write == before.one_statement + before.read_then_write + 1);
 
     // A delete of a row this store remembers is one statement as well (a
@@ -324,18 +322,18 @@ async fn remembered_rows_on(url: &str) {
     let mut in_one = 0;
     for _ in 0..3 {
         assert_eq!(add_one(&a, key).await, 2);
-        let before = a.count_paths();
+        let before = a.info().await.unwrap();
         delete(&a).await;
-        in_one += a.count_paths().one_statement - before.one_statement;
+        in_one += a.info().await.unwrap().one_statement - before.one_statement;
         assert_eq!(b.read(&[key]).await.unwrap()[0], None, "{url}: deleted");
         assert_eq!(add_one(&a, key).await, 1);
     }
     assert!(in_one >= 1, "{url}: no delete of a remembered row was one statement");
     add_one(&b, key).await;
-    let before = a.count_paths();
+    let before = a.info().await.unwrap();
     delete(&a).await;
     assert_eq!(b.read(&[key]).await.unwrap()[0], None, "{url}: a stale remembered row is deleted all the same");
-    assert_eq!(a.count_paths().read_then_write, before.read_then_write + 1, "{url}: the guess missed");
+    assert_eq!(a.info().await.unwrap().read_then_write, before.read_then_write + 1, "{url}: the guess missed");
     assert_eq!(add_one(&a, key).await, 1);
 
     // Both at once, many tasks each: every count lands exactly once.
@@ -354,7 +352,7 @@ async fn remembered_rows_on(url: &str) {
     }
     let got = a.read(&[key]).await.unwrap();
     assert_eq!(got[0].as_ref().unwrap().value, json!(201));
-    let (pa, pb) = (a.count_paths(), b.count_paths());
+    let (pa, pb) = (a.info().await.unwrap(), b.info().await.unwrap());
     eprintln!("paths under contention: {pa:?} {pb:?}");
     drop_table(url, &table).await;
 }

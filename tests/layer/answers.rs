@@ -95,7 +95,7 @@ async fn stacked_layers_each_count_and_each_add_their_fields() {
     let limits = limits(&[("keyed", "client", 3), ("per-ip", "ip", 2)]);
     let app = router()
         .layer(LimitLayer::new(limits.clone(), "keyed", "client", HeaderKey::new("x-api-key")).unwrap())
-        .layer(LimitLayer::new(limits, "per-ip", "ip", PeerIp::new()).unwrap());
+        .layer(LimitLayer::new(limits, "per-ip", "ip", PeerIp).unwrap());
     let r = get_from(&app, "192.0.2.1", &[("x-api-key", "a")]).await;
     assert_eq!(r.status(), StatusCode::OK);
     let names: Vec<String> = all(&r, "ratelimit-policy").iter().map(|v| field(v, "q", "w").0).collect();
@@ -138,7 +138,7 @@ async fn fields_on_refusals_only_still_count_and_still_refuse_with_them() {
     }
     // The same by the client's address, counted from the address itself.
     let limits = limits(&[("per-ip", "ip", 1)]);
-    let layer = LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap();
+    let layer = LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp).unwrap();
     let app = router().layer(layer.fields_on_admitted(false));
     let r = get_from(&app, "192.0.2.9", &[]).await;
     assert_eq!((r.status(), header(&r, "ratelimit")), (StatusCode::OK, None));

@@ -7,15 +7,16 @@ use super::*;
 #[tokio::test]
 async fn an_address_counted_by_the_layer_is_the_one_a_handler_counts() {
     for store in [Arc::new(MemoryStore::new()) as Arc<dyn LimitStore>, Arc::new(Later(MemoryStore::new()))] {
-        // `ip` normalized as an address; `client` counted as the text it is given.
+        // `ip` normalized as an address (IPv6 per /64); `client` counted as
+        // the text it is given, each address as it is.
         let limits = limits_on(store, &[("per-ip", "ip", 3), ("exact", "client", 3)]);
         let app = router()
-            .layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap())
-            .layer(LimitLayer::new(limits.clone(), "exact", "client", PeerIp::new()).unwrap());
+            .layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp).unwrap())
+            .layer(LimitLayer::new(limits.clone(), "exact", "client", PeerIp).unwrap());
         for (peer, given, written) in [
             ("192.0.2.7", "192.0.2.7", "192.0.2.7"),
             ("::ffff:198.51.100.9", " 198.51.100.9 ", "198.51.100.9"),
-            ("2001:db8:1:2:aaaa::1", "2001:DB8:1:2:ffff::9", "2001:db8:1:2::"),
+            ("2001:db8:1:2:aaaa::1", "2001:DB8:1:2:ffff::9", "2001:db8:1:2:aaaa::1"),
         ] {
             assert_eq!(get_from(&app, peer, &[]).await.status(), StatusCode::OK);
             // The layer's count and a handler's share one budget.
@@ -24,6 +25,35 @@ async fn an_address_counted_by_the_layer_is_the_one_a_handler_counts() {
             let exact = limits.attempt("exact", &[("client", written)]).await.unwrap();
             assert_eq!(exact.remaining, 1, "{peer} as {written}");
         }
+    }
+}
+
+/// The limits' `ipv6_prefix` is the one setting of an IPv6 client's
+/// network: the layer's addresses count by it, on either extractor, as a
+/// handler's do.
+#[tokio::test]
+async fn the_limits_ipv6_prefix_is_the_network_the_layer_counts() {
+    for (bits, same_network) in [(128, false), (64, true), (48, true)] {
+        let p = Part::new("ip", Algorithm::fixed_window(1, MINUTE)).normalized(Normalize::Ip);
+        let limits = Limits::builder()
+            .store(Arc::new(MemoryStore::new()))
+            .single_instance(true)
+            .ipv6_prefix(bits)
+            .limit(Limit::new("per-ip").part(p))
+            .build()
+            .unwrap();
+        let proxy = ClientIp::trusting(["fd00::/8"]).unwrap();
+        let by_peer = router().layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp).unwrap());
+        let by_proxy = router().layer(LimitLayer::new(limits.clone(), "per-ip", "ip", proxy).unwrap());
+        assert_eq!(get_from(&by_peer, "2001:db8:1:2::1", &[]).await.status(), StatusCode::OK, "/{bits}");
+        // Another address of the /64, through the proxy.
+        let via = [("x-forwarded-for", "2001:db8:1:2:ffff::9")];
+        let want = if same_network { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
+        assert_eq!(get_from(&by_proxy, "fd00::1", &via).await.status(), want, "/{bits}");
+        // A handler's count of another /64 of the /48 shares the layer's
+        // budget only when the network is the /48.
+        let d = limits.attempt("per-ip", &[("ip", "2001:db8:1:9::5")]).await.unwrap();
+        assert_eq!(d.allowed, bits > 48, "/{bits}");
     }
 }
 
@@ -158,7 +188,7 @@ async fn a_request_without_a_key_is_refused_or_passed_as_configured() {
     // No ConnectInfo: no peer address, no key, and a warning (once) that
     // says how to serve the router; a closure that finds nothing, no key.
     let logs = common::capture_logs();
-    let app = router().layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp::new()).unwrap());
+    let app = router().layer(LimitLayer::new(limits.clone(), "per-ip", "ip", PeerIp).unwrap());
     for _ in 0..2 {
         let r = app.clone().oneshot(Request::get("/items").body(Body::empty()).unwrap()).await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
@@ -308,7 +338,7 @@ async fn the_layer_and_a_handler_ask_the_store_for_the_same_key_bytes() {
         ("ip", true, "2001:db8:1:2:aaaa::1", "", "2001:DB8:1:2:ffff::9", "door:ip:2001:db8:1:2::/64"),
         ("client", true, "203.0.113.200", "", "203.0.113.200", "door:client:203.0.113.200"),
         ("client", true, "::ffff:10.9.8.7", "", "10.9.8.7", "door:client:10.9.8.7"),
-        ("client", true, "2001:db8:1:2:aaaa::1", "", "2001:db8:1:2::", "door:client:2001:db8:1:2::"),
+        ("client", true, "2001:db8:1:2:aaaa::1", "", "2001:db8:1:2:aaaa::1", "door:client:2001:db8:1:2:aaaa::1"),
         ("client", false, "192.0.2.1", &long, &long, &hashed),
     ];
     for (at_once, integers) in [(true, true), (true, false), (false, false)] {
@@ -327,7 +357,7 @@ async fn the_layer_and_a_handler_ask_the_store_for_the_same_key_bytes() {
                 .build()
                 .unwrap();
             let app = match by_address {
-                true => router().layer(LimitLayer::new(limits.clone(), "door", part, PeerIp::new()).unwrap()),
+                true => router().layer(LimitLayer::new(limits.clone(), "door", part, PeerIp).unwrap()),
                 false => {
                     router().layer(LimitLayer::new(limits.clone(), "door", part, HeaderKey::new("x-api-key")).unwrap())
                 }

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::error::{ended_before_applied, is_retryable};
 use super::error::{settle, Failure};
 use super::row::{Decide, KeyHash};
-use super::CountPaths;
 use crate::StoreError;
 
 /// How a one-statement try went (PostgreSQL and MySQL make them; SQLite never does).
@@ -38,7 +37,7 @@ pub(super) enum Tried {
     Changed,
 }
 
-/// Counts of the paths counts took, for [`CountPaths`].
+/// Counts of the paths counts took, for [`DatabaseInfo`](super::DatabaseInfo).
 #[derive(Debug, Default)]
 pub(super) struct Tally {
     one_statement: AtomicU64,
@@ -47,14 +46,9 @@ pub(super) struct Tally {
 }
 
 impl Tally {
-    pub(super) fn paths(&self) -> CountPaths {
-        CountPaths {
-            one_statement: self.one_statement.load(Ordering::Relaxed),
-            read_then_write: self.read_then_write.load(Ordering::Relaxed),
-            locked: self.locked.load(Ordering::Relaxed),
-            batched: 0,
-            read_together: 0,
-        }
+    /// Counts done in one statement, read then written, and locked.
+    pub(super) fn paths(&self) -> [u64; 3] {
+        [&self.one_statement, &self.read_then_write, &self.locked].map(|n| n.load(Ordering::Relaxed))
     }
 }
 

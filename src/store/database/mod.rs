@@ -137,39 +137,42 @@ macro_rules! on_backend {
 use on_backend;
 
 impl DatabaseStore {
-    /// Live entries written under this store's secret, counted exactly (a
-    /// range scan of an index: for `stats`, not for every request).
-    pub async fn live_entries(&self) -> Result<u64, StoreError> {
-        on_backend!(&self.shared.db, b => b.count_live(self.shared.secret.generation()).await)
-    }
-
-    /// Live entries per secret generation, this store's own first, then
-    /// the others by generation, highest first.
-    pub async fn generations(&self) -> Result<Vec<(i64, u64)>, StoreError> {
-        let mut all = on_backend!(&self.shared.db, b => b.generations().await)?;
-        let own = self.shared.secret.generation();
-        all.sort_unstable_by_key(|&(generation, _)| (generation != own, std::cmp::Reverse(generation)));
-        Ok(all)
-    }
-
-    /// This store's secret generation.
-    pub fn generation(&self) -> i64 {
-        self.shared.secret.generation()
-    }
-
-    /// How this store's counts have gone since it connected: how many took
-    /// one statement, a read then a write, or the locked transaction.
-    pub fn count_paths(&self) -> CountPaths {
-        let batched = on_backend!(&self.shared.db, b => b.batched());
-        let read_together = on_backend!(&self.shared.db, b => b.read_together());
-        CountPaths { batched, read_together, ..self.shared.tally.paths() }
+    /// What the store holds and how its counts went, in one value: what
+    /// `limit-store stats` shows. The live entries are counted
+    /// exactly (index scans: for a look now and then, not for every request).
+    pub async fn info(&self) -> Result<DatabaseInfo, StoreError> {
+        let shared = &*self.shared;
+        let generation = shared.secret.generation();
+        let live_entries = on_backend!(&shared.db, b => b.count_live(generation).await)?;
+        let mut generations = on_backend!(&shared.db, b => b.generations().await)?;
+        generations.sort_unstable_by_key(|&(g, _)| (g != generation, std::cmp::Reverse(g)));
+        let [one_statement, read_then_write, locked] = shared.tally.paths();
+        Ok(DatabaseInfo {
+            generation,
+            live_entries,
+            generations,
+            one_statement,
+            read_then_write,
+            locked,
+            batched: on_backend!(&shared.db, b => b.batched()),
+            read_together: on_backend!(&shared.db, b => b.read_together()),
+        })
     }
 }
 
-/// How a [`DatabaseStore`]'s counts went, from [`DatabaseStore::count_paths`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A [`DatabaseStore`]'s table, and how its counts went since it connected
+/// (how many took one statement, a read then a write, or the locked
+/// transaction), from [`DatabaseStore::info`].
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct CountPaths {
+pub struct DatabaseInfo {
+    /// This store's secret generation.
+    pub generation: i64,
+    /// Live entries written under this store's secret.
+    pub live_entries: u64,
+    /// Live entries per secret generation: this store's own first (when it
+    /// has any), then the others by generation, highest first.
+    pub generations: Vec<(i64, u64)>,
     /// Counts done in one statement from a remembered row, or of a key
     /// whose row was missing, as guessed (PostgreSQL, MySQL).
     pub one_statement: u64,
