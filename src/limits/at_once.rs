@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use crate::transaction::refuse_in_transaction;
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
 use super::counted::{Counted, Given, Need};
@@ -32,6 +33,19 @@ impl Counted {
             }
         }
         self.attempt_guarded_now(self.backend.at_once()?, given, cost)
+    }
+
+    /// [`attempt_now`](Self::attempt_now) refused inside a transaction, as
+    /// [`Limits::attempt_at_once`](super::Limits::attempt_at_once) refuses
+    /// it: a [`LimitHandle`](super::LimitHandle)'s answer here and now, on
+    /// a limit it found. The count's answer is returned where the count
+    /// wrote it, not moved through a `Poll` and back.
+    #[inline(never)]
+    pub(super) fn answer_now(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
+        if let Err(e) = refuse_in_transaction() {
+            return Some(Err(e.into()));
+        }
+        self.attempt_now(given, cost)
     }
 
     /// The limit's one part, to count a value given alone (an address);
