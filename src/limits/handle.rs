@@ -60,7 +60,7 @@ impl Limits {
             Ok(counted) => counted,
             Err(name) => return Poll::Ready(Err(self.unknown(name))),
         };
-        counted.attempt_now(given, cost).map_or(Poll::Pending, Poll::Ready)
+        counted.attempt_now(given, cost)
     }
 
     /// [`attempt_cost`](Self::attempt_cost) on `counted` through a future,
