@@ -65,8 +65,8 @@ impl<F, E> LimitFuture<F, E> {
         LimitFuture { state: State::Answered { response: Some(response) } }
     }
 
-    fn inner(future: F, fields: Option<Values>) -> Self {
-        LimitFuture { state: State::Inner { future, fields: fields.map(Box::new) } }
+    fn inner(future: F, fields: Option<Box<Values>>) -> Self {
+        LimitFuture { state: State::Inner { future, fields } }
     }
 }
 
@@ -170,8 +170,9 @@ impl<S, K> LimitService<S, K> {
 /// What the layer does with a request once it is counted.
 enum Answer {
     /// To the wrapped service, with these fields on its answer (none for a
-    /// request passed uncounted, or when the layer sends none on admitted ones).
-    Pass(Option<Values>),
+    /// request passed uncounted, or when the layer sends none on admitted
+    /// ones). Boxed here, where they are made, as the future holds them.
+    Pass(Option<Box<Values>>),
     /// Answered in the service's place.
     Refuse(Response<Body>),
 }
@@ -188,10 +189,16 @@ impl<K> LimitLayer<K> {
     }
 
     /// What to do with a request the limit `counted` (`None`: it has no key).
+    /// An admitted request's decision is read where the count wrote it,
+    /// not moved out first.
     fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
+        if let Some(Ok(decision)) = &counted {
+            if decision.allowed {
+                return Answer::Pass(self.fields.as_ref().map(|f| Box::new(f.values(decision))));
+            }
+        }
         let limit = self.limit.as_str();
         match counted {
-            Some(Ok(decision)) if decision.allowed => Answer::Pass(self.fields.as_ref().map(|f| f.values(&decision))),
             Some(Ok(decision)) => {
                 Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
             }

@@ -6,7 +6,9 @@
 //! counts the attempt's cost.
 
 use std::borrow::Cow;
+use std::task::Poll;
 
+use crate::transaction::refuse_in_transaction;
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
 use super::counted::{Counted, Given, Need};
@@ -21,17 +23,34 @@ impl Counted {
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. The usual one (one value of a limit whose one
     /// part is a GCRA) through the store's integer counts, when it offers
-    /// them; any other through its `update_now`. `None` when the store has
-    /// no such path, and nothing was counted.
+    /// them; any other through its `update_now`. [`AnswerNow::pending`]
+    /// when the store has no such path, and nothing was counted. Written
+    /// as the caller holds it (see [`AnswerNow`]).
     #[inline]
-    pub(super) fn attempt_now(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
+    pub(super) fn attempt_now<A: AnswerNow>(&self, given: Given<'_>, cost: u64) -> A {
         if let Some(step) = self.only_gcra {
             let step = if cost == 1 { step } else { step.with_cost(cost) };
             if let Some(answered) = self.gcra_counted(step, given) {
-                return Some(self.gcra_decision(step, answered));
+                return A::ready(self.gcra_decision(step, answered));
             }
         }
-        self.attempt_guarded_now(self.backend.at_once()?, given, cost)
+        match self.backend.at_once() {
+            Some(store) => self.attempt_guarded_now(store, given, cost),
+            None => A::pending(),
+        }
+    }
+
+    /// [`attempt_now`](Self::attempt_now) refused inside a transaction, as
+    /// [`Limits::attempt_at_once`](super::Limits::attempt_at_once) refuses
+    /// it: a [`LimitHandle`](super::LimitHandle)'s answer here and now, on
+    /// a limit it found. The count's answer is returned where the count
+    /// wrote it, not moved through a `Poll` and back.
+    #[inline(never)]
+    pub(super) fn answer_now(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
+        if let Err(e) = refuse_in_transaction() {
+            return Some(Err(e.into()));
+        }
+        self.attempt_now(given, cost)
     }
 
     /// The limit's one part, to count a value given alone (an address);
@@ -63,17 +82,12 @@ impl Counted {
     }
 
     /// [`attempt_now`](Self::attempt_now) through the store's (guarded) `update_now`.
-    fn attempt_guarded_now(
-        &self,
-        store: &dyn LimitStore,
-        given: Given<'_>,
-        cost: u64,
-    ) -> Option<Result<Decision, LimitError>> {
+    fn attempt_guarded_now<A: AnswerNow>(&self, store: &dyn LimitStore, given: Given<'_>, cost: u64) -> A {
         let mut keys = CallKeys::new();
         match given {
             Given::Parts(parts) => {
                 if let Err(e) = self.keys(parts, Need::All, &mut keys) {
-                    return Some(Err(e));
+                    return A::ready(Err(e));
                 }
             }
             Given::Normal(value) => keys.push(0, &self.stems[0], value),
@@ -98,9 +112,9 @@ impl Counted {
             last = Some((verdict, held, now));
             writes
         };
-        let done = store.update_now(refs, &mut apply)?;
+        let Some(done) = store.update_now(refs, &mut apply) else { return A::pending() };
         let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
-        Some(match &overridden {
+        A::ready(match &overridden {
             Some(algorithms) => self.with_budgets_of(decided, algorithms),
             None => decided,
         })
@@ -123,5 +137,40 @@ impl Counted {
             }
             Err(e) => self.failed(e),
         }
+    }
+}
+
+/// What an attempt's answer here and now is written as: an `Option` for a
+/// [`LimitHandle`](super::LimitHandle)'s answers, a `Poll` for an attempt's
+/// future. The decision is written once, into the one the caller reads:
+/// one made as the other and turned into it was copied on the way.
+pub(super) trait AnswerNow {
+    /// Counted, with this answer.
+    fn ready(answered: Result<Decision, LimitError>) -> Self;
+    /// Not counted here and now: the store answers through a future.
+    fn pending() -> Self;
+}
+
+impl AnswerNow for Option<Result<Decision, LimitError>> {
+    #[inline]
+    fn ready(answered: Result<Decision, LimitError>) -> Self {
+        Some(answered)
+    }
+
+    #[inline]
+    fn pending() -> Self {
+        None
+    }
+}
+
+impl AnswerNow for Poll<Result<Decision, LimitError>> {
+    #[inline]
+    fn ready(answered: Result<Decision, LimitError>) -> Self {
+        Poll::Ready(answered)
+    }
+
+    #[inline]
+    fn pending() -> Self {
+        Poll::Pending
     }
 }

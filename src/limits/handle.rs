@@ -41,10 +41,11 @@ impl Limits {
 
     /// An attempt of `cost` on the limit `found` here and now, on a store
     /// that answers at once; `Pending` when the store answers through a
-    /// future, and nothing was counted. The one way from an attempt to its
-    /// decision: [`attempt_later`](Self::attempt_later) goes on from it.
-    /// Inlined into its two callers only, each a body the compiler inlines
-    /// whole: an attempt's future, and [`answer_now`](Self::answer_now).
+    /// future, and nothing was counted. The way from an attempt's future to
+    /// its decision: [`attempt_later`](Self::attempt_later) goes on from it;
+    /// a [`LimitHandle`](super::LimitHandle)'s answers here and now take
+    /// [`Counted::answer_now`], its twin. Inlined into the future's body,
+    /// which the compiler inlines whole.
     #[inline(always)]
     pub(super) fn attempt_at_once(
         &self,
@@ -59,22 +60,7 @@ impl Limits {
             Ok(counted) => counted,
             Err(name) => return Poll::Ready(Err(self.unknown(name))),
         };
-        counted.attempt_now(given, cost).map_or(Poll::Pending, Poll::Ready)
-    }
-
-    /// [`attempt_at_once`](Self::attempt_at_once) for a
-    /// [`LimitHandle`](super::LimitHandle)'s answers here and now.
-    #[inline(never)]
-    pub(super) fn answer_now(
-        &self,
-        found: Found<'_>,
-        given: Given<'_>,
-        cost: u64,
-    ) -> Option<Result<Decision, LimitError>> {
-        match self.attempt_at_once(found, given, cost) {
-            Poll::Ready(answered) => Some(answered),
-            Poll::Pending => None,
-        }
+        counted.attempt_now(given, cost)
     }
 
     /// [`attempt_cost`](Self::attempt_cost) on `counted` through a future,

@@ -57,7 +57,7 @@ impl LimitHandle {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        self.limits.answer_now(Ok(self.counted()), Given::Parts(parts), cost)
+        self.counted().answer_now(Given::Parts(parts), cost)
     }
 
     /// [`attempt_now`](Self::attempt_now) on a limit of one part, given
@@ -71,7 +71,7 @@ impl LimitHandle {
             Ok(part) => part,
             Err(e) => return Some(Err(e)),
         };
-        let answer = |normal: &str| self.limits.answer_now(Ok(counted), Given::Normal(normal), cost);
+        let answer = |normal: &str| counted.answer_now(Given::Normal(normal), cost);
         counted.rules.with_address(part.normalize, ip, answer)
     }
 
