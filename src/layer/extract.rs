@@ -61,9 +61,8 @@ where
 /// with `into_make_service_with_connect_info::<SocketAddr>()`. Behind a
 /// proxy, use [`ClientIp`](super::ClientIp) instead.
 ///
-/// The address is counted as the layer's part counts it: put it on a part
-/// normalized [`Ip`](crate::limits::Normalize::Ip), which counts IPv6
-/// clients per network ([`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix)).
+/// IPv6 clients count per network, on any part: the limits'
+/// [`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix), /64 by default.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PeerIp;
 
@@ -95,8 +94,8 @@ pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
 }
 
 /// A client's address as the layer hands it to its limit: an IPv4-mapped
-/// IPv6 address as its IPv4 address, any other as it is. The limit's part
-/// then counts it as it counts the address's text.
+/// IPv6 address as its IPv4 address, any other as it is. The layer counts
+/// it as its client's network (the limits' `ipv6_prefix`).
 pub(crate) fn client_key(ip: IpAddr) -> Key {
     Key::address(ip.to_canonical())
 }

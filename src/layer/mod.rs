@@ -5,10 +5,9 @@
 //! - Keys: [`PeerIp`] (the connection's address), [`ClientIp`] (a forwarded
 //!   header believed only from trusted proxies, read from the right),
 //!   [`HeaderKey`] (an API key), or any closure over the request's head
-//!   ([`KeyExtractor`]). An address is counted as its part counts it: on a
-//!   part normalized [`Ip`](crate::limits::Normalize::Ip), IPv6 clients per
-//!   network ([`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix),
-//!   /64 by default); on an exact part, each address.
+//!   ([`KeyExtractor`]). IPv6 clients count per network, on any part: the
+//!   limits' [`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix),
+//!   /64 by default.
 //! - Answers: 429 with `Retry-After` when limited, 503 when the store is
 //!   unavailable and the limit's [`Policy`](crate::Policy) denies (passing
 //!   through when it allows), a 4xx or a pass for a request without a key

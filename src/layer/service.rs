@@ -157,6 +157,9 @@ impl<S, K> LimitService<S, K> {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
+        // An address counts as its client's network, as the count here and
+        // now takes it.
+        let key = key.ip().map_or(key, |ip| Key::address(layer.handle.client_network(ip)));
         Box::pin(async move {
             let counted = layer.handle.attempt(&[(&layer.part, key.as_str())]).await;
             match layer.answer(Some(counted)) {

@@ -188,8 +188,9 @@ impl LimitsBuilder {
     /// IPv6 addresses of `ip` parts count per network of this many bits: 64
     /// by default (what one client is handed), 128 per address. IPv4 counts
     /// per address, and an IPv4-mapped IPv6 address as its IPv4 address.
-    /// The one place the network is set: the [layer](crate::layer)'s
-    /// extractors hand over the client's address, and its part counts it so.
+    /// The one place the network is set: an address handed over as the
+    /// address ([`LimitHandle::attempt_address_now`](super::LimitHandle::attempt_address_now),
+    /// the [layer](crate::layer)) counts as its client's network on any part.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.rules.ipv6_prefix = bits.min(128);
         self

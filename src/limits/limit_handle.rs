@@ -61,9 +61,12 @@ impl LimitHandle {
     }
 
     /// [`attempt_now`](Self::attempt_now) on a limit of one part, given
-    /// address `ip`: counted as the address's text would be, with no text
-    /// to parse (for code that holds the address, as the layer's
-    /// extractors do). A limit of more parts is
+    /// the address `ip` of a client: counted as its network's text would be
+    /// (an IPv6 client per the limits'
+    /// [`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix), on any
+    /// part, so that a /64 is one client however its part is normalized),
+    /// with no text to parse; for code that holds the address, as the
+    /// layer's extractors do. A limit of more parts is
     /// [`LimitError::MissingPart`].
     pub fn attempt_address_now(&self, ip: IpAddr, cost: u64) -> Option<Result<Decision, LimitError>> {
         let counted = self.counted();
@@ -72,7 +75,14 @@ impl LimitHandle {
             Err(e) => return Some(Err(e)),
         };
         let answer = |normal: &str| counted.answer_now(Given::Normal(normal), cost);
-        counted.rules.with_address(part.normalize, ip, answer)
+        counted.rules.with_address(part.normalize, self.client_network(ip), answer)
+    }
+
+    /// The address a client at `ip` counts as (see
+    /// [`attempt_address_now`](Self::attempt_address_now)), for a count
+    /// that goes through the address's text.
+    pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
+        self.counted().rules.client_network(ip)
     }
 
     fn counted(&self) -> &Counted {

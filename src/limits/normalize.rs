@@ -97,6 +97,21 @@ impl KeyRules {
         }
     }
 
+    /// The address a client at `ip` counts as: an IPv4-mapped IPv6 address
+    /// as its IPv4 address, another IPv6 address as the first address of
+    /// its network of [`ipv6_prefix`](super::LimitsBuilder::ipv6_prefix)
+    /// bits (what one client is handed: an attacker's /64 is one client,
+    /// whatever part counts it), IPv4 as it is.
+    pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(network(v6, self.ipv6_prefix)),
+            },
+        }
+    }
+
     /// The text of address `ip` as `normalize` makes it one: what
     /// [`apply`](Self::apply) gives for the address's text, with no text to
     /// parse; its text as given is [`write_address`]'s.
