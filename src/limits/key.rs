@@ -305,8 +305,14 @@ mod tests {
         } else {
             limits.attempt("door", &[("who", value)]).await.unwrap();
         }
+        // An address handed over counts as its client's network's text.
+        let rules = KeyRules::default();
+        let value = match as_address {
+            true => rules.client_network(value.parse().unwrap()).to_string(),
+            false => value.to_owned(),
+        };
         let mut keys = CallKeys::new();
-        keys.push(0, &stem("door", "who"), &KeyRules::default().apply(normalize, value).unwrap());
+        keys.push(0, &stem("door", "who"), &rules.apply(normalize, &value).unwrap());
         let written = keys.only().unwrap().to_owned();
         let asked = noted.lock().clone();
         (asked, written)
@@ -316,7 +322,8 @@ mod tests {
     /// part and value: the integer count (its prefix and the value), the
     /// general path (`CallKeys`), a value too long for its key (the hashed
     /// form, on both), and an address given as the address (the layer's)
-    /// or as its text, and handed over as the address.
+    /// or as its text, and handed over as the address (as its client's
+    /// network's text).
     #[tokio::test]
     async fn every_path_names_the_same_key() {
         let long = "v".repeat(MAX_KEY_BYTES);
