@@ -185,7 +185,8 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
         b.remember(o.remember.unwrap_or(0).max(2 * KEY_COUNT))
     };
     // (row, server, two keys, its keys when one, `min_replicas_acked` applies)
-    let mut rows: Vec<(&'static str, &str, bool, &Arc<Vec<String>>, bool)> = Vec::new();
+    type Row<'a> = (&'static str, &'a str, bool, &'a Arc<Vec<String>>, bool);
+    let mut rows: Vec<Row<'_>> = Vec::new();
     if o.bare_cluster.is_some() {
         rows.push((ONE_KEY, o.url.as_str(), false, &solo, false));
     }
