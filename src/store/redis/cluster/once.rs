@@ -20,10 +20,12 @@
 //! written is lost to it.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+
+use super::super::builder::CALL_LIMIT;
 
 /// How many times a call is sent, at most, while nodes answer that they ran
 /// nothing of it (the retrying client's number, plus its first send).
@@ -33,20 +35,21 @@ const FIRST_WAIT: Duration = Duration::from_millis(20);
 const LAST_WAIT: Duration = Duration::from_millis(400);
 
 /// Runs `send` until it answers, or fails in a way that may follow a run of
-/// the call. `send` takes the node a `MOVED` named, to send there (`None`:
-/// by the call's keys).
+/// the call, or the call's limit has passed since the first send (as the
+/// retrying client bounds a call and its retries). `send` takes the node a
+/// `MOVED` named, to send there (`None`: by the call's keys).
 pub(in crate::store::redis) async fn send<T, F, Fut>(mut send: F) -> RedisResult<T>
 where
     F: FnMut(Option<SingleNodeRoutingInfo>) -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
     let (mut wait, mut to) = (FIRST_WAIT, None);
-    let mut sends = 0;
+    let (mut sends, started) = (0, Instant::now());
     loop {
         sends += 1;
         let direct = to.is_some();
         let err = match send(to.take()).await {
-            Err(err) if sends < SENDS && ran_nothing(&err) => err,
+            Err(err) if sends < SENDS && started.elapsed() + wait < CALL_LIMIT && ran_nothing(&err) => err,
             answer => return answer,
         };
         // A `MOVED` goes straight to the node it names, once; anything else
@@ -60,7 +63,7 @@ where
 }
 
 /// True when the node (or the client) says it ran nothing of the call.
-pub(in crate::store::redis) fn ran_nothing(err: &RedisError) -> bool {
+fn ran_nothing(err: &RedisError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::Server(
