@@ -6,14 +6,19 @@
 # limit-store's ratios against issues 13's and 38's aims; progress goes to
 # stderr. With the cluster rows (issue 38): on a local 3-primary Redis Cluster,
 # one-slot and two-slot counts and rate-limiter-flexible on an ioredis Cluster,
-# with the same two-key count on the one server, at 8 and 32 callers.
+# with the same two-key count on the one server, at 8 and 32 callers; and like
+# for like (the local cluster applies every write on a replica too, the one
+# server on none): one-key and two-key counts on a server with one replica,
+# and one-slot and two-slot counts on a 3-primary cluster without replicas
+# beside the one server's one-key count.
 #
 #   bash bench/redis.sh                       # 2 rounds of 4 s points, about 3 minutes
 #   bash bench/redis.sh --secs 2 --warmup 1   # a rough pass
 #   bash bench/redis.sh --fresh               # also limit-store on brand-new keys
 #   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node,
-#    --no-limitador (then not built either), --no-incr, --no-cluster, --min-acked N (the
-#    cluster stores' min_replicas_acked))
+#    --no-limitador (then not built either), --no-incr, --no-cluster (and no like-for-like
+#    rows), --min-acked N (min_replicas_acked of the stores on the cluster and the replicated
+#    server))
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's
@@ -23,6 +28,12 @@
 # Cluster: LIMIT_STORE_BENCH_REDIS_CLUSTER (a redis+cluster:// URL); by default
 # the one `.ci/redis-topologies cluster /tmp/limit-store-ci-cluster 27100`
 # starts (or finds up) on ports 27100-27105; its lsbench keys go as well.
+# Like for like: LIMIT_STORE_BENCH_REDIS_REPLICATED (a redis:// URL of a
+# server with one replica) and LIMIT_STORE_BENCH_REDIS_CLUSTER_BARE (a
+# redis+cluster:// URL of a cluster without replicas); by default the bench
+# starts its own (`.ci/redis-topologies pair` on 27110-27111, `cluster
+# --replicas 0` on 27120-27122, under /tmp/limit-store-bench-*) and stops
+# them after the run; their lsbench keys go as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,10 +47,25 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
-CLUSTER_URL=""
+CLUSTER_URL="" REPLICATED_URL="" BARE_URL="" started=()
+# The servers the bench starts go when it ends, however it ends.
+stop_started() {
+  for dir in "${started[@]}"; do .ci/redis-topologies stop "$dir" || true; done
+}
+trap stop_started EXIT
 if [ "$cluster" = 1 ]; then
   CLUSTER_URL="${LIMIT_STORE_BENCH_REDIS_CLUSTER:-$(.ci/redis-topologies cluster /tmp/limit-store-ci-cluster 27100)}"
-  args+=(--cluster "$CLUSTER_URL")
+  REPLICATED_URL="${LIMIT_STORE_BENCH_REDIS_REPLICATED:-}"
+  if [ -z "$REPLICATED_URL" ]; then
+    started+=(/tmp/limit-store-bench-pair)
+    REPLICATED_URL=$(.ci/redis-topologies pair /tmp/limit-store-bench-pair 27110)
+  fi
+  BARE_URL="${LIMIT_STORE_BENCH_REDIS_CLUSTER_BARE:-}"
+  if [ -z "$BARE_URL" ]; then
+    started+=(/tmp/limit-store-bench-bare)
+    BARE_URL=$(.ci/redis-topologies cluster /tmp/limit-store-bench-bare 27120 --replicas 0)
+  fi
+  args+=(--cluster "$CLUSTER_URL" --replicated "$REPLICATED_URL" --bare-cluster "$BARE_URL")
 fi
 for tool in cargo node npm redis-benchmark redis-cli; do
   command -v "$tool" >/dev/null || { echo "bench/redis.sh: $tool is not installed" >&2; exit 1; }
@@ -82,15 +108,19 @@ cleanup() {
   for pattern in 'lsbench*' '*lsbench_limitador*'; do
     redis-cli -u "$URL" --scan --pattern "$pattern" | xargs -d '\n' -r -n 1000 redis-cli -u "$URL" unlink >/dev/null || true
   done
-  if [ -n "$CLUSTER_URL" ]; then
+  if [ -n "$REPLICATED_URL" ]; then
+    redis-cli -u "$REPLICATED_URL" --scan --pattern 'lsbench*' | xargs -d '\n' -r -n 1000 redis-cli -u "$REPLICATED_URL" unlink >/dev/null || true
+  fi
+  for url in $CLUSTER_URL $BARE_URL; do
     # Each primary's own keys, one UNLINK each (a cluster refuses one over several slots).
-    local seed=${CLUSTER_URL#*://}
+    local seed=${url#*://}
     seed=${seed%%,*}
     for node in $(redis-cli -h "${seed%:*}" -p "${seed##*:}" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); print a[1] }'); do
       redis-cli -h "${node%:*}" -p "${node##*:}" --scan --pattern 'lsbench*' | sed 's/^/UNLINK /' \
         | redis-cli -h "${node%:*}" -p "${node##*:}" >/dev/null || true
     done
-  fi
+  done
+  stop_started
 }
 trap cleanup EXIT
 

@@ -33,12 +33,21 @@
 //!   keys out of the memory of the entries it last wrote. Their rounds follow
 //!   the one server's (set up then, so that their stores' background work
 //!   does not run on this thread during the one server's points).
+//! - Like for like beside the cluster (in the same rounds): the local cluster
+//!   has a replica per primary on the same cores, so each of its writes is
+//!   applied twice, and the one server has none. With `--replicated URL` (a
+//!   server with one replica: `.ci/redis-topologies pair`), the one-key and
+//!   two-key counts on it; with `--bare-cluster URL` (a cluster with no
+//!   replica: `.ci/redis-topologies cluster … --replicas 0`), the one-slot
+//!   and two-slot counts there, and the one server's one-key count in these
+//!   rounds. Each is set beside its match in the ratios.
 //!
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
 //! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]
-//! [--cluster URL] [--min-acked N]` (N: the cluster stores'
-//! `min_replicas_acked`, 0 by default). Server: `LIMIT_STORE_BENCH_REDIS`
+//! [--cluster URL] [--replicated URL] [--bare-cluster URL] [--min-acked N]`
+//! (N: `min_replicas_acked` of the stores on the cluster and on the
+//! replicated server, 0 by default). Server: `LIMIT_STORE_BENCH_REDIS`
 //! (default redis://127.0.0.1:6379). Every key the bench writes has an
 //! expiry; only `redis-benchmark`'s `lsbench:incr:*` keys have none, and
 //! bench/redis.sh removes them after the run.
@@ -81,6 +90,11 @@ pub(crate) const PAIR: &str = "limit-store `RedisStore`, two keys";
 pub(crate) const CLUSTER1: &str = "limit-store `RedisStore`, cluster, one slot";
 pub(crate) const CLUSTER2: &str = "limit-store `RedisStore`, cluster, two slots";
 pub(crate) const RLF_CLUSTER: &str = "rate-limiter-flexible `RateLimiterRedis`, cluster";
+pub(crate) const ONE_KEY: &str = "limit-store `RedisStore`, one key, in the cluster's rounds";
+pub(crate) const REPLICATED1: &str = "limit-store `RedisStore`, one server with a replica, one key";
+pub(crate) const REPLICATED2: &str = "limit-store `RedisStore`, one server with a replica, two keys";
+pub(crate) const BARE1: &str = "limit-store `RedisStore`, cluster without replicas, one slot";
+pub(crate) const BARE2: &str = "limit-store `RedisStore`, cluster without replicas, two slots";
 
 pub(crate) struct Opts {
     pub(crate) timing: Timing,
@@ -97,7 +111,11 @@ pub(crate) struct Opts {
     pub(crate) url: String,
     /// A `redis+cluster://` URL: the cluster rows.
     pub(crate) cluster: Option<String>,
-    /// The cluster stores' `min_replicas_acked`.
+    /// A server with one replica: the cluster's like-for-like rows.
+    pub(crate) replicated: Option<String>,
+    /// A `redis+cluster://` URL of a cluster without replicas: its rows.
+    pub(crate) bare_cluster: Option<String>,
+    /// `min_replicas_acked` of the stores on the cluster and on the replicated server.
     pub(crate) min_acked: u32,
 }
 
@@ -113,6 +131,8 @@ impl Opts {
             threads: 1,
             url: std::env::var("LIMIT_STORE_BENCH_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
             cluster: None,
+            replicated: None,
+            bare_cluster: None,
             min_acked: 0,
         };
         parse_args(&mut o.timing, |flag, value| {
@@ -124,6 +144,8 @@ impl Opts {
                 "--remember" => o.remember = Some(value()?.parse()?),
                 "--threads" => o.threads = value()?.parse()?,
                 "--cluster" => o.cluster = Some(value()?),
+                "--replicated" => o.replicated = Some(value()?),
+                "--bare-cluster" => o.bare_cluster = Some(value()?),
                 "--min-acked" => o.min_acked = value()?.parse()?,
                 _ => return Ok(false),
             }
@@ -149,23 +171,41 @@ pub(crate) fn count_all(current: &[Option<Entry>], now: Millis, window: Millis) 
 
 /// The cluster rows: `RedisStore` on `cluster` on one key and on two (keys
 /// of their own, counted once first), the same two-key count on the one
-/// server, and rate-limiter-flexible on the cluster.
+/// server, and rate-limiter-flexible on the cluster; with `--replicated` and
+/// `--bare-cluster`, the like-for-like rows.
 async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, root: &Path) -> Result<Vec<Contender>> {
     let pairs = Arc::new(keys.iter().map(|k| format!("ip:{k}")).collect::<Vec<_>>());
     let firsts = Arc::new(keys.iter().map(|k| format!("acct:{k}")).collect::<Vec<_>>());
+    // The one server's one-key count in these rounds: keys other than the
+    // one server's first rows', so that their store's memory stays true.
+    let solo = Arc::new(keys.iter().map(|k| format!("solo:{k}")).collect::<Vec<_>>());
     let builder = |url: &str| {
         let b = RedisStore::builder(url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
         // A pair store remembers both keys of every pair.
         b.remember(o.remember.unwrap_or(0).max(2 * KEY_COUNT))
     };
+    // (row, server, two keys, its keys when one, `min_replicas_acked` applies)
+    type Row<'a> = (&'static str, &'a str, bool, &'a Arc<Vec<String>>, bool);
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    if o.bare_cluster.is_some() {
+        rows.push((ONE_KEY, o.url.as_str(), false, &solo, false));
+    }
+    rows.push((PAIR, o.url.as_str(), true, keys, false));
+    if let Some(url) = &o.replicated {
+        rows.extend([(REPLICATED1, url.as_str(), false, keys, true), (REPLICATED2, url.as_str(), true, keys, true)]);
+    }
+    rows.extend([(CLUSTER1, cluster, false, keys, true), (CLUSTER2, cluster, true, keys, true)]);
+    if let Some(url) = &o.bare_cluster {
+        rows.extend([(BARE1, url.as_str(), false, keys, false), (BARE2, url.as_str(), true, keys, false)]);
+    }
     let mut out = Vec::new();
-    for (name, url, two) in [(PAIR, o.url.as_str(), true), (CLUSTER1, cluster, false), (CLUSTER2, cluster, true)] {
+    for (name, url, two, one, replicated) in rows {
         eprintln!("{name}: connecting, counting every key once");
-        let acked = if url == cluster { o.min_acked } else { 0 };
+        let acked = if replicated { o.min_acked } else { 0 };
         let store = builder(url).min_replicas_acked(acked).connect().await;
         let store = Arc::new(store.with_context(|| format!("connect to {url}"))?);
         let bare: Arc<dyn LimitStore> = store.clone();
-        let (which, list) = if two { (Keys::Pair(pairs.clone()), firsts.clone()) } else { (Keys::Live, keys.clone()) };
+        let (which, list) = if two { (Keys::Pair(pairs.clone()), firsts.clone()) } else { (Keys::Live, one.clone()) };
         prefill(bare.clone(), list.clone(), which.clone()).await.with_context(|| format!("{name}'s fill"))?;
         out.push(Contender {
             name,

@@ -26,8 +26,8 @@
 //! here" with nothing of it written, and is sent again in a call of its own
 //! slot, which the cluster client routes and redirects; so is every count of
 //! a node call the node refuses whole (a replica now, no such script flag
-//! before Redis 7). A count sent again is counted once: on a cluster a
-//! written update leaves its mark (`script.rs`).
+//! before Redis 7). On a cluster the write script is sent again only after
+//! an answer that says the node ran nothing of it (`cluster/once.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -216,7 +216,7 @@ impl Batcher {
     async fn send_node(&self, slot: u16, batch: Vec<Pending>) {
         self.across.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let cmd = self.command(&batch, Keys::InArgs);
-        let Conn::Cluster(mut conn) = self.link.conn() else { return answer_all(batch, &not_cluster()) };
+        let Some(mut conn) = self.link.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
         let mut reply = self.call_node(&mut conn, &cmd, &route).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
@@ -242,7 +242,7 @@ impl Batcher {
             return;
         }
         self.again.fetch_add(again.len() as u64, Ordering::Relaxed);
-        if let Some(map) = &self.slots {
+        if let (Some(map), Some(conn)) = (&self.slots, self.link.cluster()) {
             map.ask(&conn);
         }
         let mut slots: Vec<(u16, Vec<Pending>)> = Vec::new();
@@ -259,11 +259,10 @@ impl Batcher {
     /// One call of the keys' script for `batch`.
     async fn send_keys(&self, batch: Vec<Pending>) {
         let cmd = self.command(&batch, Keys::Declared);
-        let mut conn = self.link.conn();
-        let mut reply = self.call(&mut conn, &cmd).await;
+        let mut reply = self.call_keys(&cmd).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-            reply = match self.script.load_async(&mut conn).await {
-                Ok(_) => self.call(&mut conn, &cmd).await,
+            reply = match self.script.load_async(&mut self.link.conn()).await {
+                Ok(_) => self.call_keys(&cmd).await,
                 Err(e) => Err(e),
             };
         }
@@ -313,6 +312,23 @@ impl Batcher {
             self.link.trouble(true, None);
         }
         again
+    }
+
+    /// Sends `cmd`, routed by its keys, as [`call`](Self::call); on a
+    /// cluster on the connection of writes, sent again only while a node
+    /// answers that it ran nothing of it (`cluster/once.rs`).
+    async fn call_keys(&self, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
+        let Some(once) = self.link.once() else { return self.call(&mut self.link.conn(), cmd).await };
+        super::cluster::once::send(|to| {
+            let mut conn = once.clone();
+            async move {
+                match to {
+                    Some(node) => self.call_node(&mut conn, cmd, &node).await,
+                    None => self.call(&mut Conn::Cluster(conn), cmd).await,
+                }
+            }
+        })
+        .await
     }
 
     /// Sends `cmd` to the node of `route`, followed by `WAIT` as [`call`](Self::call).

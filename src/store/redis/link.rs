@@ -71,6 +71,9 @@ impl ConnectionLike for Conn {
 /// The connection, and how to find the primary again.
 pub(super) struct Link {
     conn: RwLock<Conn>,
+    /// On a cluster, the connection of one-slot writes: its client never
+    /// sends a call again by itself (`cluster/once.rs`).
+    once: Option<ClusterConnection>,
     /// The URL the connection is on (the primary's, with Sentinel).
     url: Mutex<String>,
     sentinel: Option<SentinelUrl>,
@@ -103,16 +106,19 @@ impl Link {
     /// a Sentinel URL whose primary is asked for first.
     pub(super) async fn connect(url: &str, redacted: &str) -> Result<Arc<Link>, StoreError> {
         if let Some(seeds) = super::cluster::seeds(url) {
-            let conn = super::cluster::connect(&seeds?, CALL_LIMIT, CONNECT_LIMIT).await.map_err(|e| {
-                StoreError::Setup {
-                    detail: format!(
-                        "can't reach the Redis Cluster at {redacted}: check that its nodes run, that the URL names                          some of them, and that the cluster is up (CLUSTER INFO says cluster_state:ok)"
-                    ),
-                    source: Some(Box::new(e)),
-                }
-            })?;
+            let seeds = seeds?;
+            let unreachable = |e| StoreError::Setup {
+                detail: format!(
+                    "can't reach the Redis Cluster at {redacted}: check that its nodes run, that the URL names \
+                     some of them, and that the cluster is up (CLUSTER INFO says cluster_state:ok)"
+                ),
+                source: Some(Box::new(e)),
+            };
+            let conn = super::cluster::connect(&seeds, CALL_LIMIT, CONNECT_LIMIT, true).await.map_err(unreachable)?;
+            let once = super::cluster::connect(&seeds, CALL_LIMIT, CONNECT_LIMIT, false).await.map_err(unreachable)?;
             return Ok(Arc::new(Link {
                 conn: RwLock::new(Conn::Cluster(conn)),
+                once: Some(once),
                 url: Mutex::new(url.to_owned()),
                 sentinel: None,
                 asking: tokio::sync::Mutex::new(None),
@@ -144,6 +150,7 @@ impl Link {
         })?;
         let link = Arc::new(Link {
             conn: RwLock::new(Conn::One(conn)),
+            once: None,
             url: Mutex::new(target),
             sentinel,
             asking: tokio::sync::Mutex::new(None),
@@ -159,6 +166,11 @@ impl Link {
     /// The connection to use now (a cheap clone).
     pub(super) fn conn(&self) -> Conn {
         self.conn.read().clone()
+    }
+
+    /// The connection of one-slot writes, on a cluster (a cheap clone).
+    pub(super) fn once(&self) -> Option<ClusterConnection> {
+        self.once.clone()
     }
 
     /// The cluster connection, on a cluster.

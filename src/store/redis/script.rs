@@ -48,14 +48,16 @@ return out
 /// which fails on such a key, and the update is answered `3, WRONGTYPE`
 /// with nothing written, as a `GET` of it would have failed.
 ///
-/// On a cluster (the claim field `2`, or `3` to claim), a written update
-/// leaves `done:<token>` in its first key's claim for 5 s, and an update that
-/// finds its own mark there was written already: `1`. The cluster client
-/// sends a call again after a lost connection, and the mark keeps a call
-/// that had been run from being counted twice. The mark takes the place of
-/// the update's own claim there, never follows its removal: in a slot that
-/// is moving out, a node refuses a script's write to a key it does not hold
-/// (and the update's `MGET` ran only because it held them all).
+/// Each call of this script is its updates' one try: the store never sends
+/// it again after a failure that may have come after it ran (a lost
+/// connection, a timeout: the count is answered unavailable). On one server
+/// the connection sends nothing again by itself; on a cluster the write
+/// script goes on a client that sends nothing again by itself, and the store
+/// sends it again only after a node's answer that it ran nothing of it
+/// (`cluster/once.rs`). So the script needs no record of what it wrote: no
+/// acknowledged count is doubled by a call sent again, and none is lost.
+/// A claim that holds `done:…` (the mark that earlier versions left on a
+/// cluster for a call sent again) is no claim.
 ///
 /// Claims keep instances fair on a hot key: an update that missed before
 /// claims its keys for its next try (for at most 100 ms), and while another
@@ -80,16 +82,14 @@ while a < na do
     out[#out + 1] = 4
     out[#out + 1] = got.err
   else
-    local status, done, mine = 1, false, nil
+    local status, mine = 1, nil
     for i = 1, n do
       local held = got[i] or ''
       got[i] = held
       if held ~= ARGV[a + i] then ok = false end
       local owner = got[n + i]
-      if owner then
-        if string.sub(owner, 1, 5) == 'done:' then
-          done = done or (i == 1 and (mode == '2' or mode == '3') and owner == 'done:' .. token)
-        elseif owner == token then
+      if owner and string.sub(owner, 1, 5) ~= 'done:' then
+        if owner == token then
           mine = mine or {}
           mine[i] = true
         else
@@ -98,11 +98,9 @@ while a < na do
       end
     end
     local err
-    if done then
-      status = 1
-    elseif status == 1 and not ok then
+    if status == 1 and not ok then
       status = 0
-      if mode == '1' or mode == '3' then
+      if mode == '1' then
         for i = 1, n do redis.pcall('SET', K[base + n + i], token, 'PX', 100) end
       end
     elseif status == 1 then
@@ -122,12 +120,7 @@ while a < na do
           err = r.err
           break
         end
-        if mine and mine[i] and not (i == 1 and (mode == '2' or mode == '3')) then
-          redis.pcall('DEL', K[base + n + i])
-        end
-      end
-      if not err and (mode == '2' or mode == '3') then
-        redis.pcall('SET', K[base + n + 1], 'done:' .. token, 'PX', 5000)
+        if mine and mine[i] then redis.pcall('DEL', K[base + n + i]) end
       end
     end
     if err then

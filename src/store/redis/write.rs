@@ -86,11 +86,11 @@ pub(super) fn command<'c>(
         Keys::Declared => {
             cmd.arg(n_keys);
             push_keys(&mut cmd, calls.clone(), names);
-            push_args(&mut cmd, calls, names.cluster);
+            push_args(&mut cmd, calls);
         }
         Keys::InArgs => {
             cmd.arg(0).arg(n_args);
-            push_args(&mut cmd, calls.clone(), names.cluster);
+            push_args(&mut cmd, calls.clone());
             push_keys(&mut cmd, calls, names);
         }
     }
@@ -116,17 +116,10 @@ fn push_keys<'c>(cmd: &mut redis::Cmd, calls: impl Iterator<Item = &'c WriteCall
     }
 }
 
-fn push_args<'c>(cmd: &mut redis::Cmd, calls: impl Iterator<Item = &'c WriteCall>, cluster: bool) {
+fn push_args<'c>(cmd: &mut redis::Cmd, calls: impl Iterator<Item = &'c WriteCall>) {
     for call in calls {
-        cmd.arg(call.hashes.len()).arg(call.at).arg(call.lead).arg(call.lag.unwrap_or(-1)).arg(call.token).arg(match (
-            call.claim, cluster,
-        ) {
-            (false, false) => "0",
-            (true, false) => "1",
-            // On a cluster, mark the written update (see `script.rs`).
-            (false, true) => "2",
-            (true, true) => "3",
-        });
+        let claim = if call.claim { "1" } else { "0" };
+        cmd.arg(call.hashes.len()).arg(call.at).arg(call.lead).arg(call.lag.unwrap_or(-1)).arg(call.token).arg(claim);
         for raw in &call.expected {
             cmd.arg(raw.as_bytes());
         }

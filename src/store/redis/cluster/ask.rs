@@ -10,11 +10,8 @@
 //! so is sent once more as one pipeline, `ASKING` then the command, to the
 //! node the `ASK` names: one write on that connection, nothing between them.
 //!
-//! Sending it again adds no risk the client's own retries don't take: a
-//! node answers `ASK` or `MOVED` before it runs anything of the command, and
-//! a call the client sent again after a lost connection is one the store's
-//! scripts already expect (each is safe to run twice: `script.rs`,
-//! `scripts.rs`).
+//! Sending it again is safe for any call: a node answers `ASK` or `MOVED`
+//! before it runs anything of the command (`once.rs` relies on it too).
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
@@ -28,7 +25,7 @@ pub(in crate::store::redis) async fn command(conn: &mut ClusterConnection, cmd: 
         Err(err) if is_ask(&err) => err,
         answer => return answer,
     };
-    let Some(node) = asked(&err) else { return Err(err) };
+    let Some(node) = node(&err) else { return Err(err) };
     let mut pipe = redis::pipe();
     pipe.cmd("ASKING").add_command(cmd.clone());
     let mut answers = conn.route_pipeline(pipe, 1, 1, node).await?;
@@ -50,7 +47,7 @@ pub(in crate::store::redis) async fn pipeline(
         Err(err) if is_ask(&err) && !pipeline.is_transaction() => err,
         answer => return answer,
     };
-    let Some(node) = asked(&err) else { return Err(err) };
+    let Some(node) = node(&err) else { return Err(err) };
     let mut pipe = redis::pipe();
     pipe.cmd("ASKING");
     for cmd in pipeline.cmd_iter() {
@@ -63,8 +60,8 @@ fn is_ask(err: &redis::RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::Ask)
 }
 
-/// The node an `ASK` names, as a route.
-fn asked(err: &redis::RedisError) -> Option<SingleNodeRoutingInfo> {
+/// The node an `ASK` or a `MOVED` names, as a route.
+pub(super) fn node(err: &redis::RedisError) -> Option<SingleNodeRoutingInfo> {
     let (addr, _slot) = err.redirect_node()?;
     let (host, port) = addr.rsplit_once(':')?;
     Some(SingleNodeRoutingInfo::ByAddress { host: host.trim_matches(['[', ']']).to_owned(), port: port.parse().ok()? })
@@ -80,7 +77,7 @@ mod tests {
             "3300 127.0.0.1:27301".to_owned(),
         ));
         assert!(super::is_ask(&err));
-        let route = super::asked(&err).expect("a node");
+        let route = super::node(&err).expect("a node");
         assert!(
             matches!(&route, redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port: 27301 } if host == "127.0.0.1"),
             "{route:?}"

@@ -15,7 +15,10 @@
 //!   (`resolve.rs`).
 //! - **Redirects and failovers** (`MOVED`, `ASK`, a replica promoted) are
 //!   followed by the `redis` crate's cluster client; an `ASK` it could not
-//!   follow under load is followed once more here (`ask.rs`).
+//!   follow under load is followed once more here (`ask.rs`). A one-slot
+//!   write goes on a client that sends nothing again by itself, and is sent
+//!   again only after an answer that says the node ran nothing of it
+//!   (`once.rs`).
 //! - **Every primary** is asked for `sweep`, the bound's count, `stats` and
 //!   the eviction-policy check (`nodes.rs`).
 
@@ -24,6 +27,7 @@ mod lock;
 #[cfg(test)]
 mod node_calls;
 mod nodes;
+pub(super) mod once;
 mod read;
 mod resolve;
 mod scripts;
@@ -78,17 +82,21 @@ pub(super) fn seeds(url: &str) -> Option<Result<Vec<String>, StoreError>> {
     Some(Ok(nodes))
 }
 
-/// A cluster connection on `seeds`: it learns the slots' primaries, follows
-/// `MOVED` and `ASK`, and finds a promoted replica after a failover.
+/// A cluster connection on `seeds`: it learns the slots' primaries and
+/// finds a promoted replica after a failover; with `retries`, it follows
+/// `MOVED` and `ASK` and sends a call again after a lost connection (the
+/// client's retries), without, it answers every failure as it comes
+/// (`once.rs`).
 pub(super) async fn connect(
     seeds: &[String],
     call_limit: Duration,
     connect_limit: Duration,
+    retries: bool,
 ) -> redis::RedisResult<ClusterConnection> {
     let client = ClusterClientBuilder::new(seeds.to_vec())
         .response_timeout(call_limit)
         .connection_timeout(connect_limit)
-        .retries(4)
+        .retries(if retries { 4 } else { 0 })
         .min_retry_wait(20)
         .max_retry_wait(400)
         .build()?;
@@ -165,107 +173,5 @@ mod tests {
             let err = seeds(bad).unwrap().unwrap_err().to_string();
             assert!(err.contains("redis+cluster://"), "{bad}: {err}");
         }
-    }
-}
-
-#[cfg(test)]
-mod resend {
-    use super::super::batch::{Op, WriteCall, Written};
-    use super::super::entry::Raw;
-    use crate::{Entry, LimitStore, RedisStore};
-
-    /// The cluster client sends a call again after a lost connection: a
-    /// one-slot compare-and-set that ran already answers written, and the
-    /// count is applied once.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_write_sent_twice_is_applied_once() {
-        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS_CLUSTER") else { return };
-        let prefix = format!("lst-resend-{}", std::process::id());
-        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
-        let shared = &store.shared;
-        let key = format!("k{}", crate::keys::hex(&shared.secret.key_hash(&prefix)));
-        let hash = shared.secret.key_hash(&key);
-        let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &key);
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-        let expires_at = i64::try_from(since.as_millis()).unwrap() + 3_600_000;
-        let entry = Entry { value: serde_json::json!(1), expires_at };
-        let call = WriteCall {
-            hashes: vec![hash],
-            tags: vec![tag],
-            expected: vec![Raw::none()],
-            ops: vec![Op::Put { raw: Raw::encode(&entry), pxat: expires_at }],
-            at: 0,
-            lead: 0,
-            lag: None,
-            token: 42,
-            claim: false,
-        };
-        let (call, first) = shared.batcher.write(call).await.unwrap();
-        assert!(matches!(first, Ok(Written::Done { .. })), "{first:?}");
-        let (_, again) = shared.batcher.write(call).await.unwrap();
-        assert!(matches!(again, Ok(Written::Done { .. })), "sent again: {again:?}");
-        assert_eq!(store.read(&[&key]).await.unwrap()[0], Some(entry));
-    }
-
-    /// A written update marks its first key's claim `done:` in place of its
-    /// own claim, not after removing it: in a slot that is moving out, the
-    /// node refuses a write to a key it no longer holds, and a mark lost so
-    /// would let a call sent again be counted twice.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_claimed_write_in_a_moving_slot_leaves_its_mark() {
-        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS_CLUSTER") else { return };
-        let prefix = format!("lst-moving-{}", std::process::id());
-        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
-        let shared = &store.shared;
-        let key = format!("k{}", crate::keys::hex(&shared.secret.key_hash(&prefix)));
-        let hash = shared.secret.key_hash(&key);
-        let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &key);
-        let slot = super::slot(&hash);
-        let conn = shared.link.cluster().unwrap();
-        let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
-        let on_owner = |cmd: redis::Cmd| {
-            let (mut conn, owner) = (conn.clone(), owner.clone());
-            async move { conn.route_command(cmd, owner).await.unwrap() }
-        };
-        // The entry, and this update's own claim on it (as after a miss).
-        assert_eq!(super::super::count::tests::add_one(&store, &key).await, 1);
-        let entry = store.read(&[&key]).await.unwrap().pop().flatten().unwrap();
-        let mut claim = format!("{prefix}:claim:{:x}:", shared.secret.generation());
-        super::push_hash(&mut claim, &hash, true);
-        on_owner(redis::cmd("SET").arg(&claim).arg(42).arg("PX").arg(10_000).clone()).await;
-        // The slot starts moving to another primary (no key moves yet).
-        let nodes: String =
-            redis::from_redis_value(on_owner(redis::cmd("CLUSTER").arg("NODES").clone()).await).unwrap();
-        let other = nodes
-            .lines()
-            .find(|l| {
-                let flags = l.split_whitespace().nth(2).unwrap_or_default();
-                flags.contains("master") && !flags.contains("myself") && !flags.contains("fail")
-            })
-            .and_then(|l| l.split_whitespace().next())
-            .unwrap()
-            .to_owned();
-        on_owner(redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&other).clone()).await;
-        let next = Entry { value: serde_json::json!(2), expires_at: entry.expires_at };
-        let call = WriteCall {
-            hashes: vec![hash],
-            tags: vec![tag],
-            expected: vec![Raw::encode(&entry)],
-            ops: vec![Op::Put { raw: Raw::encode(&next), pxat: next.expires_at }],
-            at: 0,
-            lead: 0,
-            lag: None,
-            token: 42,
-            claim: true,
-        };
-        let first = shared.batcher.write(call).await;
-        on_owner(redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("STABLE").clone()).await;
-        let (call, first) = first.unwrap();
-        assert!(matches!(first, Ok(Written::Done { .. })), "{first:?}");
-        let (_, again) = shared.batcher.write(call).await.unwrap();
-        assert!(matches!(again, Ok(Written::Done { .. })), "sent again: {again:?}");
-        assert_eq!(store.read(&[&key]).await.unwrap()[0], Some(next));
-        drop(conn);
     }
 }
