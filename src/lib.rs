@@ -106,7 +106,7 @@ pub mod guard;
 pub mod guide;
 // The HMAC of keys under the site secret: how the shared stores name a row.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
-mod keys;
+mod key_hash;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod layer;

@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 use self::row::{decide, Family, KeyHash, Stored};
 use crate::bound::{FamilyAdmission, FamilyTags, SharedBound, Short};
 use crate::error::Unavailable;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 use crate::rules::check_keys;
 use crate::transaction::refuse_in_transaction;
 use crate::{Apply, Entry, LimitStore, StoreError};

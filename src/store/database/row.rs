@@ -66,7 +66,7 @@ pub(super) fn live_entry(
     match row {
         Some(row) if row.generation == generation && row.expires_at > now => {
             let value = serde_json::from_str(&row.value).map_err(|e| StoreError::Corrupt {
-                key_hash: crate::keys::hex(hash),
+                key_hash: crate::key_hash::hex(hash),
                 detail: format!("its value is not JSON ({e})"),
                 source: Some(Box::new(e)),
             })?;

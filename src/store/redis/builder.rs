@@ -11,7 +11,7 @@ use super::server::ServerInfo;
 use super::upkeep::{self, SWEEP_EVERY};
 use super::{RedisStore, Shared, DEFAULT_GRACE, DEFAULT_MAX_ENTRIES, DEFAULT_PREFIX, DEFAULT_REMEMBER};
 use crate::bound::SharedBound;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 use crate::secret::redact;
 use crate::seen::Seen;
 use crate::server_clock::ServerClock;

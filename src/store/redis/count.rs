@@ -100,7 +100,7 @@ impl Shared {
 
 /// The live entries of `held` at `now`; a corrupt one fails under its hash.
 pub(super) fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
-    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::keys::hex(hash))).collect()
+    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::key_hash::hex(hash))).collect()
 }
 
 /// The operations for `writes` on keys of `families` that hold `held`, and

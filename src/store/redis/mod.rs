@@ -51,7 +51,7 @@ use self::family::{FamilyTags, Tag};
 use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 use crate::seen::{KeyHash, Seen};
 use crate::server_clock::ServerClock;
 use crate::StoreError;
