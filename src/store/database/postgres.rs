@@ -32,7 +32,7 @@ use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::upkeep::{latest_now, match_rows, read, upkeep};
-use crate::seen::Seen;
+use crate::last_seen::LastSeen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
@@ -60,7 +60,7 @@ pub(super) struct Postgres {
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
     read_first: ReadFirst,
-    seen: Seen<Stored>,
+    last_seen: LastSeen<Stored>,
     clock: ServerClock,
 }
 
@@ -129,7 +129,7 @@ impl Postgres {
             reader: Reader::new(pool.clone(), read),
             read_first: ReadFirst::default(),
             pool,
-            seen: Seen::new(remember),
+            last_seen: LastSeen::new(remember),
             clock: ServerClock::new(),
             table,
         })
@@ -193,7 +193,7 @@ impl Postgres {
         tx.commit().await?;
         conn.release();
         for (hash, row) in hashes.iter().zip(after) {
-            self.seen.set(hash, row);
+            self.last_seen.set(hash, row);
         }
         Ok(())
     }
@@ -201,7 +201,7 @@ impl Postgres {
     write_if!(sqlx::PgConnection, sqlx::Postgres);
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
-        self.seen.set(hash, row);
+        self.last_seen.set(hash, row);
     }
 
     read!();

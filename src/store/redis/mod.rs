@@ -52,7 +52,7 @@ use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
 use crate::key_hash::Secret;
-use crate::seen::{KeyHash, Seen};
+use crate::last_seen::{KeyHash, LastSeen};
 use crate::server_clock::ServerClock;
 use crate::StoreError;
 
@@ -97,7 +97,7 @@ struct Shared {
     /// The families' tags, and what each wrote (see `family.rs`).
     families: FamilyTags,
     clock: ServerClock,
-    seen: Seen<Raw>,
+    last_seen: LastSeen<Raw>,
     /// False: every update reads before it writes (`remember(0)`).
     guess: bool,
     /// On a Redis Cluster (see `cluster/`).

@@ -1,4 +1,4 @@
-//! PostgreSQL's one-statement tries (see `seen.rs`): a one-key count runs
+//! PostgreSQL's one-statement tries (see `last_seen.rs`): a one-key count runs
 //! `apply` on the row this store remembers, or on no row for a key it has
 //! not seen (the common case after a deploy or a restart, or with many
 //! instances), at its estimate of the database's clock, and writes with one
@@ -25,7 +25,7 @@ use crate::error::Unavailable;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::StoreError;
 
-/// The one-statement tries (see `seen.rs`). Each writes only if the row is
+/// The one-statement tries (see `last_seen.rs`). Each writes only if the row is
 /// as remembered and the clock within bounds of the estimate `apply` was
 /// given, and answers `done` with the row and the clock as they were before
 /// it, so a miss is also the read the count needs next.
@@ -174,7 +174,7 @@ impl Postgres {
     }
 
     /// One statement from the remembered row (or none, for a key this store
-    /// has not seen) and the estimated clock: see `seen.rs`. A replaced or
+    /// has not seen) and the estimated clock: see `last_seen.rs`. A replaced or
     /// inserted row goes with the other guesses waiting at the same time
     /// when a few are out already (see [`Replacer`]).
     pub(super) async fn guess(
@@ -184,7 +184,7 @@ impl Postgres {
         decide: &mut Decide<'_>,
     ) -> Result<Guess, Failure> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
-        let seen = self.seen.get(hash);
+        let seen = self.last_seen.get(hash);
         // A refusal here (full, corrupt, a bad answer) may be of the guess
         // only: the count reads the row and decides again.
         let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
@@ -281,7 +281,7 @@ impl Postgres {
         match replaced {
             Replaced::Done { now } => {
                 self.clock.reading(now);
-                self.seen.set(hash, after);
+                self.last_seen.set(hash, after);
                 Guess::Done
             }
             Replaced::Missed { row, now } => {
