@@ -5,8 +5,7 @@
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-/// A key's HMAC-SHA-256 under the site secret: what stores name entries by.
-pub(crate) type KeyHash = [u8; 32];
+use crate::key_hash::KeyHash;
 
 const SHARDS: usize = 64;
 

@@ -10,7 +10,7 @@ use super::family::{FamilyAdmission, Tag};
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
 use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;
-use crate::last_seen::KeyHash;
+use crate::key_hash::KeyHash;
 use crate::rules::{check_keys, run_apply};
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};

@@ -51,8 +51,9 @@ use self::family::{FamilyTags, Tag};
 use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
+use crate::key_hash::KeyHash;
 use crate::key_hash::Secret;
-use crate::last_seen::{KeyHash, LastSeen};
+use crate::last_seen::LastSeen;
 use crate::server_clock::ServerClock;
 use crate::StoreError;
 

@@ -42,7 +42,7 @@ use redis::cluster_async::ClusterConnection;
 pub(super) use self::lock::is_lock;
 pub(super) use self::nodes::{check_primaries, on, primaries, sweep};
 pub(super) use self::read::read;
-use crate::last_seen::KeyHash;
+use crate::key_hash::KeyHash;
 use crate::StoreError;
 
 /// The number of hash slots of a Redis Cluster.

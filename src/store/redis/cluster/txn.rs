@@ -19,7 +19,7 @@ use super::resolve::{record, resolve, settle, settle_acked};
 use super::scripts::{scripts, Call};
 use crate::bound::FamilyId;
 use crate::error::Unavailable;
-use crate::last_seen::KeyHash;
+use crate::key_hash::KeyHash;
 use crate::rules::run_apply;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Millis, StoreError};
