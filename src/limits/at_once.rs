@@ -15,8 +15,8 @@ use super::counted::{Counted, Given, Need};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
-use super::key::{key_of, CallKeys, KeyOf};
 use super::limit::Part;
+use super::store_key::{key_of, CallKeys, KeyOf};
 
 impl Counted {
     /// The attempt counted here and now, on a store that

@@ -20,10 +20,10 @@ use super::answers::Answers;
 use super::backend::{Answered, Backend};
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
-use super::key::{self, CallKeys};
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
 use super::parts::Held;
+use super::store_key::{self, CallKeys};
 
 use crate::log::Kind;
 /// One limit ready to count, with its counters and log throttles.
@@ -76,7 +76,7 @@ pub(super) enum Need {
 
 impl Counted {
     pub(super) fn new(limit: Limit, backend: Arc<dyn Backend>, rules: KeyRules, answers: Arc<Answers>) -> Self {
-        let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
+        let stems: Box<[String]> = limit.parts.iter().map(|p| store_key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
                 Algorithm::Gcra { budget, window } => Some(GcraStep::new(budget, window, 1)),
@@ -85,7 +85,7 @@ impl Counted {
             _ => None,
         };
         let integer = match only_gcra {
-            Some(_) => backend.integer_counts().map(|counts| counts.counter(&key::prefix(&stems[0]))),
+            Some(_) => backend.integer_counts().map(|counts| counts.counter(&store_key::prefix(&stems[0]))),
             None => None,
         };
         Counted {

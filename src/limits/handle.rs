@@ -14,9 +14,9 @@ use super::by_name::ByName;
 use super::counted::{Counted, Given, Need};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
-use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
+use super::store_key::CallKeys;
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]

@@ -37,7 +37,6 @@ mod error;
 mod fold;
 mod gcra;
 mod handle;
-mod key;
 mod last_hour;
 mod legacy;
 mod limit;
@@ -51,6 +50,7 @@ mod overrides;
 mod parts;
 pub mod presets;
 mod setting_names;
+mod store_key;
 mod tally;
 mod window;
 

@@ -14,9 +14,9 @@ use super::algorithm::{millis, Algorithm};
 use super::counted::Counted;
 use super::decision::Decision;
 use super::error::LimitError;
-use super::key::{plain_value, CallKeys};
 use super::limit::{Limit, Part};
 use super::normalize::KeyRules;
+use super::store_key::{plain_value, CallKeys};
 use crate::{Millis, MAX_KEY_BYTES};
 
 /// One value's own budget, and window (the part's when `None`).
