@@ -6,7 +6,7 @@
 //! wait on each other in a cycle) and holds them all while `apply` runs, which
 //! makes it atomic across the keys for writers and readers alike.
 //!
-//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key (`key.rs`):
+//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key (`hashed_key.rs`):
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
@@ -26,8 +26,8 @@
 //! room on the request path only from a few shards (`room.rs`); the sweeper
 //! does the rest.
 
+mod hashed_key;
 mod int_text;
-mod key;
 mod room;
 mod sip;
 mod spare;
@@ -36,7 +36,7 @@ mod sweeper;
 mod table;
 mod update;
 
-use key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
+use hashed_key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
 use table::Table;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};

@@ -14,7 +14,7 @@
 
 use hashbrown::HashTable;
 
-use super::key::{low_half, Located, FAMILY_SHIFT, IDENTITY};
+use super::hashed_key::{low_half, Located, FAMILY_SHIFT, IDENTITY};
 use super::spare;
 use super::stored::Stored;
 use crate::bound::{FamilyId, PerFamily};
