@@ -31,7 +31,7 @@ mod attempt;
 mod backend;
 mod builder;
 mod by_name;
-mod counted;
+mod compiled_limit;
 mod decision;
 mod error;
 mod fold;

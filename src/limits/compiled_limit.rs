@@ -1,4 +1,4 @@
-//! One limit ready to count ([`Counted`]): its store keys, its decisions
+//! One limit ready to count ([`CompiledLimit`]): its store keys, its decisions
 //! (those counted here and now on a store that answers at once are in
 //! `at_once.rs`), its answers by policy when the store is unavailable, and
 //! the tallies of each answer.
@@ -27,7 +27,7 @@ use super::store_key::{self, CallKeys};
 
 use crate::log::Kind;
 /// One limit ready to count, with its counters and log throttles.
-pub(super) struct Counted {
+pub(super) struct CompiledLimit {
     pub(super) limit: Limit,
     /// How values are made one before they are counted.
     pub(super) rules: KeyRules,
@@ -74,7 +74,7 @@ pub(super) enum Need {
     Resetting,
 }
 
-impl Counted {
+impl CompiledLimit {
     pub(super) fn new(limit: Limit, backend: Arc<dyn Backend>, rules: KeyRules, answers: Arc<Answers>) -> Self {
         let stems: Box<[String]> = limit.parts.iter().map(|p| store_key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
@@ -88,7 +88,7 @@ impl Counted {
             Some(_) => backend.integer_counts().map(|counts| counts.counter(&store_key::prefix(&stems[0]))),
             None => None,
         };
-        Counted {
+        CompiledLimit {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
