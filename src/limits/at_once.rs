@@ -11,7 +11,7 @@ use std::task::Poll;
 use crate::transaction::refuse_in_transaction;
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
-use super::compiled_limit::{CompiledLimit, Given, Need};
+use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
@@ -86,7 +86,7 @@ impl CompiledLimit {
         let mut keys = CallKeys::new();
         match given {
             Given::Parts(parts) => {
-                if let Err(e) = self.keys(parts, Need::All, &mut keys) {
+                if let Err(e) = self.keys(parts, PartsNeeded::All, &mut keys) {
                     return A::ready(Err(e));
                 }
             }

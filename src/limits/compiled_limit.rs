@@ -69,7 +69,7 @@ pub(super) enum Given<'a> {
 
 /// Whether a call needs every part, or only those a reset clears.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Need {
+pub(super) enum PartsNeeded {
     All,
     Resetting,
 }
@@ -158,12 +158,17 @@ impl CompiledLimit {
 
     /// Adds to `keys` the store key of each part the call needs, with the
     /// part's index, in the limit's order of parts.
-    pub(super) fn keys(&self, given: &[(&str, &str)], need: Need, keys: &mut CallKeys) -> Result<(), LimitError> {
+    pub(super) fn keys(
+        &self,
+        given: &[(&str, &str)],
+        needed: PartsNeeded,
+        keys: &mut CallKeys,
+    ) -> Result<(), LimitError> {
         let limit = &self.limit;
         if let Some((part, value)) = self.only_value(given) {
             // One part given for a limit of one, the usual call: no lists.
             let value = value.map_err(|_| self.bad_value(part))?;
-            if need == Need::All || part.resets {
+            if needed == PartsNeeded::All || part.resets {
                 keys.push(0, &self.stems[0], &value);
             }
             return Ok(());
@@ -186,11 +191,11 @@ impl CompiledLimit {
                 Some(value) => {
                     let value = self.rules.apply(part.normalize, value).map_err(|_| self.bad_value(part))?;
                     // A reset clears only the parts that reset.
-                    if need == Need::All || part.resets {
+                    if needed == PartsNeeded::All || part.resets {
                         keys.push(i, &self.stems[i], &value);
                     }
                 }
-                None if need == Need::Resetting && !part.resets => {}
+                None if needed == PartsNeeded::Resetting && !part.resets => {}
                 None => return Err(self.missing(part)),
             }
         }

@@ -11,7 +11,7 @@ use super::answers::Answers;
 use super::attempt::Found;
 use super::backend::CostNotCounted;
 use super::by_name::ByName;
-use super::compiled_limit::{CompiledLimit, Given, Need};
+use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::last_hour::LastHour;
@@ -73,7 +73,7 @@ impl Limits {
         cost: u64,
     ) -> Result<Decision, LimitError> {
         let mut keys = CallKeys::new();
-        compiled.keys(parts, Need::All, &mut keys)?;
+        compiled.keys(parts, PartsNeeded::All, &mut keys)?;
         let overridden = compiled.algorithms_for(&keys);
         let algorithms = overridden.as_ref().unwrap_or(&compiled.algorithms);
         let answered =
@@ -96,7 +96,7 @@ impl Limits {
         refuse_in_transaction()?;
         let compiled = self.get(name)?;
         let mut keys = CallKeys::new();
-        compiled.keys(parts, Need::Resetting, &mut keys)?;
+        compiled.keys(parts, PartsNeeded::Resetting, &mut keys)?;
         if keys.is_empty() {
             return Ok(());
         }
