@@ -10,18 +10,18 @@ use crate::{LimitStore, Millis};
 use super::answers::Answers;
 use super::attempt::Found;
 use super::backend::CostNotCounted;
-use super::by_name::ByName;
 use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
 use super::last_hour::LastHour;
 use super::limit::Limit;
+use super::name_table::NameTable;
 use super::store_key::CallKeys;
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
-    limits: Arc<ByName<CompiledLimit>>,
+    limits: Arc<NameTable<CompiledLimit>>,
     /// The limit store (guarded), for its stats and health; every limit but
     /// those an earlier-contract store serves counts in it.
     store: Arc<dyn LimitStore>,
@@ -36,7 +36,7 @@ impl std::fmt::Debug for Limits {
 impl Limits {
     /// The limits ready to count, by name, as the builder put them together.
     pub(super) fn new(limits: Vec<(String, CompiledLimit)>, store: Arc<dyn LimitStore>) -> Self {
-        Limits { limits: Arc::new(ByName::new(limits)), store }
+        Limits { limits: Arc::new(NameTable::new(limits)), store }
     }
 
     /// An attempt of `cost` on the limit `found` here and now, on a store
@@ -150,7 +150,7 @@ impl Limits {
     }
 
     /// The limits by name.
-    pub(super) fn by_name(&self) -> &ByName<CompiledLimit> {
+    pub(super) fn table(&self) -> &NameTable<CompiledLimit> {
         &self.limits
     }
 

@@ -31,7 +31,7 @@ impl Limits {
     /// A handle to limit `name`, to count on it with no lookup by name;
     /// `None` when there is no such limit.
     pub fn handle(&self, name: &str) -> Option<LimitHandle> {
-        let index = self.by_name().position(name)?;
+        let index = self.table().position(name)?;
         Some(LimitHandle { limits: self.clone(), index })
     }
 }
@@ -86,7 +86,7 @@ impl LimitHandle {
     }
 
     fn compiled(&self) -> &CompiledLimit {
-        self.limits.by_name().at(self.index)
+        self.limits.table().at(self.index)
     }
 }
 
