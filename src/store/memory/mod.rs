@@ -14,7 +14,7 @@
 //! cache line (`table.rs`); anything else in a 64-byte slot (`stored.rs`), a
 //! small object or array as its JSON text inline, so a `{"n": 3}` costs no
 //! `BTreeMap` node; `apply` gets the value rebuilt, into an object the thread
-//! kept from an earlier count when its keys are the same (`spare.rs`).
+//! kept from an earlier count when its keys are the same (`spare_map.rs`).
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every minute, and sooner near the bound).
@@ -30,7 +30,7 @@ mod hashed_key;
 mod int_text;
 mod room;
 mod sip;
-mod spare;
+mod spare_map;
 mod stored;
 mod sweeper;
 mod table;
