@@ -174,7 +174,7 @@ impl RedisStoreBuilder {
             families: super::family::FamilyTags::new(),
             clock: ServerClock::new(),
             last_seen: LastSeen::new(self.remember),
-            guess: self.remember > 0,
+            guess_from_last_seen: self.remember > 0,
             cluster: link_is_cluster,
             trips: super::Trips::default(),
             server: info,

@@ -48,7 +48,7 @@ impl Shared {
     /// The first basis of an update: a guess when the store guesses and the
     /// clock can be estimated.
     async fn first_basis(&self, hashes: &[KeyHash], names: impl FnOnce() -> Vec<String>) -> Result<Basis, StoreError> {
-        match self.clock.estimate().filter(|_| self.guess) {
+        match self.clock.estimate().filter(|_| self.guess_from_last_seen) {
             Some(now) => Ok(Basis {
                 held: hashes.iter().map(|h| self.last_seen.get(h).unwrap_or_default()).collect(),
                 now,

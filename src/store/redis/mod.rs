@@ -100,7 +100,7 @@ struct Shared {
     clock: ServerClock,
     last_seen: LastSeen<Raw>,
     /// False: every update reads before it writes (`remember(0)`).
-    guess: bool,
+    guess_from_last_seen: bool,
     /// On a Redis Cluster (see `cluster/`).
     cluster: bool,
     trips: Trips,

@@ -73,7 +73,7 @@ pub(in crate::store::redis) async fn count(
     // The first try runs on the store's guess when it can guess (the entries
     // it last saw, the estimated clock), as a one-slot count does: the
     // prewrites check it, clock and all. A wrong guess costs the read.
-    let mut guess = shared.clock.estimate().filter(|_| shared.guess).map(|now| {
+    let mut guess = shared.clock.estimate().filter(|_| shared.guess_from_last_seen).map(|now| {
         let held: Vec<Raw> = hashes.iter().map(|h| shared.last_seen.get(h).unwrap_or_default()).collect();
         (now, held)
     });
