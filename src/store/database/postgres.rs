@@ -36,7 +36,7 @@ use crate::last_seen::LastSeen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
-use self::optimistic::Guesses;
+use self::optimistic::GuessStatements;
 use self::pages::Pages;
 use self::reader::Reader;
 use self::replace::Replacer;
@@ -56,7 +56,7 @@ pub(super) struct Postgres {
     insert_new: String,
     replace_if: String,
     delete_if: String,
-    guess: Guesses,
+    guess_statements: GuessStatements,
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
     read_first: ReadFirst,
@@ -124,7 +124,7 @@ impl Postgres {
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
             ),
-            guess: Guesses::new(t),
+            guess_statements: GuessStatements::new(t),
             replacer: Replacer::new(pool.clone(), t),
             reader: Reader::new(pool.clone(), read),
             read_first: ReadFirst::default(),

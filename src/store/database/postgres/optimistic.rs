@@ -30,7 +30,7 @@ use crate::StoreError;
 /// given, and answers `done` with the row and the clock as they were before
 /// it, so a miss is also the read the count needs next.
 #[derive(Debug)]
-pub(super) struct Guesses {
+pub(super) struct GuessStatements {
     /// No row remembered: insert, unless a row is there.
     insert: String,
     /// Replace the remembered row (alone; see [`Replacer`] for the rest).
@@ -43,7 +43,7 @@ pub(super) struct Guesses {
     keep_absent: String,
 }
 
-impl Guesses {
+impl GuessStatements {
     pub(super) fn new(t: &str) -> Self {
         // `$est` is the estimate `apply` was given.
         let clock = |est: &str| format!("{NOW} BETWEEN {est} - {MAX_LEAD_MS} AND {est} + {MAX_LAG_MS}");
@@ -54,7 +54,7 @@ impl Guesses {
             )
         };
         let counted = then("(SELECT count(*) FROM w)");
-        Guesses {
+        GuessStatements {
             insert: format!(
                 "WITH w AS (INSERT INTO {t} (key_hash, generation, value, expires_at, family) \
                  SELECT $1::bytea, $2::int8, $3::text, $4::int8, $6::int2 WHERE {} \
@@ -192,7 +192,7 @@ impl Postgres {
         // A place among the guesses out alone, held until the statement answers.
         let mut alone = None;
         let mut inserting = false;
-        let g = &self.guess;
+        let g = &self.guess_statements;
         let query = match (seen, write) {
             (Some(old), RowWrite::Put { value, expires_at, family }) => {
                 alone = self.replacer.alone();
