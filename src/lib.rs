@@ -106,7 +106,9 @@ pub mod guard;
 pub mod guide;
 // The HMAC of keys under the site secret: how the shared stores name a row.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
-mod keys;
+mod key_hash;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+mod last_seen;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod layer;
@@ -115,8 +117,6 @@ pub mod log;
 pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
-mod seen;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;

@@ -1,7 +1,7 @@
 //! A server's clock (a database's, Redis's), estimated between its readings,
 //! so that a count may run `apply` before the server answers.
 //!
-//! A store that remembers a key's last entry ([`Seen`](crate::seen::Seen))
+//! A store that remembers a key's last entry ([`LastSeen`](crate::last_seen::LastSeen))
 //! runs `apply` on it at the estimated clock and sends the write with a
 //! condition, checked by the server in the same call: the entry is still as
 //! remembered, and the server's clock is within [`MAX_LEAD_MS`] before and

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 
 use super::{Bound, FamilyId, Short, FAMILIES};
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 
 /// A family's tag, as stored beside its entries.
 pub(crate) type Tag = u16;

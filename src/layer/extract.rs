@@ -126,7 +126,7 @@ impl KeyExtractor for HeaderKey {
 
     fn key_in_place(&self, headers: &HeaderMap, _: &Extensions) -> Result<Option<Key>, NeedsParts> {
         let value = headers.get(&self.name).and_then(|v| v.to_str().ok()).map(str::trim);
-        Ok(value.filter(|v| !v.is_empty()).map(Key::new))
+        Ok(value.filter(|v| !v.is_empty()).map(Key::from))
     }
 }
 
@@ -160,6 +160,6 @@ mod tests {
             let path = |parts: &Parts| Some(parts.uri.path().to_owned());
             assert_eq!(path.key_in_place(&parts.headers, &parts.extensions), Err(NeedsParts));
         }
-        assert_eq!(Key::new(&long).as_str(), long);
+        assert_eq!(Key::from(long.as_str()).as_str(), long);
     }
 }

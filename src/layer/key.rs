@@ -13,6 +13,7 @@ use crate::limits::write_address;
 
 /// The value a request is counted by, as a [`KeyExtractor`](super::KeyExtractor)
 /// finds it: inline up to 48 bytes (any address's text fits), else on the heap.
+/// Made from a `&str` (inline when it fits) or a `String` (taken as it is).
 #[derive(Clone)]
 pub struct Key(Repr);
 
@@ -25,11 +26,6 @@ enum Repr {
 }
 
 impl Key {
-    /// `text` as a key, inline when it fits.
-    pub fn new(text: &str) -> Self {
-        ArrayString::from(text).map_or_else(|_| Key(Repr::Heap(text.to_owned())), |s| Key(Repr::Inline(s)))
-    }
-
     /// The client address `ip` (its network, as the extractor counts it):
     /// its text is [`write_address`]'s, and a limit counts it as that text.
     pub(crate) fn address(ip: IpAddr) -> Self {
@@ -67,6 +63,13 @@ impl PartialEq for Key {
 }
 
 impl Eq for Key {}
+
+/// `text` as a key, inline when it fits.
+impl From<&str> for Key {
+    fn from(text: &str) -> Self {
+        ArrayString::from(text).map_or_else(|_| Key(Repr::Heap(text.to_owned())), |s| Key(Repr::Inline(s)))
+    }
+}
 
 impl From<String> for Key {
     fn from(text: String) -> Self {

@@ -11,14 +11,14 @@ use std::task::Poll;
 use crate::transaction::refuse_in_transaction;
 use crate::{GcraCounted, GcraStep, LimitStore, Millis, StoreError};
 
-use super::counted::{Counted, Given, Need};
+use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
-use super::key::{key_of, CallKeys, KeyOf};
 use super::limit::Part;
+use super::store_key::{key_of, CallKeys, KeyOf};
 
-impl Counted {
+impl CompiledLimit {
     /// The attempt counted here and now, on a store that
     /// [answers at once](LimitStore::update_now): no future, and nothing
     /// kept across an await. The usual one (one value of a limit whose one
@@ -86,7 +86,7 @@ impl Counted {
         let mut keys = CallKeys::new();
         match given {
             Given::Parts(parts) => {
-                if let Err(e) = self.keys(parts, Need::All, &mut keys) {
+                if let Err(e) = self.keys(parts, PartsNeeded::All, &mut keys) {
                     return A::ready(Err(e));
                 }
             }

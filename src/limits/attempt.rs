@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::counted::{Counted, Given};
+use super::compiled_limit::{CompiledLimit, Given};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::handle::Limits;
@@ -28,14 +28,14 @@ pub struct Attempt<'a> {
 }
 
 /// The limit an attempt counts on, or the name that found no limit.
-pub(super) type Found<'a> = Result<&'a Counted, &'a str>;
+pub(super) type Found<'a> = Result<&'a CompiledLimit, &'a str>;
 
 /// The limit an attempt names: by its name, found when the attempt is
 /// first polled, or found already (a [`LimitHandle`](super::LimitHandle)'s).
 #[derive(Clone, Copy)]
 pub(super) enum Which<'a> {
     Named(&'a str),
-    Found(&'a Counted),
+    Found(&'a CompiledLimit),
 }
 
 /// The answer of a store that answers through a future.
@@ -56,7 +56,7 @@ impl std::fmt::Debug for Attempt<'_> {
             State::Start { which, .. } => {
                 let name = match which {
                     Which::Named(name) => name,
-                    Which::Found(counted) => counted.limit.name(),
+                    Which::Found(compiled) => compiled.limit.name(),
                 };
                 format!("not polled yet, on limit {name:?}")
             }
@@ -109,15 +109,15 @@ impl Future for Attempt<'_> {
             this.state = State::Done;
             let found = match which {
                 Which::Named(name) => limits.found(name),
-                Which::Found(counted) => Ok(counted),
+                Which::Found(compiled) => Ok(compiled),
             };
             let answered = limits.attempt_at_once(found, Given::Parts(parts), cost);
             if answered.is_ready() {
                 return answered;
             }
             // An unknown limit was answered above.
-            if let Ok(counted) = found {
-                this.state = State::Later(Box::pin(limits.attempt_later(counted, parts, cost)));
+            if let Ok(compiled) = found {
+                this.state = State::Later(Box::pin(limits.attempt_later(compiled, parts, cost)));
             }
         }
         match &mut this.state {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use crate::{Entry, IntegerCounts, LimitStore, Millis, StoreError, Write};
 
 use super::algorithm::{Algorithm, Verdict};
-use super::key::CallKeys;
 use super::parts::{decide_held, Held};
+use super::store_key::CallKeys;
 
 /// What a count answered: the verdict, what each part holds, and when it
 /// was counted (the store's clock).

@@ -9,7 +9,7 @@ use crate::{Guarded, LimitStore, MemoryStore, Millis};
 
 use super::algorithm::{millis, Algorithm};
 use super::backend::Backend;
-use super::counted::Counted;
+use super::compiled_limit::CompiledLimit;
 use super::error::LimitError;
 use super::handle::Limits;
 use super::legacy::{GuardedLegacy, RateLimitStore, SERVED};
@@ -254,7 +254,7 @@ impl LimitsBuilder {
         }
         let in_store: Arc<dyn Backend> = Arc::new(store.clone());
         let legacy = self.legacy.map(|l| Arc::new(GuardedLegacy::new(l, self.deadline, self.max_in_flight)));
-        let counted: Vec<(String, Counted)> = limits
+        let compiled: Vec<(String, CompiledLimit)> = limits
             .into_iter()
             .map(|limit| {
                 let backend: Arc<dyn Backend> = match &legacy {
@@ -263,10 +263,13 @@ impl LimitsBuilder {
                 };
                 let answers = self.previous.as_ref().and_then(|p| p.answers(&limit.name)).unwrap_or_default();
                 let overrides = Overrides::of(&limit, self.rules)?;
-                Ok((limit.name.clone(), Counted::new(limit, backend, self.rules, answers).with_overrides(overrides)))
+                Ok((
+                    limit.name.clone(),
+                    CompiledLimit::new(limit, backend, self.rules, answers).with_overrides(overrides),
+                ))
             })
             .collect::<Result<_, LimitError>>()?;
-        Ok(Limits::new(counted, store))
+        Ok(Limits::new(compiled, store))
     }
 }
 

@@ -10,18 +10,18 @@ use crate::{LimitStore, Millis};
 use super::answers::Answers;
 use super::attempt::Found;
 use super::backend::CostNotCounted;
-use super::by_name::ByName;
-use super::counted::{Counted, Given, Need};
+use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::{Decision, LimitCounters};
 use super::error::LimitError;
-use super::key::CallKeys;
 use super::last_hour::LastHour;
 use super::limit::Limit;
+use super::name_table::NameTable;
+use super::store_key::CallKeys;
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Limits {
-    limits: Arc<ByName<Counted>>,
+    limits: Arc<NameTable<CompiledLimit>>,
     /// The limit store (guarded), for its stats and health; every limit but
     /// those an earlier-contract store serves counts in it.
     store: Arc<dyn LimitStore>,
@@ -35,8 +35,8 @@ impl std::fmt::Debug for Limits {
 
 impl Limits {
     /// The limits ready to count, by name, as the builder put them together.
-    pub(super) fn new(limits: Vec<(String, Counted)>, store: Arc<dyn LimitStore>) -> Self {
-        Limits { limits: Arc::new(ByName::new(limits)), store }
+    pub(super) fn new(limits: Vec<(String, CompiledLimit)>, store: Arc<dyn LimitStore>) -> Self {
+        Limits { limits: Arc::new(NameTable::new(limits)), store }
     }
 
     /// An attempt of `cost` on the limit `found` here and now, on a store
@@ -44,7 +44,7 @@ impl Limits {
     /// future, and nothing was counted. The way from an attempt's future to
     /// its decision: [`attempt_later`](Self::attempt_later) goes on from it;
     /// a [`LimitHandle`](super::LimitHandle)'s answers here and now take
-    /// [`Counted::answer_now`], its twin. Inlined into the future's body,
+    /// [`CompiledLimit::answer_now`], its twin. Inlined into the future's body,
     /// which the compiler inlines whole.
     #[inline(always)]
     pub(super) fn attempt_at_once(
@@ -56,33 +56,33 @@ impl Limits {
         if let Err(e) = refuse_in_transaction() {
             return Poll::Ready(Err(e.into()));
         }
-        let counted = match found {
-            Ok(counted) => counted,
+        let compiled = match found {
+            Ok(compiled) => compiled,
             Err(name) => return Poll::Ready(Err(self.unknown(name))),
         };
-        counted.attempt_now(given, cost)
+        compiled.attempt_now(given, cost)
     }
 
-    /// [`attempt_cost`](Self::attempt_cost) on `counted` through a future,
+    /// [`attempt_cost`](Self::attempt_cost) on `compiled` through a future,
     /// by the limit's backend (after [`attempt_at_once`](Self::attempt_at_once)
     /// answered `Pending`).
     pub(super) async fn attempt_later(
         &self,
-        counted: &Counted,
+        compiled: &CompiledLimit,
         parts: &[(&str, &str)],
         cost: u64,
     ) -> Result<Decision, LimitError> {
         let mut keys = CallKeys::new();
-        counted.keys(parts, Need::All, &mut keys)?;
-        let overridden = counted.algorithms_for(&keys);
-        let algorithms = overridden.as_ref().unwrap_or(&counted.algorithms);
+        compiled.keys(parts, PartsNeeded::All, &mut keys)?;
+        let overridden = compiled.algorithms_for(&keys);
+        let algorithms = overridden.as_ref().unwrap_or(&compiled.algorithms);
         let answered =
-            counted.backend.count(&keys, algorithms, cost).await.map_err(|CostNotCounted| {
-                LimitError::CostNotCounted { limit: counted.limit.name().to_owned(), cost }
+            compiled.backend.count(&keys, algorithms, cost).await.map_err(|CostNotCounted| {
+                LimitError::CostNotCounted { limit: compiled.limit.name().to_owned(), cost }
             })?;
-        let decided = counted.settle(answered, cost);
+        let decided = compiled.settle(answered, cost);
         match &overridden {
-            Some(algorithms) => counted.with_budgets_of(decided, algorithms),
+            Some(algorithms) => compiled.with_budgets_of(decided, algorithms),
             None => decided,
         }
     }
@@ -94,13 +94,13 @@ impl Limits {
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub async fn reset(&self, name: &str, parts: &[(&str, &str)]) -> Result<(), LimitError> {
         refuse_in_transaction()?;
-        let counted = self.get(name)?;
+        let compiled = self.get(name)?;
         let mut keys = CallKeys::new();
-        counted.keys(parts, Need::Resetting, &mut keys)?;
+        compiled.keys(parts, PartsNeeded::Resetting, &mut keys)?;
         if keys.is_empty() {
             return Ok(());
         }
-        Ok(counted.backend.reset(&keys).await?)
+        Ok(compiled.backend.reset(&keys).await?)
     }
 
     /// The store's fill and sweeps (see [`LimitStore::stats`](crate::LimitStore::stats)).
@@ -139,7 +139,7 @@ impl Limits {
     }
 
     #[inline]
-    fn get(&self, name: &str) -> Result<&Counted, LimitError> {
+    fn get(&self, name: &str) -> Result<&CompiledLimit, LimitError> {
         self.limits.get(name).ok_or_else(|| self.unknown(name))
     }
 
@@ -150,7 +150,7 @@ impl Limits {
     }
 
     /// The limits by name.
-    pub(super) fn by_name(&self) -> &ByName<Counted> {
+    pub(super) fn table(&self) -> &NameTable<CompiledLimit> {
         &self.limits
     }
 

@@ -30,8 +30,8 @@ use crate::{Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome};
 use super::backend::{Answered, Backend, CostNotCounted};
-use super::key::CallKeys;
 use super::parts;
+use super::store_key::CallKeys;
 
 /// The earlier store contract: a counter per key that expires with its window.
 #[async_trait::async_trait]

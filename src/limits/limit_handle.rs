@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use super::attempt::{Attempt, Which};
-use super::counted::{Counted, Given};
+use super::compiled_limit::{CompiledLimit, Given};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::handle::Limits;
@@ -23,7 +23,7 @@ pub struct LimitHandle {
 
 impl std::fmt::Debug for LimitHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LimitHandle").field("limit", &self.counted().limit.name()).finish_non_exhaustive()
+        f.debug_struct("LimitHandle").field("limit", &self.compiled().limit.name()).finish_non_exhaustive()
     }
 }
 
@@ -31,7 +31,7 @@ impl Limits {
     /// A handle to limit `name`, to count on it with no lookup by name;
     /// `None` when there is no such limit.
     pub fn handle(&self, name: &str) -> Option<LimitHandle> {
-        let index = self.by_name().position(name)?;
+        let index = self.table().position(name)?;
         Some(LimitHandle { limits: self.clone(), index })
     }
 }
@@ -44,7 +44,7 @@ impl LimitHandle {
 
     /// [`Limits::attempt_cost`] on this limit.
     pub fn attempt_cost<'a>(&'a self, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
-        Attempt::new(&self.limits, Which::Found(self.counted()), parts, cost)
+        Attempt::new(&self.limits, Which::Found(self.compiled()), parts, cost)
     }
 
     /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
@@ -57,7 +57,7 @@ impl LimitHandle {
     ///
     /// Refused inside [`in_transaction`](crate::in_transaction).
     pub fn attempt_now(&self, parts: &[(&str, &str)], cost: u64) -> Option<Result<Decision, LimitError>> {
-        self.counted().answer_now(Given::Parts(parts), cost)
+        self.compiled().answer_now(Given::Parts(parts), cost)
     }
 
     /// [`attempt_now`](Self::attempt_now) on a limit of one part, given
@@ -69,24 +69,24 @@ impl LimitHandle {
     /// layer's extractors do. A limit of more parts is
     /// [`LimitError::MissingPart`].
     pub fn attempt_address_now(&self, ip: IpAddr, cost: u64) -> Option<Result<Decision, LimitError>> {
-        let counted = self.counted();
-        let part = match counted.only_part() {
+        let compiled = self.compiled();
+        let part = match compiled.only_part() {
             Ok(part) => part,
             Err(e) => return Some(Err(e)),
         };
-        let answer = |normal: &str| counted.answer_now(Given::Normal(normal), cost);
-        counted.rules.with_address(part.normalize, self.client_network(ip), answer)
+        let answer = |normal: &str| compiled.answer_now(Given::Normal(normal), cost);
+        compiled.rules.with_address(part.normalize, self.client_network(ip), answer)
     }
 
     /// The address a client at `ip` counts as (see
     /// [`attempt_address_now`](Self::attempt_address_now)), for a count
     /// that goes through the address's text.
     pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
-        self.counted().rules.client_network(ip)
+        self.compiled().rules.client_network(ip)
     }
 
-    fn counted(&self) -> &Counted {
-        self.limits.by_name().at(self.index)
+    fn compiled(&self) -> &CompiledLimit {
+        self.limits.table().at(self.index)
     }
 }
 

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::algorithm::{millis, Algorithm};
-use super::counted::Counted;
+use super::compiled_limit::CompiledLimit;
 use super::decision::Decision;
 use super::error::LimitError;
-use super::key::{plain_value, CallKeys};
 use super::limit::{Limit, Part};
 use super::normalize::KeyRules;
+use super::store_key::{plain_value, CallKeys};
 use crate::{Millis, MAX_KEY_BYTES};
 
 /// One value's own budget, and window (the part's when `None`).
@@ -107,7 +107,7 @@ impl Overrides {
     }
 }
 
-impl Counted {
+impl CompiledLimit {
     /// This limit counting `overrides`' values by their own budgets: off
     /// the integer count, which knows only the part's.
     pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {

@@ -40,7 +40,7 @@ pub enum Answered {
 }
 
 /// The answer, and each matched rule with how it answered.
-pub struct Counted {
+pub struct EnvoyAnswer {
     /// What envoy gets.
     pub response: RateLimitResponse,
     /// For the metrics: each descriptor that matched a counted rule.
@@ -102,7 +102,7 @@ fn hits(request: &RateLimitRequest, descriptor: &RateLimitDescriptor) -> u64 {
 }
 
 /// Counts `request` against `rules` in `store`.
-pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitRequest) -> Result<Counted, Problem> {
+pub async fn count(store: &dyn LimitStore, rules: &Rules, request: &RateLimitRequest) -> Result<EnvoyAnswer, Problem> {
     if request.domain.is_empty() {
         return Err(Problem::Invalid("the request names no domain".into()));
     }
@@ -188,7 +188,7 @@ fn decide(
 /// The response: one status per descriptor, in order. A descriptor of 0
 /// hits is a check: answered, and left out of the metrics, as an attempt
 /// of cost 0 is left out of a limit's counters.
-fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) -> Counted {
+fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) -> EnvoyAnswer {
     let mut answered = Vec::new();
     let statuses = slots
         .into_iter()
@@ -221,7 +221,10 @@ fn answer(slots: Vec<Slot>, outcomes: &[Outcome], allowed: bool, now: Millis) ->
         })
         .collect();
     let overall = if allowed { Code::Ok } else { Code::OverLimit };
-    Counted { response: RateLimitResponse { overall_code: overall.into(), statuses, ..Default::default() }, answered }
+    EnvoyAnswer {
+        response: RateLimitResponse { overall_code: overall.into(), statuses, ..Default::default() },
+        answered,
+    }
 }
 
 fn millis(d: std::time::Duration) -> Millis {

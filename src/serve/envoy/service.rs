@@ -77,11 +77,11 @@ impl RateLimitService for EnvoyService {
         self.authorized(request.metadata())?;
         let rules = self.rules.current();
         match count(&*self.store, &rules, request.get_ref()).await {
-            Ok(counted) => {
-                for (rule, said) in &counted.answered {
+            Ok(answer) => {
+                for (rule, said) in &answer.answered {
                     self.metrics.answered(rule, *said);
                 }
-                Ok(Response::new(counted.response))
+                Ok(Response::new(answer.response))
             }
             Err(Problem::Invalid(why)) => Err(Status::invalid_argument(why)),
             Err(Problem::Store(e)) => {

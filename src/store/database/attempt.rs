@@ -201,7 +201,7 @@ impl<'a> Locked<'a> {
 /// hash, old generation, old value, old expiry)`, `delete_if(hash, old generation, old
 /// value, old expiry)`, `read_rows(conn, hashes)`, `remember(hash, row)` and
 /// `guess(hash, generation, decide)` (a one-statement try from what the
-/// backend remembers; see `seen.rs`). PostgreSQL has its own, whose second
+/// backend remembers; see `last_seen.rs`). PostgreSQL has its own, whose second
 /// try may go with others (`postgres/optimistic.rs`).
 #[cfg(feature = "mysql")]
 macro_rules! optimistic {

@@ -9,7 +9,7 @@ use super::{
     DEFAULT_TABLE, SWEEP_EVERY,
 };
 use crate::bound::SharedBound;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 use crate::StoreError;
 
 /// Which backend a URL names.

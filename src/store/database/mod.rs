@@ -6,7 +6,7 @@
 //!   locked, a key's first update included (a missing row is created locked),
 //!   or an equivalent: a one-key count on PostgreSQL or MySQL first reads the
 //!   row and writes only if it is unchanged; a row this store remembers, or
-//!   a missing one, is counted by one such statement (`crate::seen`,
+//!   a missing one, is counted by one such statement (`crate::last_seen`,
 //!   `read_first.rs`); whatever changed under them falls back to the lock.
 //! - Under load, counts that wait go together (`queue.rs`): on SQLite in one
 //!   transaction, on PostgreSQL the remembered-row statements in one
@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 use self::row::{decide, Family, KeyHash, Stored};
 use crate::bound::{FamilyAdmission, FamilyTags, SharedBound, Short};
 use crate::error::Unavailable;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
 use crate::rules::check_keys;
 use crate::transaction::refuse_in_transaction;
 use crate::{Apply, Entry, LimitStore, StoreError};

@@ -5,7 +5,7 @@
 //! InnoDB's gap locks out of the way; a deadlock that still happens is retried.
 //!
 //! A one-key count reads its row with the clock, then writes only if the
-//! row is unchanged. On a row this store remembers (`crate::seen`) it writes
+//! row is unchanged. On a row this store remembers (`crate::last_seen`) it writes
 //! at once: `apply` runs on that row at the estimated clock, and the write
 //! lands only if the row and the server's clock are as guessed. A key it has
 //! not seen is guessed to have no row, and inserted in one statement if so,
@@ -29,7 +29,7 @@ use super::read_first::ReadFirst;
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::sweep::BATCH;
 use super::upkeep::{by_key_count, latest_now, marks, match_rows, read, sweep_in_batches, upkeep};
-use crate::seen::Seen;
+use crate::last_seen::LastSeen;
 use crate::server_clock::{ServerClock, MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Millis, StoreError};
 
@@ -57,7 +57,7 @@ pub(super) struct Mysql {
     guess_delete: String,
     /// `insert_new` of a key not seen, if the clock is as estimated.
     guess_insert: String,
-    seen: Seen<Stored>,
+    last_seen: LastSeen<Stored>,
     read_first: ReadFirst,
     clock: ServerClock,
 }
@@ -148,7 +148,7 @@ impl Mysql {
                 "INSERT IGNORE INTO {t} (key_hash, generation, value, expires_at, family) \
                  SELECT ?, ?, ?, ?, ? FROM DUAL WHERE {clock}"
             ),
-            seen: Seen::new(remember),
+            last_seen: LastSeen::new(remember),
             read_first: ReadFirst::default(),
             clock: ServerClock::new(),
             table,
@@ -191,7 +191,7 @@ impl Mysql {
     /// `read_first.rs`), else in `try_optimistic`.
     async fn guess(&self, hash: &KeyHash, generation: i64, decide: &mut Decide<'_>) -> Result<Guess, sqlx::Error> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
-        let seen = self.seen.get(hash);
+        let seen = self.last_seen.get(hash);
         let new = seen.is_none();
         let mut query = None;
         let mut after = None;
@@ -215,7 +215,7 @@ impl Mysql {
             if new {
                 self.read_first.note_row(false);
             }
-            self.seen.set(hash, after);
+            self.last_seen.set(hash, after);
             Guess::Done
         } else if new {
             let (rows, now) = self.read_rows(&mut conn, std::slice::from_ref(hash)).await?;
@@ -223,7 +223,7 @@ impl Mysql {
             self.read_first.note_row(row.is_some());
             Guess::Missed { row, now }
         } else {
-            self.seen.set(hash, None);
+            self.last_seen.set(hash, None);
             Guess::NotTried
         };
         conn.release();
@@ -231,7 +231,7 @@ impl Mysql {
     }
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
-        self.seen.set(hash, row);
+        self.last_seen.set(hash, row);
     }
 
     async fn try_update(&self, hashes: &[KeyHash], generation: i64, decide: &mut Decide<'_>) -> Result<(), Failure> {
@@ -282,7 +282,7 @@ impl Mysql {
         tx.commit().await?;
         conn.release();
         for (hash, row) in hashes.iter().zip(after) {
-            self.seen.set(hash, row);
+            self.last_seen.set(hash, row);
         }
         Ok(())
     }

@@ -32,11 +32,11 @@ use super::error::{db_error, Failure};
 use super::migrate::{self, POSTGRES};
 use super::row::{decide_one, row_after, Conditional, Decide, KeyHash, RowWrite, Stored};
 use super::upkeep::{latest_now, match_rows, read, upkeep};
-use crate::seen::Seen;
+use crate::last_seen::LastSeen;
 use crate::server_clock::ServerClock;
 use crate::{Millis, StoreError};
 
-use self::optimistic::Guesses;
+use self::optimistic::GuessStatements;
 use self::pages::Pages;
 use self::reader::Reader;
 use self::replace::Replacer;
@@ -56,11 +56,11 @@ pub(super) struct Postgres {
     insert_new: String,
     replace_if: String,
     delete_if: String,
-    guess: Guesses,
+    guess_statements: GuessStatements,
     replacer: Arc<Replacer>,
     reader: Arc<Reader>,
     read_first: ReadFirst,
-    seen: Seen<Stored>,
+    last_seen: LastSeen<Stored>,
     clock: ServerClock,
 }
 
@@ -124,12 +124,12 @@ impl Postgres {
             delete_if: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND generation = $2 AND value = $3 AND expires_at = $4"
             ),
-            guess: Guesses::new(t),
+            guess_statements: GuessStatements::new(t),
             replacer: Replacer::new(pool.clone(), t),
             reader: Reader::new(pool.clone(), read),
             read_first: ReadFirst::default(),
             pool,
-            seen: Seen::new(remember),
+            last_seen: LastSeen::new(remember),
             clock: ServerClock::new(),
             table,
         })
@@ -193,7 +193,7 @@ impl Postgres {
         tx.commit().await?;
         conn.release();
         for (hash, row) in hashes.iter().zip(after) {
-            self.seen.set(hash, row);
+            self.last_seen.set(hash, row);
         }
         Ok(())
     }
@@ -201,7 +201,7 @@ impl Postgres {
     write_if!(sqlx::PgConnection, sqlx::Postgres);
 
     fn remember(&self, hash: &KeyHash, row: Option<Stored>) {
-        self.seen.set(hash, row);
+        self.last_seen.set(hash, row);
     }
 
     read!();

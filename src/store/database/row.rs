@@ -8,7 +8,7 @@ use crate::{Apply, Entry, Millis, StoreError, Write};
 use crate::bound::{Bound, FamilyAdmission, FamilyId, FamilyTags, Short, Tag};
 
 /// A row's name: HMAC-SHA-256 of the key.
-pub(super) type KeyHash = [u8; 32];
+pub(super) use crate::key_hash::KeyHash;
 
 /// A row as stored. A row a backend created only to lock a new key has
 /// generation 0 and expires at 0: never live.
@@ -66,7 +66,7 @@ pub(super) fn live_entry(
     match row {
         Some(row) if row.generation == generation && row.expires_at > now => {
             let value = serde_json::from_str(&row.value).map_err(|e| StoreError::Corrupt {
-                key_hash: crate::keys::hex(hash),
+                key_hash: crate::key_hash::hex(hash),
                 detail: format!("its value is not JSON ({e})"),
                 source: Some(Box::new(e)),
             })?;

@@ -7,12 +7,12 @@
 //! (a key that needs escaping, a string, a float, an integer beyond `i64`)
 //! is left to `serde_json`: [`write`] and [`read`] answer `None` for it.
 //!
-//! An object is read into this thread's spare (`spare.rs`) when it holds the
+//! An object is read into this thread's spare (`spare_map.rs`) when it holds the
 //! same keys.
 
 use serde_json::{Map, Value};
 
-use super::spare;
+use super::spare_map;
 
 /// Writes `value`'s compact text into `out` when `value` is an object or
 /// array whose members are all integers that fit an `i64`, and the text fits;
@@ -141,14 +141,14 @@ impl<'a> Reader<'a> {
     /// holds the same keys in the same order; every value is then the text's.
     /// `None` (the spare kept, the text unread) otherwise.
     fn fill_spare(&mut self) -> Option<Map<String, Value>> {
-        let mut map = spare::take()?;
+        let mut map = spare_map::take()?;
         let mut r = self.clone();
         if r.fill(&mut map).is_some() && r.at == r.text.len() {
             *self = r;
             return Some(map);
         }
         // Its values may have changed; the next fill sets them all.
-        spare::put(map);
+        spare_map::put(map);
         None
     }
 
@@ -283,13 +283,13 @@ mod tests {
             ];
             for first in texts {
                 for second in texts {
-                    spare::keep(read(first).unwrap());
+                    spare_map::keep(read(first).unwrap());
                     let value = read(second).unwrap();
                     assert_eq!(value, serde_json::from_slice::<Value>(second).unwrap());
-                    spare::keep(value);
+                    spare_map::keep(value);
                 }
             }
-            spare::keep(json!({"a": "text", "b": [1]}));
+            spare_map::keep(json!({"a": "text", "b": [1]}));
             assert_eq!(read(b"{\"a\":1,\"b\":2}"), Some(json!({"a": 1, "b": 2})));
         })
         .join()

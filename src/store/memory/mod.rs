@@ -6,7 +6,7 @@
 //! wait on each other in a cycle) and holds them all while `apply` runs, which
 //! makes it atomic across the keys for writers and readers alike.
 //!
-//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key (`key.rs`):
+//! Keys are held as their 128-bit SipHash-1-3 under a random per-store key (`hashed_key.rs`):
 //! fixed-size, compared in place (no pointer to chase on a lookup), never held
 //! in the clear, and a flood of long keys costs no more than short ones.
 //!
@@ -14,7 +14,7 @@
 //! cache line (`table.rs`); anything else in a 64-byte slot (`stored.rs`), a
 //! small object or array as its JSON text inline, so a `{"n": 3}` costs no
 //! `BTreeMap` node; `apply` gets the value rebuilt, into an object the thread
-//! kept from an earlier count when its keys are the same (`spare.rs`).
+//! kept from an earlier count when its keys are the same (`spare_map.rs`).
 //!
 //! Expired entries are dropped lazily when an update meets them, by `sweep`,
 //! and by a background sweeper (every minute, and sooner near the bound).
@@ -26,17 +26,17 @@
 //! room on the request path only from a few shards (`room.rs`); the sweeper
 //! does the rest.
 
+mod hashed_key;
 mod int_text;
-mod key;
 mod room;
 mod sip;
-mod spare;
+mod spare_map;
 mod stored;
 mod sweeper;
 mod table;
 mod update;
 
-use key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
+use hashed_key::{located_after, KeyHasher, KeyStart, Located, SHARDS};
 use table::Table;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};

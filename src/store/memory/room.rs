@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::key::{Located, SHARDS};
+use super::hashed_key::{Located, SHARDS};
 use super::Inner;
 use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;

@@ -9,13 +9,13 @@
 //! and no `String` per field while it waits for its next count. An object or
 //! array of integers, the usual value, is written and read without serde, and
 //! lent into a spare object rather than a new one (`int_text.rs`,
-//! `spare.rs`). A value holding a float anywhere inside stays a `Value`:
+//! `spare_map.rs`). A value holding a float anywhere inside stays a `Value`:
 //! serde_json's parser is not bit-exact for every float, and a store must
 //! give back what was put.
 
 use serde_json::Value;
 
-use super::{int_text, spare};
+use super::{int_text, spare_map};
 
 /// Bytes of JSON text held inline: the slot stays 64 bytes.
 const SHORT: usize = 38;
@@ -42,7 +42,7 @@ impl Stored {
         // The usual object or array, of integers: written without serde.
         let mut text = [0; SHORT];
         if let Some(len) = int_text::write(&value, &mut text) {
-            spare::keep(value);
+            spare_map::keep(value);
             // `len` is at most SHORT (38), so it fits a u8.
             return Stored::Short { len: u8::try_from(len).unwrap_or(u8::MAX), text };
         }
@@ -93,7 +93,7 @@ impl Stored {
     pub(super) fn put_back(&mut self, value: Value) {
         match self {
             Stored::Plain(slot) => *slot = value,
-            _ => spare::keep(value),
+            _ => spare_map::keep(value),
         }
     }
 }

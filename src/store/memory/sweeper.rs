@@ -44,7 +44,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::super::key::SHARDS;
+    use super::super::hashed_key::SHARDS;
     use crate::clock::ManualClock;
     use crate::{Entry, MemoryStore, Millis, Write};
 

@@ -14,8 +14,8 @@
 
 use hashbrown::HashTable;
 
-use super::key::{low_half, Located, FAMILY_SHIFT, IDENTITY};
-use super::spare;
+use super::hashed_key::{low_half, Located, FAMILY_SHIFT, IDENTITY};
+use super::spare_map;
 use super::stored::Stored;
 use crate::bound::{FamilyId, PerFamily};
 use crate::{Entry, Millis};
@@ -220,7 +220,7 @@ impl SlotMut<'_> {
     #[inline]
     pub(super) fn put_back(&mut self, entry: Entry) {
         match self {
-            SlotMut::Int(_) => spare::keep(entry.value),
+            SlotMut::Int(_) => spare_map::keep(entry.value),
             SlotMut::Other(slot) => slot.value.put_back(entry.value),
         }
     }

@@ -5,7 +5,7 @@
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
-use super::spare;
+use super::spare_map;
 use super::stored::Stored;
 use super::table::{SlotMut, Table};
 use super::{Inner, Located};
@@ -172,7 +172,7 @@ impl Inner {
                         None => table.set(k, entry.expires_at, value),
                     }
                     if let Some(entry) = lent {
-                        spare::keep(entry.value);
+                        spare_map::keep(entry.value);
                     }
                 }
                 Write::Keep => match lent {
@@ -300,7 +300,7 @@ fn lend_to<T>(step: &mut OneStep<'_, T>, slot: Option<SlotMut<'_>>, now: Millis)
         Ok((write, answer)) => {
             let write = write.into();
             if let Some(entry) = lent {
-                spare::keep(entry.value);
+                spare_map::keep(entry.value);
             }
             Ok((write, answer))
         }

@@ -11,9 +11,9 @@ use super::server::ServerInfo;
 use super::upkeep::{self, SWEEP_EVERY};
 use super::{RedisStore, Shared, DEFAULT_GRACE, DEFAULT_MAX_ENTRIES, DEFAULT_PREFIX, DEFAULT_REMEMBER};
 use crate::bound::SharedBound;
-use crate::keys::Secret;
+use crate::key_hash::Secret;
+use crate::last_seen::LastSeen;
 use crate::secret::redact;
-use crate::seen::Seen;
 use crate::server_clock::ServerClock;
 use crate::{SecretString, StoreError};
 
@@ -173,8 +173,8 @@ impl RedisStoreBuilder {
                 .refreshing_every(Duration::from_secs(60), Duration::from_secs(5)),
             families: super::family::FamilyTags::new(),
             clock: ServerClock::new(),
-            seen: Seen::new(self.remember),
-            guess: self.remember > 0,
+            last_seen: LastSeen::new(self.remember),
+            guess_from_last_seen: self.remember > 0,
             cluster: link_is_cluster,
             trips: super::Trips::default(),
             server: info,

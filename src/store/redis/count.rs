@@ -10,8 +10,8 @@ use super::family::{FamilyAdmission, Tag};
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
 use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;
+use crate::key_hash::KeyHash;
 use crate::rules::{check_keys, run_apply};
-use crate::seen::KeyHash;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
 
@@ -48,9 +48,9 @@ impl Shared {
     /// The first basis of an update: a guess when the store guesses and the
     /// clock can be estimated.
     async fn first_basis(&self, hashes: &[KeyHash], names: impl FnOnce() -> Vec<String>) -> Result<Basis, StoreError> {
-        match self.clock.estimate().filter(|_| self.guess) {
+        match self.clock.estimate().filter(|_| self.guess_from_last_seen) {
             Some(now) => Ok(Basis {
-                held: hashes.iter().map(|h| self.seen.get(h).unwrap_or_default()).collect(),
+                held: hashes.iter().map(|h| self.last_seen.get(h).unwrap_or_default()).collect(),
                 now,
                 fresh: false,
             }),
@@ -82,7 +82,7 @@ impl Shared {
     }
 
     pub(super) fn remember(&self, hash: &KeyHash, raw: &Raw) {
-        self.seen.set(hash, raw.is_some().then(|| raw.clone()));
+        self.last_seen.set(hash, raw.is_some().then(|| raw.clone()));
     }
 
     /// Remembers what a written update left on each key: `held` where it
@@ -91,8 +91,8 @@ impl Shared {
         for ((hash, op), raw) in hashes.iter().zip(ops).zip(held) {
             match op {
                 Op::Keep => self.remember(hash, raw),
-                Op::Delete => self.seen.set(hash, None),
-                Op::Put { raw, .. } => self.seen.set(hash, Some(raw)),
+                Op::Delete => self.last_seen.set(hash, None),
+                Op::Put { raw, .. } => self.last_seen.set(hash, Some(raw)),
             }
         }
     }
@@ -100,7 +100,7 @@ impl Shared {
 
 /// The live entries of `held` at `now`; a corrupt one fails under its hash.
 pub(super) fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
-    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::keys::hex(hash))).collect()
+    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::key_hash::hex(hash))).collect()
 }
 
 /// The operations for `writes` on keys of `families` that hold `held`, and

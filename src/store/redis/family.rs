@@ -21,7 +21,7 @@ pub(super) use crate::bound::{FamilyAdmission, FamilyTags, Tag};
 
 /// Appends the name part of `tag` (four hex digits and a `:`) to `out`.
 pub(super) fn push_tag(out: &mut String, tag: Tag) {
-    crate::keys::push_hex(out, &tag.to_be_bytes());
+    crate::key_hash::push_hex(out, &tag.to_be_bytes());
     out.push(':');
 }
 

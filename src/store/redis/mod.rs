@@ -51,8 +51,9 @@ use self::family::{FamilyTags, Tag};
 use self::script::Scripts;
 use crate::bound::SharedBound;
 use crate::error::Unavailable;
-use crate::keys::Secret;
-use crate::seen::{KeyHash, Seen};
+use crate::key_hash::KeyHash;
+use crate::key_hash::Secret;
+use crate::last_seen::LastSeen;
 use crate::server_clock::ServerClock;
 use crate::StoreError;
 
@@ -97,9 +98,9 @@ struct Shared {
     /// The families' tags, and what each wrote (see `family.rs`).
     families: FamilyTags,
     clock: ServerClock,
-    seen: Seen<Raw>,
+    last_seen: LastSeen<Raw>,
     /// False: every update reads before it writes (`remember(0)`).
-    guess: bool,
+    guess_from_last_seen: bool,
     /// On a Redis Cluster (see `cluster/`).
     cluster: bool,
     trips: Trips,

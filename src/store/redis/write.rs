@@ -8,7 +8,7 @@ use super::entry::Raw;
 use super::family::{push_tag, Tag};
 use super::script::raw;
 use super::{failed, refused};
-use crate::seen::KeyHash;
+use crate::key_hash::KeyHash;
 use crate::{Millis, StoreError};
 
 /// What one key should become.

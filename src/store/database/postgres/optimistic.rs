@@ -1,4 +1,4 @@
-//! PostgreSQL's one-statement tries (see `seen.rs`): a one-key count runs
+//! PostgreSQL's one-statement tries (see `last_seen.rs`): a one-key count runs
 //! `apply` on the row this store remembers, or on no row for a key it has
 //! not seen (the common case after a deploy or a restart, or with many
 //! instances), at its estimate of the database's clock, and writes with one
@@ -25,12 +25,12 @@ use crate::error::Unavailable;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::StoreError;
 
-/// The one-statement tries (see `seen.rs`). Each writes only if the row is
+/// The one-statement tries (see `last_seen.rs`). Each writes only if the row is
 /// as remembered and the clock within bounds of the estimate `apply` was
 /// given, and answers `done` with the row and the clock as they were before
 /// it, so a miss is also the read the count needs next.
 #[derive(Debug)]
-pub(super) struct Guesses {
+pub(super) struct GuessStatements {
     /// No row remembered: insert, unless a row is there.
     insert: String,
     /// Replace the remembered row (alone; see [`Replacer`] for the rest).
@@ -43,7 +43,7 @@ pub(super) struct Guesses {
     keep_absent: String,
 }
 
-impl Guesses {
+impl GuessStatements {
     pub(super) fn new(t: &str) -> Self {
         // `$est` is the estimate `apply` was given.
         let clock = |est: &str| format!("{NOW} BETWEEN {est} - {MAX_LEAD_MS} AND {est} + {MAX_LAG_MS}");
@@ -54,7 +54,7 @@ impl Guesses {
             )
         };
         let counted = then("(SELECT count(*) FROM w)");
-        Guesses {
+        GuessStatements {
             insert: format!(
                 "WITH w AS (INSERT INTO {t} (key_hash, generation, value, expires_at, family) \
                  SELECT $1::bytea, $2::int8, $3::text, $4::int8, $6::int2 WHERE {} \
@@ -174,7 +174,7 @@ impl Postgres {
     }
 
     /// One statement from the remembered row (or none, for a key this store
-    /// has not seen) and the estimated clock: see `seen.rs`. A replaced or
+    /// has not seen) and the estimated clock: see `last_seen.rs`. A replaced or
     /// inserted row goes with the other guesses waiting at the same time
     /// when a few are out already (see [`Replacer`]).
     pub(super) async fn guess(
@@ -184,7 +184,7 @@ impl Postgres {
         decide: &mut Decide<'_>,
     ) -> Result<Guess, Failure> {
         let Some(est) = self.clock.estimate() else { return Ok(Guess::NotTried) };
-        let seen = self.seen.get(hash);
+        let seen = self.last_seen.get(hash);
         // A refusal here (full, corrupt, a bad answer) may be of the guess
         // only: the count reads the row and decides again.
         let Ok(write) = decide_one(decide, &seen, est) else { return Ok(Guess::NotTried) };
@@ -192,7 +192,7 @@ impl Postgres {
         // A place among the guesses out alone, held until the statement answers.
         let mut alone = None;
         let mut inserting = false;
-        let g = &self.guess;
+        let g = &self.guess_statements;
         let query = match (seen, write) {
             (Some(old), RowWrite::Put { value, expires_at, family }) => {
                 alone = self.replacer.alone();
@@ -281,7 +281,7 @@ impl Postgres {
         match replaced {
             Replaced::Done { now } => {
                 self.clock.reading(now);
-                self.seen.set(hash, after);
+                self.last_seen.set(hash, after);
                 Guess::Done
             }
             Replaced::Missed { row, now } => {

@@ -1,4 +1,4 @@
-//! PostgreSQL's one-statement counts (see `seen.rs`), sent together under
+//! PostgreSQL's one-statement counts (see `last_seen.rs`), sent together under
 //! load: a guess that replaces a remembered row, one that inserts the row of
 //! a key this store has not seen, and the second try of a count whose guess
 //! missed, from the row that guess read. While [`ALONE`] guesses are out in

@@ -42,7 +42,7 @@ use redis::cluster_async::ClusterConnection;
 pub(super) use self::lock::is_lock;
 pub(super) use self::nodes::{check_primaries, on, primaries, sweep};
 pub(super) use self::read::read;
-use crate::seen::KeyHash;
+use crate::key_hash::KeyHash;
 use crate::StoreError;
 
 /// The number of hash slots of a Redis Cluster.
@@ -111,17 +111,17 @@ pub(super) async fn connect(
 pub(super) fn push_hash(name: &mut String, hash: &KeyHash, cluster: bool) {
     if cluster {
         name.push('{');
-        crate::keys::push_hex(name, hash);
+        crate::key_hash::push_hex(name, hash);
         name.push('}');
     } else {
-        crate::keys::push_hex(name, hash);
+        crate::key_hash::push_hex(name, hash);
     }
 }
 
 /// The hash slot of every key named for `hash` on a cluster.
 pub(super) fn slot(hash: &KeyHash) -> u16 {
     let mut hex = String::with_capacity(64);
-    crate::keys::push_hex(&mut hex, hash);
+    crate::key_hash::push_hex(&mut hex, hash);
     crc16(hex.as_bytes()) % SLOTS
 }
 

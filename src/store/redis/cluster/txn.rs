@@ -19,8 +19,8 @@ use super::resolve::{record, resolve, settle, settle_acked};
 use super::scripts::{scripts, Call};
 use crate::bound::FamilyId;
 use crate::error::Unavailable;
+use crate::key_hash::KeyHash;
 use crate::rules::run_apply;
-use crate::seen::KeyHash;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Millis, StoreError};
 
@@ -73,8 +73,8 @@ pub(in crate::store::redis) async fn count(
     // The first try runs on the store's guess when it can guess (the entries
     // it last saw, the estimated clock), as a one-slot count does: the
     // prewrites check it, clock and all. A wrong guess costs the read.
-    let mut guess = shared.clock.estimate().filter(|_| shared.guess).map(|now| {
-        let held: Vec<Raw> = hashes.iter().map(|h| shared.seen.get(h).unwrap_or_default()).collect();
+    let mut guess = shared.clock.estimate().filter(|_| shared.guess_from_last_seen).map(|now| {
+        let held: Vec<Raw> = hashes.iter().map(|h| shared.last_seen.get(h).unwrap_or_default()).collect();
         (now, held)
     });
     while missed < MAX_TRIES {

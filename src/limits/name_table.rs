@@ -1,4 +1,4 @@
-//! [`ByName`]: the limits of an app by name, found on every attempt. An app
+//! [`NameTable`]: the limits of an app by name, found on every attempt. An app
 //! has a few (the presets and some of its own), so each name's [`tag`] (its
 //! length and its bytes: all of a name up to seven bytes, mixed for a longer
 //! one) is hashed by one multiplication into a small table with no two tags
@@ -11,14 +11,14 @@
 const SLOTTED_UP_TO: usize = 64;
 
 /// Values by name, in the order given.
-pub(super) struct ByName<T> {
+pub(super) struct NameTable<T> {
     entries: Box<[(Box<str>, T)]>,
     /// Each entry's name's [`tag`], in the same order.
     tags: Box<[u64]>,
     find: Find,
 }
 
-/// How [`ByName`] finds a name.
+/// How [`NameTable`] finds a name.
 enum Find {
     /// Each tag in its own place.
     Slots(Slots),
@@ -75,7 +75,7 @@ impl Slots {
     }
 }
 
-impl<T> ByName<T> {
+impl<T> NameTable<T> {
     /// The values by their names; a name given twice keeps its last value.
     pub(super) fn new(given: impl IntoIterator<Item = (String, T)>) -> Self {
         let mut entries: Vec<(Box<str>, T)> = Vec::new();
@@ -92,7 +92,7 @@ impl<T> ByName<T> {
             Some(slots) => Find::Slots(slots),
             None => Find::Hashed(entries.iter().enumerate().map(|(i, (name, _))| (name.clone(), i)).collect()),
         };
-        ByName { entries: entries.into_boxed_slice(), tags, find }
+        NameTable { entries: entries.into_boxed_slice(), tags, find }
     }
 
     /// The value named `name`.
@@ -187,16 +187,16 @@ mod tests {
     fn finds_every_name_slotted_or_hashed() {
         for count in [0, 1, 2, 9, SLOTTED_UP_TO, SLOTTED_UP_TO + 1, 300] {
             let names: Vec<String> = (0..count).map(|i| format!("limit-{i}")).collect();
-            let by_name = ByName::new(names.iter().cloned().zip(0..));
-            assert_eq!(matches!(by_name.find, Find::Hashed(_)), count > SLOTTED_UP_TO, "{count}");
+            let table = NameTable::new(names.iter().cloned().zip(0..));
+            assert_eq!(matches!(table.find, Find::Hashed(_)), count > SLOTTED_UP_TO, "{count}");
             for (i, name) in names.iter().enumerate() {
-                assert_eq!(by_name.get(name), Some(&i), "{name} of {count}");
-                assert_eq!(by_name.get(name), Some(&i));
+                assert_eq!(table.get(name), Some(&i), "{name} of {count}");
+                assert_eq!(table.get(name), Some(&i));
             }
-            assert_eq!(by_name.get("limit-"), None);
-            assert_eq!(by_name.get(&format!("limit-{count}")), None);
-            assert_eq!(by_name.names().count(), count);
-            assert_eq!(by_name.values().sum::<usize>(), (0..count).sum::<usize>());
+            assert_eq!(table.get("limit-"), None);
+            assert_eq!(table.get(&format!("limit-{count}")), None);
+            assert_eq!(table.names().count(), count);
+            assert_eq!(table.values().sum::<usize>(), (0..count).sum::<usize>());
         }
     }
 
@@ -206,40 +206,40 @@ mod tests {
         // itself, and a name that shares a found name's tag is not it.
         let slotted = ["api", "ap", "apj", "a", "", "sign-in", "sign-im", "passwor", "password", "password-reset"];
         let absent = ["apk", "sign-i", "sign-in2", "passwora", "password-resex", "password-rese", "x"];
-        let by_name = ByName::new(slotted.iter().map(|n| n.to_string()).zip(0..));
-        assert!(matches!(by_name.find, Find::Slots(_)));
+        let table = NameTable::new(slotted.iter().map(|n| n.to_string()).zip(0..));
+        assert!(matches!(table.find, Find::Slots(_)));
         for (i, name) in slotted.iter().enumerate() {
-            assert_eq!(by_name.get(name), Some(&i), "{name:?}");
+            assert_eq!(table.get(name), Some(&i), "{name:?}");
         }
         for name in absent {
-            assert_eq!(by_name.get(name), None, "{name:?}");
+            assert_eq!(table.get(name), None, "{name:?}");
         }
         // Long names are found by all their bytes, not their first seven.
         let long = ["x".repeat(300), "x".repeat(301), "sign-in2".to_owned(), "sign-in3".to_owned()];
-        let by_name = ByName::new(long.iter().cloned().zip(0..));
+        let table = NameTable::new(long.iter().cloned().zip(0..));
         for (i, name) in long.iter().enumerate() {
-            assert_eq!(by_name.get(name), Some(&i), "{name:?}");
+            assert_eq!(table.get(name), Some(&i), "{name:?}");
         }
-        assert_eq!(by_name.get(&"x".repeat(299)), None);
-        assert_eq!(by_name.get("sign-in4"), None);
+        assert_eq!(table.get(&"x".repeat(299)), None);
+        assert_eq!(table.get("sign-in4"), None);
     }
 
     #[test]
     fn a_longer_name_with_a_found_tag_is_compared_in_full() {
         // Mixed tags of longer names may meet; make one meet, as if by chance.
-        let mut by_name = ByName::new([("password-reset".to_owned(), 0)]);
+        let mut table = NameTable::new([("password-reset".to_owned(), 0)]);
         let other = "password-resex";
-        by_name.tags[0] = tag(other);
-        let Find::Slots(slots) = &mut by_name.find else { panic!("one name is slotted") };
+        table.tags[0] = tag(other);
+        let Find::Slots(slots) = &mut table.find else { panic!("one name is slotted") };
         let place = slots.place(tag(other));
         slots.at[place] = 0;
-        assert_eq!(by_name.get(other), None);
+        assert_eq!(table.get(other), None);
     }
 
     #[test]
     fn a_name_given_twice_keeps_its_last_value() {
-        let by_name = ByName::new([("api".to_owned(), 1), ("sign-in".to_owned(), 2), ("api".to_owned(), 3)]);
-        assert_eq!(by_name.get("api"), Some(&3));
-        assert_eq!(by_name.names().collect::<Vec<_>>(), ["api", "sign-in"]);
+        let table = NameTable::new([("api".to_owned(), 1), ("sign-in".to_owned(), 2), ("api".to_owned(), 3)]);
+        assert_eq!(table.get("api"), Some(&3));
+        assert_eq!(table.names().collect::<Vec<_>>(), ["api", "sign-in"]);
     }
 }

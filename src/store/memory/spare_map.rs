@@ -1,4 +1,4 @@
-//! This thread's spare object: one small `{"n": …}`-like map the store is
+//! This thread's spare map: one small `{"n": …}`-like map the store is
 //! done with (lent to `apply`, or written by it and now held as text), kept
 //! so that the next value of the same keys is read into it (`int_text.rs`)
 //! instead of into a new map. A count of `{"n": n}` then allocates nothing

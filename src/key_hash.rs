@@ -10,6 +10,9 @@ use sha2::{Digest, Sha256};
 
 use crate::StoreError;
 
+/// A key's HMAC-SHA-256 under the site secret: what stores name entries by.
+pub(crate) type KeyHash = [u8; 32];
+
 /// The shortest secret the database store accepts, in bytes.
 pub const MIN_SECRET_BYTES: usize = 32;
 
@@ -42,7 +45,7 @@ impl Secret {
     }
 
     /// The row name of `key`: HMAC-SHA-256 under the secret.
-    pub fn key_hash(&self, key: &str) -> [u8; 32] {
+    pub fn key_hash(&self, key: &str) -> KeyHash {
         let mut mac = self.mac.clone();
         mac.update(key.as_bytes());
         mac.finalize().into_bytes().into()

@@ -1,4 +1,4 @@
-//! One limit ready to count ([`Counted`]): its store keys, its decisions
+//! One limit ready to count ([`CompiledLimit`]): its store keys, its decisions
 //! (those counted here and now on a store that answers at once are in
 //! `at_once.rs`), its answers by policy when the store is unavailable, and
 //! the tallies of each answer.
@@ -20,14 +20,14 @@ use super::answers::Answers;
 use super::backend::{Answered, Backend};
 use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
-use super::key::{self, CallKeys};
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
 use super::parts::Held;
+use super::store_key::{self, CallKeys};
 
 use crate::log::Kind;
 /// One limit ready to count, with its counters and log throttles.
-pub(super) struct Counted {
+pub(super) struct CompiledLimit {
     pub(super) limit: Limit,
     /// How values are made one before they are counted.
     pub(super) rules: KeyRules,
@@ -69,14 +69,14 @@ pub(super) enum Given<'a> {
 
 /// Whether a call needs every part, or only those a reset clears.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Need {
+pub(super) enum PartsNeeded {
     All,
     Resetting,
 }
 
-impl Counted {
+impl CompiledLimit {
     pub(super) fn new(limit: Limit, backend: Arc<dyn Backend>, rules: KeyRules, answers: Arc<Answers>) -> Self {
-        let stems: Box<[String]> = limit.parts.iter().map(|p| key::stem(&limit.name, &p.name)).collect();
+        let stems: Box<[String]> = limit.parts.iter().map(|p| store_key::stem(&limit.name, &p.name)).collect();
         let only_gcra = match &limit.parts[..] {
             [part] => match part.algorithm {
                 Algorithm::Gcra { budget, window } => Some(GcraStep::new(budget, window, 1)),
@@ -85,10 +85,10 @@ impl Counted {
             _ => None,
         };
         let integer = match only_gcra {
-            Some(_) => backend.integer_counts().map(|counts| counts.counter(&key::prefix(&stems[0]))),
+            Some(_) => backend.integer_counts().map(|counts| counts.counter(&store_key::prefix(&stems[0]))),
             None => None,
         };
-        Counted {
+        CompiledLimit {
             rules,
             algorithms: limit.parts.iter().map(|p| p.algorithm.clone()).collect(),
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
@@ -158,12 +158,17 @@ impl Counted {
 
     /// Adds to `keys` the store key of each part the call needs, with the
     /// part's index, in the limit's order of parts.
-    pub(super) fn keys(&self, given: &[(&str, &str)], need: Need, keys: &mut CallKeys) -> Result<(), LimitError> {
+    pub(super) fn keys(
+        &self,
+        given: &[(&str, &str)],
+        needed: PartsNeeded,
+        keys: &mut CallKeys,
+    ) -> Result<(), LimitError> {
         let limit = &self.limit;
         if let Some((part, value)) = self.only_value(given) {
             // One part given for a limit of one, the usual call: no lists.
             let value = value.map_err(|_| self.bad_value(part))?;
-            if need == Need::All || part.resets {
+            if needed == PartsNeeded::All || part.resets {
                 keys.push(0, &self.stems[0], &value);
             }
             return Ok(());
@@ -186,11 +191,11 @@ impl Counted {
                 Some(value) => {
                     let value = self.rules.apply(part.normalize, value).map_err(|_| self.bad_value(part))?;
                     // A reset clears only the parts that reset.
-                    if need == Need::All || part.resets {
+                    if needed == PartsNeeded::All || part.resets {
                         keys.push(i, &self.stems[i], &value);
                     }
                 }
-                None if need == Need::Resetting && !part.resets => {}
+                None if needed == PartsNeeded::Resetting && !part.resets => {}
                 None => return Err(self.missing(part)),
             }
         }

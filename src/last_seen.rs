@@ -5,23 +5,22 @@
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-/// A key's HMAC-SHA-256 under the site secret: what stores name entries by.
-pub(crate) type KeyHash = [u8; 32];
+use crate::key_hash::KeyHash;
 
 const SHARDS: usize = 64;
 
 /// The last entry this instance saw or wrote for each of up to `capacity` keys.
 /// Holds key hashes (HMACs), never keys.
 #[derive(Debug)]
-pub(crate) struct Seen<V> {
+pub(crate) struct LastSeen<V> {
     shards: Vec<Mutex<HashMap<KeyHash, V>>>,
     per_shard: usize,
 }
 
-impl<V: Clone> Seen<V> {
+impl<V: Clone> LastSeen<V> {
     pub(crate) fn new(capacity: usize) -> Self {
         let per_shard = capacity.div_ceil(SHARDS);
-        Seen { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), per_shard }
+        LastSeen { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), per_shard }
     }
 
     fn shard(&self, hash: &KeyHash) -> &Mutex<HashMap<KeyHash, V>> {
@@ -82,7 +81,7 @@ mod tests {
 
     #[test]
     fn remembers_and_forgets_rows() {
-        let seen = Seen::new(1_000);
+        let seen = LastSeen::new(1_000);
         let a = [1u8; 32];
         assert!(seen.get(&a).is_none());
         seen.set(&a, Some(row(1)));
@@ -95,14 +94,14 @@ mod tests {
 
     #[test]
     fn stays_within_its_capacity() {
-        let seen = Seen::new(SHARDS * 4);
+        let seen = LastSeen::new(SHARDS * 4);
         for i in 0..10_000u32 {
             let mut hash = [0u8; 32];
             hash[..4].copy_from_slice(&i.to_le_bytes());
             seen.set(&hash, Some(row(i.into())));
         }
         assert!(seen.len() <= SHARDS * 4, "{} rows remembered", seen.len());
-        let none = Seen::new(0);
+        let none = LastSeen::new(0);
         none.set(&[1u8; 32], Some(row(1)));
         assert!(none.get(&[1u8; 32]).is_none());
     }
