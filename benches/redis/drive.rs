@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use limit_store::{update_with, LimitStore};
 
+use super::stats::{per_count, Probe};
 use super::{count, count_all, Opts, Rng, HOUR_MS, MINUTE_MS};
 
 /// Which keys a store contender counts on.
@@ -22,9 +23,10 @@ pub(crate) enum Keys {
 }
 
 /// Runs `callers` tasks, each counting one at a time, for `warmup` then
-/// `secs`; answers counts per second over the measured part and its errors.
-/// With `owned`, each count goes through `update_owned` with a boxed
-/// `apply`, as `Limits` calls a store; else through `update_with`.
+/// `secs`; answers counts per second over the measured part and its errors,
+/// and with a `probe` (`--stats`) its figures per count there. With
+/// `owned`, each count goes through `update_owned` with a boxed `apply`, as
+/// `Limits` calls a store; else through `update_with`.
 pub(crate) async fn drive(
     store: Arc<dyn LimitStore>,
     keys: Arc<Vec<String>>,
@@ -32,7 +34,8 @@ pub(crate) async fn drive(
     owned: bool,
     callers: usize,
     o: &Opts,
-) -> (f64, u64) {
+    mut probe: Option<&mut Probe>,
+) -> (f64, u64, Option<String>) {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let tag = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     let done = Arc::new(AtomicU64::new(0));
@@ -73,14 +76,25 @@ pub(crate) async fn drive(
         })
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(o.timing.warmup)).await;
+    let s0 = match probe.as_deref_mut() {
+        Some(p) => Some(p.snap().await),
+        None => None,
+    };
     let (n0, e0, t0) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(Duration::from_secs_f64(o.timing.secs)).await;
     let (n1, e1, t1) = (done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed), Instant::now());
+    let stats = match (probe, s0) {
+        (Some(p), Some(s0)) => Some(match (s0, p.snap().await) {
+            (Ok(a), Ok(b)) => per_count(&a, &b, n1 - n0),
+            (Err(e), _) | (_, Err(e)) => format!("no figures: {e:#}"),
+        }),
+        _ => None,
+    };
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
     }
-    ((n1 - n0) as f64 / (t1 - t0).as_secs_f64(), e1 - e0)
+    ((n1 - n0) as f64 / (t1 - t0).as_secs_f64(), e1 - e0, stats)
 }
 
 /// A count done, or an error (the first one printed).

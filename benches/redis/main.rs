@@ -41,11 +41,14 @@
 //!   replica: `.ci/redis-topologies cluster … --replicas 0`), the one-slot
 //!   and two-slot counts there, and the one server's one-key count in these
 //!   rounds. Each is set beside its match in the ratios.
+//! - With `--stats`, after each store point, its figures per count: counts
+//!   per script call, the servers' script time and CPU, this process's CPU
+//!   (stats.rs).
 //!
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
 //! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]
-//! [--cluster URL] [--replicated URL] [--bare-cluster URL] [--min-acked N]`
+//! [--cluster URL] [--replicated URL] [--bare-cluster URL] [--min-acked N] [--stats]`
 //! (N: `min_replicas_acked` of the stores on the cluster and on the
 //! replicated server, 0 by default). Server: `LIMIT_STORE_BENCH_REDIS`
 //! (default redis://127.0.0.1:6379). Every key the bench writes has an
@@ -60,6 +63,7 @@ mod figures;
 #[path = "../common/keys.rs"]
 mod keys;
 mod peers;
+mod stats;
 mod table;
 
 use std::path::Path;
@@ -75,6 +79,7 @@ use self::figures::median;
 use self::keys::keys;
 pub(crate) use self::keys::Rng;
 use self::peers::{Contender, Runner};
+use self::stats::Probe;
 use self::table::{print_table, Point};
 
 pub(crate) const KEY_COUNT: usize = 100_000;
@@ -117,6 +122,8 @@ pub(crate) struct Opts {
     pub(crate) bare_cluster: Option<String>,
     /// `min_replicas_acked` of the stores on the cluster and on the replicated server.
     pub(crate) min_acked: u32,
+    /// `--stats`: each store point's figures per count (stats.rs).
+    pub(crate) stats: bool,
 }
 
 impl Opts {
@@ -134,6 +141,7 @@ impl Opts {
             replicated: None,
             bare_cluster: None,
             min_acked: 0,
+            stats: false,
         };
         parse_args(&mut o.timing, |flag, value| {
             match flag {
@@ -147,6 +155,7 @@ impl Opts {
                 "--replicated" => o.replicated = Some(value()?),
                 "--bare-cluster" => o.bare_cluster = Some(value()?),
                 "--min-acked" => o.min_acked = value()?.parse()?,
+                "--stats" => o.stats = true,
                 _ => return Ok(false),
             }
             Ok(true)
@@ -167,6 +176,11 @@ pub(crate) fn count(current: &[Option<Entry>], now: Millis, window: Millis) -> (
 /// The fixed-window count of every key of `current` at once.
 pub(crate) fn count_all(current: &[Option<Entry>], now: Millis, window: Millis) -> Vec<Write> {
     current.iter().flat_map(|e| count(std::slice::from_ref(e), now, window).0).collect()
+}
+
+/// With `--stats`, the servers behind `url`.
+async fn probe(o: &Opts, url: &str) -> Result<Option<Probe>> {
+    Ok(if o.stats { Some(Probe::new(url).await.with_context(|| format!("--stats on {url}"))?) } else { None })
 }
 
 /// The cluster rows: `RedisStore` on `cluster` on one key and on two (keys
@@ -209,7 +223,14 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
         prefill(bare.clone(), list.clone(), which.clone()).await.with_context(|| format!("{name}'s fill"))?;
         out.push(Contender {
             name,
-            runner: Runner::Store { store: bare, redis: store, keys: which, list: Some(list), owned: false },
+            runner: Runner::Store {
+                store: bare,
+                redis: store,
+                keys: which,
+                list: Some(list),
+                owned: false,
+                probe: probe(o, url).await?,
+            },
         });
     }
     if o.node {
@@ -292,12 +313,20 @@ fn main() -> Result<()> {
                 keys: Keys::Live,
                 list: None,
                 owned: false,
+                probe: probe(&o, &o.url).await?,
             },
         });
         let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
         contenders.push(Contender {
             name: GUARDED,
-            runner: Runner::Store { store: guarded, redis: store.clone(), keys: Keys::Live, list: None, owned: true },
+            runner: Runner::Store {
+                store: guarded,
+                redis: store.clone(),
+                keys: Keys::Live,
+                list: None,
+                owned: true,
+                probe: probe(&o, &o.url).await?,
+            },
         });
         if o.fresh {
             // A store of its own: the new keys it remembers would otherwise
@@ -312,6 +341,7 @@ fn main() -> Result<()> {
                     keys: Keys::Fresh,
                     list: None,
                     owned: false,
+                    probe: probe(&o, &o.url).await?,
                 },
             });
         }

@@ -10,19 +10,21 @@ use anyhow::{bail, Context as _, Result};
 use limit_store::{LimitStore, RedisStore};
 
 use super::drive::{drive, Keys};
+use super::stats::Probe;
 use super::{Opts, KEY_COUNT};
 
 /// How a contender runs one point.
 pub(crate) enum Runner {
     /// In this process.
     /// `redis` is the store under `store`, which says how many round trips its updates took;
-    /// `list`: the keys it counts, when not the bench's own.
+    /// `list`: the keys it counts, when not the bench's own; `probe`: its servers, with `--stats`.
     Store {
         store: Arc<dyn LimitStore>,
         redis: Arc<RedisStore>,
         keys: Keys,
         list: Option<Arc<Vec<String>>>,
         owned: bool,
+        probe: Option<Probe>,
     },
     /// A child speaking rlf.js's `--serve 1` protocol: one stdin line "C WARMUP SECS", one JSON line back.
     Child { child: Child, out: BufReader<ChildStdout> },
@@ -65,10 +67,11 @@ impl Contender {
     ) -> Result<(f64, u64)> {
         let name = self.name;
         match &mut self.runner {
-            Runner::Store { store, redis, keys: which, list, owned } => {
+            Runner::Store { store, redis, keys: which, list, owned, probe } => {
                 let before = redis.info().round_trips;
                 let keys = list.as_ref().unwrap_or(keys);
-                let r = drive(store.clone(), keys.clone(), which.clone(), *owned, c, o).await;
+                let (rate, errors, stats) =
+                    drive(store.clone(), keys.clone(), which.clone(), *owned, c, o, probe.as_mut()).await;
                 let after = redis.info().round_trips;
                 let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
                 let all = (one + two + more).max(1) as f64;
@@ -78,7 +81,10 @@ impl Contender {
                     100.0 * two as f64 / all,
                     100.0 * more as f64 / all
                 );
-                Ok(r)
+                if let Some(stats) = stats {
+                    eprintln!("  {name} C={c}: {stats}");
+                }
+                Ok((rate, errors))
             }
             Runner::Child { child, out } => {
                 let stdin = child.stdin.as_mut().context("child stdin")?;
