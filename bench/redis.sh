@@ -18,7 +18,8 @@
 #   (more: --rounds N, --callers 1,8,32, --remember N, --threads N (default 1), --no-node,
 #    --no-limitador (then not built either), --no-incr, --no-cluster (and no like-for-like
 #    rows), --min-acked N (min_replicas_acked of the stores on the cluster and the replicated
-#    server))
+#    server), --stats (per count after each store point: counts per script call, EVALSHA µs,
+#    the primaries', replicas' and bench process's CPU))
 #
 # Server: LIMIT_STORE_BENCH_REDIS (default redis://127.0.0.1:6379). The bench
 # writes only keys of its own (limit-store under prefix lsbench, lsbench:rlf:*, limitador's
