@@ -123,7 +123,6 @@ impl Batcher {
     }
 
     /// The map of the slots' primaries, on a cluster.
-    #[cfg(test)]
     pub(super) fn slot_map(&self) -> Option<&Arc<SlotMap>> {
         self.slots.as_ref()
     }

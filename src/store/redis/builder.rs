@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch::Batcher;
+use super::cluster::steps::StepBatcher;
 use super::link::Link;
 use super::script::Scripts;
 use super::server::ServerInfo;
@@ -158,9 +159,12 @@ impl RedisStoreBuilder {
         let link_is_cluster = link.cluster().is_some();
         let names = format!("{}:{:x}:", self.prefix, secret.generation());
         let claims = format!("{}:claim:{:x}:", self.prefix, secret.generation());
+        // Claims lie outside the generation's keys, so that `SCAN` skips them.
+        let batcher = Batcher::new(link.clone(), names.clone(), claims, self.min_replicas_acked);
+        let steps = batcher.slot_map().map(|map| StepBatcher::new(link.clone(), map.clone()));
         let shared = Arc::new(Shared {
-            // Claims lie outside the generation's keys, so that `SCAN` skips them.
-            batcher: Batcher::new(link.clone(), names.clone(), claims, self.min_replicas_acked),
+            batcher,
+            steps,
             link,
             scripts: Scripts::new(),
             names,

@@ -88,6 +88,9 @@ struct Shared {
     scripts: Scripts,
     /// Sends the compare-and-sets, those ready at once together.
     batcher: Arc<Batcher>,
+    /// On a cluster, sends the steps of updates across slots, those ready at
+    /// once for one node in one call (`cluster/steps.rs`).
+    steps: Option<Arc<cluster::steps::StepBatcher>>,
     secret: Secret,
     /// `<prefix>:<generation>:`, what every key of this store starts with.
     names: String,

@@ -12,7 +12,8 @@
 //! - **Several slots: a commit protocol** (`txn.rs`, argued in
 //!   `PROTOCOL.md`): a lock with the intended value on every key, a commit
 //!   point on one primary key, and readers that resolve a lock they meet
-//!   (`resolve.rs`).
+//!   (`resolve.rs`). The steps of such updates ready at once go to each
+//!   node in one call (`steps.rs`), as one-slot counts do.
 //! - **Redirects and failovers** (`MOVED`, `ASK`, a replica promoted) are
 //!   followed by the `redis` crate's cluster client; an `ASK` it could not
 //!   follow under load is followed once more here (`ask.rs`). A one-slot
@@ -32,6 +33,7 @@ mod read;
 mod resolve;
 mod scripts;
 pub(super) mod slots;
+pub(super) mod steps;
 pub(super) mod txn;
 
 use std::time::Duration;

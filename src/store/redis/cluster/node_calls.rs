@@ -1,10 +1,11 @@
 //! One-slot counts of several slots of one node share that node's call
-//! (`batch.rs`), on a real cluster (`LIMIT_STORE_TEST_REDIS_CLUSTER`).
+//! (`batch.rs`), and so do the steps of two-slot counts (`steps.rs`), on a
+//! real cluster (`LIMIT_STORE_TEST_REDIS_CLUSTER`).
 
 use std::time::Duration;
 
 use super::super::count::tests::add_one;
-use crate::{LimitStore, RedisStore};
+use crate::{update_with, Entry, LimitStore, RedisStore, Write};
 
 /// A store on the cluster under a prefix of its own, once it knows the
 /// slots' primaries.
@@ -65,4 +66,62 @@ async fn counts_a_node_does_not_serve_go_again_to_their_slots() {
     assert!(again < across, "the node served its own slots: {again} of {across}");
     assert!(all_at_once(&store, &keys).await.iter().all(|&n| n == 2));
     each_holds(&store, &keys, 2).await;
+}
+
+/// Adds one to both keys in one update; the counts it wrote.
+async fn add_both(store: &RedisStore, keys: &[String; 2]) -> (u64, u64) {
+    let keys = [keys[0].as_str(), keys[1].as_str()];
+    update_with(store, &keys, |current, now| {
+        let n: Vec<u64> = current.iter().map(|e| e.as_ref().and_then(|e| e.value.as_u64()).unwrap_or(0) + 1).collect();
+        let put = |n: u64| Write::Put(Entry { value: n.into(), expires_at: now + 60_000 });
+        (vec![put(n[0]), put(n[1])], (n[0], n[1]))
+    })
+    .await
+    .unwrap()
+}
+
+/// `n` pairs of keys whose two keys lie in different slots.
+fn two_slot_pairs(store: &RedisStore, n: usize) -> Vec<[String; 2]> {
+    let slot = |key: &str| super::slot(&store.shared.secret.key_hash(key));
+    (0..).map(|i| [format!("a{i}"), format!("b{i}")]).filter(|[a, b]| slot(a) != slot(b)).take(n).collect()
+}
+
+/// Counts `pairs` twice, each pair's count of a round ready at once with
+/// the others', and checks each was counted exactly: what each count wrote,
+/// and what both keys of each pair hold after.
+async fn count_pairs_twice(store: &RedisStore, pairs: &[[String; 2]]) {
+    for round in 1..=2 {
+        let wrote = futures_util::future::join_all(pairs.iter().map(|pair| add_both(store, pair))).await;
+        assert!(wrote.iter().all(|&n| n == (round, round)), "round {round}: {wrote:?}");
+    }
+    for [a, b] in pairs {
+        each_holds(store, &[a.clone(), b.clone()], 2).await;
+    }
+}
+
+/// Two-slot counts ready at once send their prewrites, commits and settles
+/// in one call per node, each step on its own: most steps went in calls
+/// with others, none was sent again, and each count landed exactly once.
+#[tokio::test(flavor = "current_thread")]
+async fn two_slot_counts_share_their_nodes_calls() {
+    let Some(store) = store("steps").await else { return };
+    let pairs = two_slot_pairs(&store, 24);
+    count_pairs_twice(&store, &pairs).await;
+    let (shared, again) = store.shared.steps.as_ref().expect("a cluster store batches steps").counts();
+    // Four steps a count (two prewrites, the commit, one settle), 48 counts.
+    assert!(shared >= 150, "most of the 192 steps went in node calls with others: {shared}");
+    assert_eq!(again, 0, "a known map sends nothing twice");
+}
+
+/// With a stale map (every slot on one node), the steps of the other nodes'
+/// slots are answered "not here" there, with nothing written, and sent
+/// again alone by their keys: each count still lands exactly once.
+#[tokio::test(flavor = "current_thread")]
+async fn two_slot_steps_a_node_does_not_serve_go_again_alone() {
+    let Some(store) = store("steps-stale").await else { return };
+    let pairs = two_slot_pairs(&store, 24);
+    store.shared.batcher.slot_map().unwrap().set_all(0);
+    count_pairs_twice(&store, &pairs).await;
+    let (shared, again) = store.shared.steps.as_ref().unwrap().counts();
+    assert!(again > 0 && again < shared, "some sent again, the node's own not: {again} of {shared}");
 }

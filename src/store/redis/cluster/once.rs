@@ -63,7 +63,7 @@ where
 }
 
 /// True when the node (or the client) says it ran nothing of the call.
-fn ran_nothing(err: &RedisError) -> bool {
+pub(super) fn ran_nothing(err: &RedisError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::Server(

@@ -11,7 +11,7 @@ use super::super::builder::CALL_LIMIT;
 use super::super::entry::Raw;
 use super::super::{failed, Shared};
 use super::lock::Lock;
-use super::scripts::{scripts, Call};
+use super::scripts::{Call, Kind};
 use crate::error::Unavailable;
 use crate::StoreError;
 
@@ -42,7 +42,7 @@ pub(super) async fn resolve(shared: &Shared, name: &str, raw: &Raw, started: Ins
     };
     let record = record(shared, &lock.primary, &lock.txn);
     let outcome = loop {
-        let mut call = Call::new(&scripts().resolve);
+        let mut call = Call::new(Kind::Resolve);
         call.key(&lock.primary).key(&record).arg(&lock.txn).arg(ABORTED_MS);
         let answer: Vec<Value> = call.invoke(&mut shared.link.conn()).await.map_err(failed)?;
         match answer.get(1) {
@@ -86,7 +86,8 @@ pub(super) async fn settle(
 
 /// [`settle`], followed on the same node by `WAIT replicas` when
 /// `replicas` > 0: whether it was done, and how many replicas acknowledged
-/// it (`u64::MAX` when none were asked for).
+/// it (`u64::MAX` when none were asked for). It goes in the next call to its
+/// node with the other steps ready then (`steps.rs`).
 pub(super) async fn settle_acked(
     shared: &Shared,
     names: &[String],
@@ -95,7 +96,14 @@ pub(super) async fn settle_acked(
     commit: Option<(&str, i64)>,
     replicas: u32,
 ) -> Result<(bool, u64), StoreError> {
-    let mut call = Call::new(&scripts().settle);
+    let call = settle_call(names, txn, outcome, commit);
+    let (done, acked) = super::steps::send(shared, call, replicas).await.map_err(failed)?;
+    Ok((matches!(done, Value::Int(1)), acked))
+}
+
+/// The call that settles `names` as [`settle`] does.
+pub(super) fn settle_call(names: &[String], txn: &str, outcome: &str, commit: Option<(&str, i64)>) -> Call {
+    let mut call = Call::new(Kind::Settle);
     for name in names {
         call.key(name);
     }
@@ -108,6 +116,5 @@ pub(super) async fn settle_acked(
             call.arg("0").arg("0");
         }
     }
-    let (done, acked) = call.send(&mut shared.link.conn(), replicas).await.map_err(failed)?;
-    Ok((matches!(done, Value::Int(1)), acked))
+    call
 }

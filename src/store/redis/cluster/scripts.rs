@@ -1,6 +1,8 @@
-//! The scripts of a cross-slot update (see `PROTOCOL.md`); each runs on one
-//! slot, and each is safe to run twice (a call the cluster client sends
-//! again after a lost connection changes nothing the first did not).
+//! The scripts of a cross-slot update (see `PROTOCOL.md`); each step runs on
+//! one slot, and each is safe to run twice (a call the cluster client sends
+//! again after a lost connection changes nothing the first did not). A
+//! node's script runs the steps of several updates, each as its own call
+//! would (`steps.rs`).
 
 use super::super::batch::WAIT_MS;
 use super::super::link::Conn;
@@ -43,35 +45,37 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// was already decided (rolled back by a reader), `{now, 3}` nothing written:
 /// the node's clock is outside the bounds.
 const PREWRITE: &str = r"
-local txn, lease = ARGV[1], tonumber(ARGV[2])
-local at, lead, lag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local n = (#ARGV - 5) / 3
-local mine = '~' .. txn .. '|'
-if lease > 0 and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {now, 2} end
-local held, ok, again = {}, true, false
-for i = 1, n do
-  held[i] = redis.call('GET', KEYS[i]) or ''
-  if string.sub(held[i], 1, #mine) == mine then
-    again = true
-  elseif held[i] ~= ARGV[3 * i + 3] then
-    ok = false
+local function prewrite(KEYS, ARGV)
+  local txn, lease = ARGV[1], tonumber(ARGV[2])
+  local at, lead, lag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  local n = (#ARGV - 5) / 3
+  local mine = '~' .. txn .. '|'
+  if lease > 0 and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {now, 2} end
+  local held, ok, again = {}, true, false
+  for i = 1, n do
+    held[i] = redis.call('GET', KEYS[i]) or ''
+    if string.sub(held[i], 1, #mine) == mine then
+      again = true
+    elseif held[i] ~= ARGV[3 * i + 3] then
+      ok = false
+    end
   end
-end
-if not ok then
-  local out = {now, 0}
-  for i = 1, n do out[#out + 1] = held[i] end
-  return out
-end
-if not again and ((lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag)) then
-  return {now, 3}
-end
-local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
-for i = 1, n do
-  if string.sub(held[i], 1, #mine) ~= mine then
-    redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5])
+  if not ok then
+    local out = {now, 0}
+    for i = 1, n do out[#out + 1] = held[i] end
+    return out
   end
+  if not again and ((lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag)) then
+    return {now, 3}
+  end
+  local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
+  for i = 1, n do
+    if string.sub(held[i], 1, #mine) ~= mine then
+      redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5])
+    end
+  end
+  return {now, 1}
 end
-return {now, 1}
 ";
 
 /// Settles the keys of one slot that hold the update's lock: to the new
@@ -82,25 +86,58 @@ return {now, 1}
 /// in the same step, and a record that already says otherwise changes
 /// nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
 const SETTLE: &str = r"
-local txn, outcome, must, rpx = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4]
-local n = #KEYS
-if rpx ~= '0' then
-  n = n - 1
-  local rec = redis.call('GET', KEYS[n + 1])
-  if rec and rec ~= outcome then return 0 end
-  if rec and must then return 1 end
+local function settle_keys(KEYS, ARGV)
+  local txn, outcome, must, rpx = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4]
+  local n = #KEYS
+  if rpx ~= '0' then
+    n = n - 1
+    local rec = redis.call('GET', KEYS[n + 1])
+    if rec and rec ~= outcome then return 0 end
+    if rec and must then return 1 end
+  end
+  local mine = '~' .. txn .. '|'
+  if must and string.sub(redis.call('GET', KEYS[1]) or '', 1, #mine) ~= mine then return 0 end
+  for i = 1, n do
+    local v = redis.call('GET', KEYS[i])
+    if v and string.sub(v, 1, #mine) == mine then
+      local l = parse(v)
+      if l then settle(KEYS[i], l, outcome == 'C') end
+    end
+  end
+  if rpx ~= '0' then redis.call('SET', KEYS[n + 1], outcome, 'PXAT', rpx) end
+  return 1
 end
-local mine = '~' .. txn .. '|'
-if must and string.sub(redis.call('GET', KEYS[1]) or '', 1, #mine) ~= mine then return 0 end
-for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, #mine) == mine then
-    local l = parse(v)
-    if l then settle(KEYS[i], l, outcome == 'C') end
+";
+
+/// The steps of several updates on one node, of any of its slots (see
+/// `steps.rs`), each run on its own as its one-slot call would run it.
+/// Redis 7's flag lets the script touch keys of every slot the node serves;
+/// it declares no key, so the node never redirects the call. `ARGV`: per
+/// step, `P` (a prewrite) or `S` (a settle), how many keys and how many
+/// arguments it has, its keys, its arguments. Before a step touches
+/// anything, one `MGET` of all its keys (all of one slot) fails if the node
+/// does not serve that slot, or the slot is moving and its keys are not all
+/// still there: that step is answered `E<error>`, nothing of it written.
+/// The answer is `{now, answer of each step...}`, each as its one-slot
+/// call answers.
+const NODE: &str = r"
+local out, i = {now}, 1
+while i <= #ARGV do
+  local kind, nk, na = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local keys, args = {}, {}
+  for j = 1, nk do keys[j] = ARGV[i + 2 + j] end
+  for j = 1, na do args[j] = ARGV[i + 2 + nk + j] end
+  i = i + 3 + nk + na
+  local here = redis.pcall('MGET', unpack(keys))
+  if here.err then
+    out[#out + 1] = 'E' .. here.err
+  elseif kind == 'P' then
+    out[#out + 1] = prewrite(keys, args)
+  else
+    out[#out + 1] = settle_keys(keys, args)
   end
 end
-if rpx ~= '0' then redis.call('SET', KEYS[n + 1], outcome, 'PXAT', rpx) end
-return 1
+return out
 ";
 
 /// Resolves an update for a reader that met its lock, on the primary's slot:
@@ -125,17 +162,28 @@ redis.call('SET', KEYS[2], 'A', 'PX', ARGV[2])
 return {now, 'A'}
 ";
 
+/// What a call does: a step an update takes on one slot, or a reader's
+/// resolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Prewrite,
+    Settle,
+    Resolve,
+}
+
 /// One call of a script on one slot's keys, sent as `EVALSHA` (the script
-/// loaded and sent again if the node lacks it).
+/// loaded and sent again if the node lacks it), or as one step of a node's
+/// call (`steps.rs`).
+#[derive(Debug)]
 pub(super) struct Call {
-    script: &'static redis::Script,
+    kind: Kind,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
 impl Call {
-    pub(super) fn new(script: &'static redis::Script) -> Self {
-        Call { script, keys: Vec::new(), args: Vec::new() }
+    pub(super) fn new(kind: Kind) -> Self {
+        Call { kind, keys: Vec::new(), args: Vec::new() }
     }
 
     pub(super) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
@@ -148,13 +196,45 @@ impl Call {
         self
     }
 
+    pub(super) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The slot of the call's keys (all of one slot).
+    pub(super) fn slot(&self) -> u16 {
+        self.keys.first().map_or(0, |key| super::slot_of_name(key))
+    }
+
+    fn script(&self) -> &'static redis::Script {
+        let scripts = scripts();
+        match self.kind {
+            Kind::Prewrite => &scripts.prewrite,
+            Kind::Settle => &scripts.settle,
+            Kind::Resolve => &scripts.resolve,
+        }
+    }
+
+    /// Appends this call to the arguments of a node's call ([`NODE`]): its
+    /// kind, its numbers of keys and arguments, its keys and its arguments.
+    pub(super) fn push_step(&self, cmd: &mut redis::Cmd) {
+        debug_assert!(self.kind != Kind::Resolve, "a node's call carries prewrites and settles");
+        cmd.arg(if self.kind == Kind::Prewrite { "P" } else { "S" }).arg(self.keys.len()).arg(self.args.len());
+        for key in &self.keys {
+            cmd.arg(key);
+        }
+        for arg in &self.args {
+            cmd.arg(arg);
+        }
+    }
+
     /// Sends the call; with `replicas` > 0, followed in one pipeline, on the
     /// same connection to the same node, by `WAIT replicas`, whose count
     /// covers this call's writes. The script's answer, and how many replicas
     /// acknowledged (`u64::MAX` when none were asked for).
     pub(super) async fn send(&self, conn: &mut Conn, replicas: u32) -> redis::RedisResult<(redis::Value, u64)> {
+        let script = self.script();
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(self.keys.len());
+        cmd.arg(script.get_hash()).arg(self.keys.len());
         for key in &self.keys {
             cmd.arg(key);
         }
@@ -175,7 +255,7 @@ impl Call {
         };
         match once(conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.script.load_async(conn).await?;
+                script.load_async(conn).await?;
                 once(conn).await
             }
             answer => answer,
@@ -191,15 +271,22 @@ impl Call {
 
 /// The scripts, hashed once per store.
 pub(super) struct TxnScripts {
-    pub(super) prewrite: redis::Script,
-    pub(super) settle: redis::Script,
-    pub(super) resolve: redis::Script,
+    prewrite: redis::Script,
+    settle: redis::Script,
+    resolve: redis::Script,
+    /// Several prewrites and settles on one node ([`NODE`]).
+    pub(super) node: redis::Script,
 }
 
 impl TxnScripts {
     fn new() -> Self {
-        let with = |body: &str| redis::Script::new(&format!("{LOCKS}{body}"));
-        TxnScripts { prewrite: with(PREWRITE), settle: with(SETTLE), resolve: with(RESOLVE) }
+        let one = |body: &str, call: &str| redis::Script::new(&format!("{LOCKS}{body}{call}"));
+        TxnScripts {
+            prewrite: one(PREWRITE, "return prewrite(KEYS, ARGV)\n"),
+            settle: one(SETTLE, "return settle_keys(KEYS, ARGV)\n"),
+            resolve: one(RESOLVE, ""),
+            node: redis::Script::new(&format!("#!lua flags=allow-cross-slot-keys\n{LOCKS}{PREWRITE}{SETTLE}{NODE}")),
+        }
     }
 }
 

@@ -15,8 +15,8 @@ use super::super::family::{FamilyAdmission, Tag};
 use super::super::{failed, Op, RedisStore, Shared, MAX_TRIES};
 use super::lock::{body, expires_at};
 use super::read::{basis, by_slot};
-use super::resolve::{record, resolve, settle, settle_acked};
-use super::scripts::{scripts, Call};
+use super::resolve::{record, resolve, settle, settle_acked, settle_call};
+use super::scripts::{Call, Kind};
 use crate::bound::FamilyId;
 use crate::error::Unavailable;
 use crate::key_hash::KeyHash;
@@ -178,7 +178,7 @@ impl Step<'_> {
         }
         let record_pxat = locks.iter().map(|l| l.1).max().unwrap_or(now).saturating_add(RECORD_MARGIN_MS);
         let prewrite = |group: &Vec<usize>, first: bool| {
-            let mut call = Call::new(&scripts().prewrite);
+            let mut call = Call::new(Kind::Prewrite);
             for &i in group {
                 call.key(&self.names[i]);
             }
@@ -195,9 +195,8 @@ impl Step<'_> {
             // for before the commit point: a failover that lost one would
             // leave that key's old entry beside a committed update.
             let replicas = if first { 0 } else { shared.batcher.min_acked };
-            let mut conn = shared.link.conn();
             async move {
-                let (answer, acked) = call.send(&mut conn, replicas).await?;
+                let (answer, acked) = super::steps::send(shared, call, replicas).await?;
                 Ok::<_, redis::RedisError>((redis::from_redis_value::<Vec<redis::Value>>(answer)?, acked))
             }
         };
@@ -274,18 +273,12 @@ impl Step<'_> {
             }
         };
         // Committed: the other slots' locks become their new entries, in the
-        // background (the count is answered now), or at the next reader that
-        // meets them.
-        let (owner, txn) = (self.shared.clone(), self.txn.to_owned());
-        let others: Vec<Vec<String>> = self.groups[1..].iter().map(group).collect();
-        tokio::spawn(async move {
-            let settled = others.iter().map(|names| settle(&owner, names, &txn, "C", None));
-            for done in futures_util::future::join_all(settled).await {
-                if let Err(e) = done {
-                    tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
-                }
-            }
-        });
+        // next calls to their nodes (the count is answered now, and its
+        // settles are queued before, so a next update of these keys from
+        // this store comes after them), or at the next reader that meets them.
+        for g in &self.groups[1..] {
+            super::steps::leave(self.shared, settle_call(&group(g), self.txn, "C", None));
+        }
         Ok(Tried::Committed { acked })
     }
 

@@ -1,0 +1,303 @@
+//! The steps of cross-slot updates (`txn.rs`: prewrites, commits, settles,
+//! rollbacks) that are ready at once go to each node together: one call of
+//! the node's script (`NODE` in `scripts.rs`) carries every step bound for
+//! that node in one turn of the runtime, as `batch.rs` sends one-slot counts.
+//! A two-slot count's steps are each one call, so without this every count
+//! pays a script call's fixed cost about four times over, on two nodes.
+//!
+//! In the node's script each step runs exactly as its call of its own would,
+//! on its own: one step's miss, refusal or slot never decides another's.
+//! Settles go before prewrites in a call, so a prewrite lands after the
+//! settles of the same turn (a key that an earlier update of this store left
+//! locked is settled before the next update reads it). A settle nobody waits
+//! for (a committed update's other slots) is queued before its count is
+//! answered, so it rides in the same call as its node's other steps.
+//!
+//! A step whose slot the node does not serve (the map in `slots.rs` is
+//! stale, the slot is moving) is answered "not here", nothing of it
+//! written, and is sent again alone by its keys, on the client that follows
+//! `MOVED` and `ASK`; so is every step of a call the node refused whole (an
+//! answer by which it ran nothing of it, `once.rs`), and every step once a
+//! node can't load the script (before Redis 7). Any other failure of the
+//! call (a lost connection, a timeout: it may have run) fails every step in
+//! it, and none is sent again: each caller takes it as that step's failure,
+//! which the protocol already answers (`PROTOCOL.md`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{RedisResult, Value};
+use tokio::sync::oneshot;
+
+use super::super::batch::WAIT_MS;
+use super::super::link::Link;
+use super::super::Shared;
+use super::scripts::{scripts, Call, Kind};
+use super::slots::{node, SlotMap};
+
+/// The most steps one node's call carries; more that wait go in several
+/// calls, sent at once.
+const MAX_STEPS: usize = 64;
+
+/// A step's answer, as its call of its own answers: the script's answer and
+/// how many replicas acknowledged it (`u64::MAX` when none were asked for).
+pub(super) type Answer = RedisResult<(Value, u64)>;
+
+struct Pending {
+    call: Call,
+    /// Replicas that must acknowledge the step (`WAIT`); 0: none.
+    replicas: u32,
+    slot: u16,
+    /// `None`: nobody waits for the answer (a settle left to run).
+    reply: Option<oneshot::Sender<Answer>>,
+}
+
+impl Pending {
+    fn answer(self, answer: Answer) {
+        match self.reply {
+            Some(reply) => drop(reply.send(answer)),
+            None => {
+                if let Err(e) = answer {
+                    left(&e);
+                }
+            }
+        }
+    }
+}
+
+/// The steps waiting for the next calls, and how to send them.
+pub(in crate::store::redis) struct StepBatcher {
+    link: Arc<Link>,
+    /// The slots' primaries, as far as known (shared with `batch.rs`).
+    slots: Arc<SlotMap>,
+    /// False once a node could not load the node's script: steps alone.
+    node_calls: AtomicBool,
+    waiting: Mutex<Vec<Pending>>,
+    /// Steps sent in a node's call with others, and those sent again alone
+    /// after one.
+    shared: AtomicU64,
+    again: AtomicU64,
+}
+
+impl std::fmt::Debug for StepBatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepBatcher").field("waiting", &self.waiting.lock().len()).finish_non_exhaustive()
+    }
+}
+
+impl StepBatcher {
+    pub(in crate::store::redis) fn new(link: Arc<Link>, slots: Arc<SlotMap>) -> Arc<Self> {
+        Arc::new(StepBatcher {
+            link,
+            slots,
+            node_calls: AtomicBool::new(true),
+            waiting: Mutex::new(Vec::new()),
+            shared: AtomicU64::new(0),
+            again: AtomicU64::new(0),
+        })
+    }
+
+    /// Steps sent in a node's call with others so far, and those sent again
+    /// alone after one.
+    #[cfg(test)]
+    pub(super) fn counts(&self) -> (u64, u64) {
+        (self.shared.load(Ordering::Relaxed), self.again.load(Ordering::Relaxed))
+    }
+
+    /// Sends `call` (a prewrite or a settle) in the next call to its node,
+    /// followed by `WAIT replicas` when `replicas` > 0; its answer. A step
+    /// whose caller stops waiting before its call is sent is left out.
+    pub(super) async fn send(self: &Arc<Self>, call: Call, replicas: u32) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        self.push(Pending { slot: call.slot(), call, replicas, reply: Some(reply) });
+        answer.await.unwrap_or_else(|_| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "the call carrying this step was dropped")))
+        })
+    }
+
+    /// Queues `call` (a settle) for the next call to its node, now, with
+    /// nobody waiting for it: a failure is left to readers.
+    pub(super) fn leave(self: &Arc<Self>, call: Call) {
+        self.push(Pending { slot: call.slot(), call, replicas: 0, reply: None });
+    }
+
+    fn push(self: &Arc<Self>, pending: Pending) {
+        let first = {
+            let mut waiting = self.waiting.lock();
+            waiting.push(pending);
+            waiting.len() == 1
+        };
+        if first {
+            tokio::spawn(self.clone().flush());
+        }
+    }
+
+    /// Sends what waits now: per node, calls of at most [`MAX_STEPS`] steps.
+    async fn flush(self: Arc<Self>) {
+        let mut batch = std::mem::take(&mut *self.waiting.lock());
+        batch.retain(|p| p.reply.as_ref().is_none_or(|r| !r.is_closed()));
+        // Settles first (a stable sort keeps each kind's order).
+        batch.sort_by_key(|p| p.call.kind() != Kind::Settle);
+        let Some(conn) = self.link.once().filter(|_| self.node_calls.load(Ordering::Relaxed)) else {
+            return self.alone(batch).await;
+        };
+        let nodes = self.slots.now(&conn);
+        let mut groups: Vec<((bool, u16), Vec<Pending>)> = Vec::new();
+        for pending in batch {
+            let group = match nodes.as_deref().and_then(|nodes| node(nodes, pending.slot)) {
+                Some(node) => (true, node),
+                None => (false, pending.slot),
+            };
+            match groups.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, members)) => members.push(pending),
+                None => groups.push((group, vec![pending])),
+            }
+        }
+        let mut calls = Vec::new();
+        for (_, mut group) in groups {
+            while group.len() > MAX_STEPS {
+                let rest = group.split_off(MAX_STEPS);
+                calls.push(self.send_node(conn.clone(), std::mem::replace(&mut group, rest)));
+            }
+            calls.push(self.send_node(conn.clone(), group));
+        }
+        drop(futures_util::future::join_all(calls).await);
+    }
+
+    /// One call of the node's script for `batch`, on the primary of its
+    /// first step's slot (a lone step too: a node's steps keep one
+    /// connection, so they reach it in the order they were sent).
+    async fn send_node(&self, mut conn: ClusterConnection, batch: Vec<Pending>) {
+        if batch.len() > 1 {
+            self.shared.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
+        let replicas = batch.iter().map(|p| p.replicas).max().unwrap_or(0);
+        let script = &scripts().node;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(0);
+        for pending in &batch {
+            pending.call.push_step(&mut cmd);
+        }
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
+        let mut reply = call_node(&mut conn, &cmd, &route, replicas).await;
+        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
+            reply = match script.load_async(&mut conn).await {
+                Ok(_) => call_node(&mut conn, &cmd, &route, replicas).await,
+                Err(e) => {
+                    // A node that can't compile it (before Redis 7): steps
+                    // alone from now on.
+                    if e.to_string().contains("compiling") {
+                        self.node_calls.store(false, Ordering::Relaxed);
+                    }
+                    Err(e)
+                }
+            };
+        }
+        let again = match reply {
+            // Refused whole: nothing of it ran; each step goes by its keys.
+            Err(e) if super::once::ran_nothing(&e) => batch,
+            Err(e) => {
+                for pending in batch {
+                    pending.answer(Err(e.clone()));
+                }
+                return;
+            }
+            Ok((value, acked)) => answer(batch, value, acked),
+        };
+        if again.is_empty() {
+            return;
+        }
+        self.again.fetch_add(again.len() as u64, Ordering::Relaxed);
+        if let Some(conn) = self.link.cluster() {
+            self.slots.ask(&conn);
+        }
+        self.alone(again).await;
+    }
+
+    /// Each step of `batch` in a call of its own, routed by its keys, at once.
+    async fn alone(&self, batch: Vec<Pending>) {
+        let sent = batch.into_iter().map(|pending| async move {
+            let answer = pending.call.send(&mut self.link.conn(), pending.replicas).await;
+            pending.answer(answer);
+        });
+        drop(futures_util::future::join_all(sent).await);
+    }
+}
+
+/// Sends `call` (a prewrite or a settle) with the other steps ready now
+/// for its node, as [`StepBatcher::send`].
+pub(super) async fn send(shared: &Shared, call: Call, replicas: u32) -> Answer {
+    match &shared.steps {
+        Some(steps) => steps.send(call, replicas).await,
+        None => call.send(&mut shared.link.conn(), replicas).await,
+    }
+}
+
+/// Queues `call` (a settle nobody waits for), as [`StepBatcher::leave`].
+pub(super) fn leave(shared: &Arc<Shared>, call: Call) {
+    match &shared.steps {
+        Some(steps) => steps.leave(call),
+        None => {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Err(e) = call.send(&mut shared.link.conn(), 0).await {
+                    left(&e);
+                }
+            });
+        }
+    }
+}
+
+/// Notes a settle nobody waited for that failed.
+fn left(e: &redis::RedisError) {
+    tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
+}
+
+/// Answers each step of `batch` from the node's answer `{now, answer...}`;
+/// those answered "not here" come back, to be sent alone.
+fn answer(batch: Vec<Pending>, value: Value, acked: u64) -> Vec<Pending> {
+    let Value::Array(items) = value else {
+        let e = super::super::script::unexpected(format!("the node's step script answered {value:?}"));
+        for pending in batch {
+            pending.answer(Err(e.clone()));
+        }
+        return Vec::new();
+    };
+    let mut answers = items.into_iter().skip(1);
+    let mut again = Vec::new();
+    for pending in batch {
+        match answers.next() {
+            Some(Value::BulkString(b)) if b.first() == Some(&b'E') => again.push(pending),
+            Some(value) => {
+                let acked = if pending.replicas == 0 { u64::MAX } else { acked };
+                pending.answer(Ok((value, acked)));
+            }
+            None => pending.answer(Err(super::super::script::unexpected("a step without an answer".to_owned()))),
+        }
+    }
+    again
+}
+
+/// Sends `cmd` to the node of `route`; with `replicas` > 0, followed by
+/// `WAIT replicas` in one pipeline on the same connection, which covers
+/// every write of the call.
+async fn call_node(
+    conn: &mut ClusterConnection,
+    cmd: &redis::Cmd,
+    route: &SingleNodeRoutingInfo,
+    replicas: u32,
+) -> Answer {
+    if replicas == 0 {
+        let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
+        return Ok((value.extract_error()?, u64::MAX));
+    }
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(WAIT_MS);
+    let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
+    let value = values.next().unwrap_or(Value::Nil).extract_error()?;
+    let acked = redis::from_redis_value(values.next().unwrap_or(Value::Nil).extract_error()?)?;
+    Ok((value, acked))
+}
