@@ -43,26 +43,34 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// (or already locked by this update: a call sent again, whose clock is not
 /// checked again), `{now, 0, held...}` nothing written, `{now, 2}` the update
 /// was already decided (rolled back by a reader), `{now, 3}` nothing written:
-/// the node's clock is outside the bounds.
+/// the node's clock is outside the bounds. Its first command reads every key
+/// (`MGET`): if that fails (the node's script, below: the slot is not served
+/// here), nothing was written and it answers `nil, error`. A key read as none
+/// is locked with `NX`, which fails on a key holding no string (`MGET` reads
+/// it as none): it answers `nil, WRONGTYPE, true` (other keys of the step may
+/// be locked: a failed prewrite, which the update rolls back).
 const PREWRITE: &str = r"
 local function prewrite(KEYS, ARGV)
+  local got = redis.pcall('MGET', unpack(KEYS))
+  if got.err then return nil, got.err end
   local txn, lease = ARGV[1], tonumber(ARGV[2])
   local at, lead, lag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   local n = (#ARGV - 5) / 3
   local mine = '~' .. txn .. '|'
-  if lease > 0 and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {now, 2} end
-  local held, ok, again = {}, true, false
+  if lease > 0 and got[n + 1] then return {now, 2} end
+  local ok, again = true, false
   for i = 1, n do
-    held[i] = redis.call('GET', KEYS[i]) or ''
-    if string.sub(held[i], 1, #mine) == mine then
+    local held = got[i] or ''
+    got[i] = held
+    if string.sub(held, 1, #mine) == mine then
       again = true
-    elseif held[i] ~= ARGV[3 * i + 3] then
+    elseif held ~= ARGV[3 * i + 3] then
       ok = false
     end
   end
   if not ok then
     local out = {now, 0}
-    for i = 1, n do out[#out + 1] = held[i] end
+    for i = 1, n do out[#out + 1] = got[i] end
     return out
   end
   if not again and ((lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag)) then
@@ -70,7 +78,11 @@ local function prewrite(KEYS, ARGV)
   end
   local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
   for i = 1, n do
-    if string.sub(held[i], 1, #mine) ~= mine then
+    if got[i] == '' then
+      if not redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5], 'NX') then
+        return nil, 'WRONGTYPE the key holds a value that is not a string', true
+      end
+    elseif string.sub(got[i], 1, #mine) ~= mine then
       redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5])
     end
   end
@@ -85,20 +97,23 @@ end
 /// point), the record's `PXAT`. With a record, the outcome is written there
 /// in the same step, and a record that already says otherwise changes
 /// nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
+/// Its first command reads every key (`MGET`), as a prewrite's does.
 const SETTLE: &str = r"
 local function settle_keys(KEYS, ARGV)
+  local got = redis.pcall('MGET', unpack(KEYS))
+  if got.err then return nil, got.err end
   local txn, outcome, must, rpx = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4]
   local n = #KEYS
   if rpx ~= '0' then
     n = n - 1
-    local rec = redis.call('GET', KEYS[n + 1])
+    local rec = got[n + 1]
     if rec and rec ~= outcome then return 0 end
     if rec and must then return 1 end
   end
   local mine = '~' .. txn .. '|'
-  if must and string.sub(redis.call('GET', KEYS[1]) or '', 1, #mine) ~= mine then return 0 end
+  if must and string.sub(got[1] or '', 1, #mine) ~= mine then return 0 end
   for i = 1, n do
-    local v = redis.call('GET', KEYS[i])
+    local v = got[i]
     if v and string.sub(v, 1, #mine) == mine then
       local l = parse(v)
       if l then settle(KEYS[i], l, outcome == 'C') end
@@ -114,30 +129,32 @@ end
 /// Redis 7's flag lets the script touch keys of every slot the node serves;
 /// it declares no key, so the node never redirects the call. `ARGV`: per
 /// step, `P` (a prewrite) or `S` (a settle), how many keys and how many
-/// arguments it has, its keys, its arguments. Before a step touches
-/// anything, one `MGET` of all its keys (all of one slot) fails if the node
-/// does not serve that slot, or the slot is moving and its keys are not all
-/// still there: that step is answered `E<error>`, nothing of it written.
-/// The answer is `{now, answer of each step...}`, each as its one-slot
-/// call answers.
+/// arguments it has, its keys, its arguments. A step's first command reads
+/// all its keys (all of one slot), and fails if the node does not serve
+/// that slot, or the slot is moving and its keys are not all still there:
+/// that step is answered `E<error>`, nothing of it written; a step that
+/// failed after it may have written is answered `F<error>`. The answer is
+/// `{now, answer of each step...}`, each as its one-slot call answers.
 const NODE: &str = r"
 local out, i = {now}, 1
 while i <= #ARGV do
   local kind, nk, na = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local keys, args = {}, {}
-  for j = 1, nk do keys[j] = ARGV[i + 2 + j] end
-  for j = 1, na do args[j] = ARGV[i + 2 + nk + j] end
+  local keys = {unpack(ARGV, i + 3, i + 2 + nk)}
+  local args = {unpack(ARGV, i + 3 + nk, i + 2 + nk + na)}
   i = i + 3 + nk + na
-  local here = redis.pcall('MGET', unpack(keys))
-  if here.err then
-    out[#out + 1] = 'E' .. here.err
-  elseif kind == 'P' then
-    out[#out + 1] = prewrite(keys, args)
-  else
-    out[#out + 1] = settle_keys(keys, args)
-  end
+  local answer, err, ran
+  if kind == 'P' then answer, err, ran = prewrite(keys, args) else answer, err = settle_keys(keys, args) end
+  if err then answer = (ran and 'F' or 'E') .. err end
+  out[#out + 1] = answer
 end
 return out
+";
+
+/// How a step's call of its own ends: its answer, or its error as the
+/// script's.
+const ALONE: &str = r"
+if err then return redis.error_reply(err) end
+return answer
 ";
 
 /// Resolves an update for a reader that met its lock, on the primary's slot:
@@ -282,8 +299,8 @@ impl TxnScripts {
     fn new() -> Self {
         let one = |body: &str, call: &str| redis::Script::new(&format!("{LOCKS}{body}{call}"));
         TxnScripts {
-            prewrite: one(PREWRITE, "return prewrite(KEYS, ARGV)\n"),
-            settle: one(SETTLE, "return settle_keys(KEYS, ARGV)\n"),
+            prewrite: one(PREWRITE, &format!("local answer, err = prewrite(KEYS, ARGV){ALONE}")),
+            settle: one(SETTLE, &format!("local answer, err = settle_keys(KEYS, ARGV){ALONE}")),
             resolve: one(RESOLVE, ""),
             node: redis::Script::new(&format!("#!lua flags=allow-cross-slot-keys\n{LOCKS}{PREWRITE}{SETTLE}{NODE}")),
         }

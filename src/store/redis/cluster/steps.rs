@@ -271,6 +271,14 @@ fn answer(batch: Vec<Pending>, value: Value, acked: u64) -> Vec<Pending> {
     for pending in batch {
         match answers.next() {
             Some(Value::BulkString(b)) if b.first() == Some(&b'E') => again.push(pending),
+            Some(Value::BulkString(b)) => {
+                let e = String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned();
+                pending.answer(Err(redis::RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                    "the step failed",
+                    e,
+                ))));
+            }
             Some(value) => {
                 let acked = if pending.replicas == 0 { u64::MAX } else { acked };
                 pending.answer(Ok((value, acked)));
