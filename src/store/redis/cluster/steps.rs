@@ -76,10 +76,11 @@ pub(in crate::store::redis) struct StepBatcher {
     /// False once a node could not load the node's script: steps alone.
     node_calls: AtomicBool,
     waiting: Mutex<Vec<Pending>>,
-    /// Steps sent in a node's call with others, and those sent again alone
-    /// after one.
+    /// Steps sent in a node's call with others, those sent again alone
+    /// after one, and the node's calls.
     shared: AtomicU64,
     again: AtomicU64,
+    calls: AtomicU64,
 }
 
 impl std::fmt::Debug for StepBatcher {
@@ -97,14 +98,16 @@ impl StepBatcher {
             waiting: Mutex::new(Vec::new()),
             shared: AtomicU64::new(0),
             again: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
         })
     }
 
-    /// Steps sent in a node's call with others so far, and those sent again
-    /// alone after one.
+    /// Steps sent in a node's call with others so far, those sent again
+    /// alone after one, and the node's calls.
     #[cfg(test)]
-    pub(super) fn counts(&self) -> (u64, u64) {
-        (self.shared.load(Ordering::Relaxed), self.again.load(Ordering::Relaxed))
+    pub(super) fn counts(&self) -> (u64, u64, u64) {
+        let count = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        (count(&self.shared), count(&self.again), count(&self.calls))
     }
 
     /// Sends `call` (a prewrite or a settle) in the next call to its node,
@@ -174,6 +177,7 @@ impl StepBatcher {
         if batch.len() > 1 {
             self.shared.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let replicas = batch.iter().map(|p| p.replicas).max().unwrap_or(0);
         let script = &scripts().node;
         let mut cmd = redis::cmd("EVALSHA");
