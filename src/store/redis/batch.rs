@@ -33,10 +33,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
+use super::cluster::call_node;
 use super::cluster::slots::{node, SlotMap};
 use super::link::{Conn, Link};
 use super::script::{millis, unexpected, WRITE, WRITE_NODE};
@@ -217,10 +218,10 @@ impl Batcher {
         let cmd = self.command(&batch, Keys::InArgs);
         let Some(mut conn) = self.link.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-        let mut reply = self.call_node(&mut conn, &cmd, &route).await;
+        let mut reply = call_node(&mut conn, &cmd, &route, self.min_acked).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match self.node_script.load_async(&mut conn).await {
-                Ok(_) => self.call_node(&mut conn, &cmd, &route).await,
+                Ok(_) => call_node(&mut conn, &cmd, &route, self.min_acked).await,
                 Err(e) => {
                     // A node that can't compile it (before Redis 7): calls
                     // per slot from now on.
@@ -322,31 +323,12 @@ impl Batcher {
             let mut conn = once.clone();
             async move {
                 match to {
-                    Some(node) => self.call_node(&mut conn, cmd, &node).await,
+                    Some(node) => call_node(&mut conn, cmd, &node, self.min_acked).await,
                     None => self.call(&mut Conn::Cluster(conn), cmd).await,
                 }
             }
         })
         .await
-    }
-
-    /// Sends `cmd` to the node of `route`, followed by `WAIT` as [`call`](Self::call).
-    async fn call_node(
-        &self,
-        conn: &mut redis::cluster_async::ClusterConnection,
-        cmd: &redis::Cmd,
-        route: &SingleNodeRoutingInfo,
-    ) -> redis::RedisResult<(Value, u64)> {
-        if self.min_acked == 0 {
-            let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
-            return Ok((value.extract_error()?, u64::MAX));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone()).cmd("WAIT").arg(self.min_acked).arg(WAIT_MS);
-        let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
-        let value = values.next().unwrap_or(Value::Nil).extract_error()?;
-        let acked = redis::from_redis_value(values.next().unwrap_or(Value::Nil).extract_error()?)?;
-        Ok((value, acked))
     }
 
     /// The script call of `batch`, its keys placed as `keys` says.

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 pub(super) use self::lock::is_lock;
 pub(super) use self::nodes::{check_primaries, on, primaries, sweep};
@@ -106,6 +107,27 @@ pub(super) async fn connect(
         Ok(conn) => conn,
         Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting to the cluster timed out"))),
     }
+}
+
+/// Sends `cmd` to the node of `route`; with `replicas` > 0, followed by
+/// `WAIT replicas` in one pipeline on the same connection, which covers
+/// every write of the call.
+pub(super) async fn call_node(
+    conn: &mut ClusterConnection,
+    cmd: &redis::Cmd,
+    route: &SingleNodeRoutingInfo,
+    replicas: u32,
+) -> redis::RedisResult<(redis::Value, u64)> {
+    if replicas == 0 {
+        let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
+        return Ok((value.extract_error()?, u64::MAX));
+    }
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(super::batch::WAIT_MS);
+    let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
+    let value = values.next().unwrap_or(redis::Value::Nil).extract_error()?;
+    let acked = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil).extract_error()?)?;
+    Ok((value, acked))
 }
 
 /// Appends the hash of a key as its key name carries it: on a cluster in

@@ -28,11 +28,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
 use tokio::sync::oneshot;
 
-use super::super::batch::WAIT_MS;
 use super::super::link::Link;
 use super::super::Shared;
 use super::scripts::{scripts, Call, Kind};
@@ -186,10 +185,10 @@ impl StepBatcher {
             pending.call.push_step(&mut cmd);
         }
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
-        let mut reply = call_node(&mut conn, &cmd, &route, replicas).await;
+        let mut reply = super::call_node(&mut conn, &cmd, &route, replicas).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match script.load_async(&mut conn).await {
-                Ok(_) => call_node(&mut conn, &cmd, &route, replicas).await,
+                Ok(_) => super::call_node(&mut conn, &cmd, &route, replicas).await,
                 Err(e) => {
                     // A node that can't compile it (before Redis 7): steps
                     // alone from now on.
@@ -291,25 +290,4 @@ fn answer(batch: Vec<Pending>, value: Value, acked: u64) -> Vec<Pending> {
         }
     }
     again
-}
-
-/// Sends `cmd` to the node of `route`; with `replicas` > 0, followed by
-/// `WAIT replicas` in one pipeline on the same connection, which covers
-/// every write of the call.
-async fn call_node(
-    conn: &mut ClusterConnection,
-    cmd: &redis::Cmd,
-    route: &SingleNodeRoutingInfo,
-    replicas: u32,
-) -> Answer {
-    if replicas == 0 {
-        let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
-        return Ok((value.extract_error()?, u64::MAX));
-    }
-    let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(WAIT_MS);
-    let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
-    let value = values.next().unwrap_or(Value::Nil).extract_error()?;
-    let acked = redis::from_redis_value(values.next().unwrap_or(Value::Nil).extract_error()?)?;
-    Ok((value, acked))
 }
