@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::batch::WriteCall;
-use super::builder::CALL_LIMIT;
 use super::family::{FamilyAdmission, Tag};
+use super::CALL_LIMIT;
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
 use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;
