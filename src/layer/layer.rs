@@ -6,11 +6,11 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use tower_layer::Layer;
 
+use super::config::LayerConfig;
 use super::extract::KeyExtractor;
 use super::fields::AdmittedFields;
 use super::refusal::{MissingKey, RefusalBody};
 use super::service::LimitService;
-use crate::limits::LimitHandle;
 use crate::{LimitError, Limits};
 
 /// Counts every request on one limit, keyed by what `K` extracts; answers
@@ -37,17 +37,7 @@ use crate::{LimitError, Limits};
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct LimitLayer<K> {
-    /// The limit, found by name when the layer is built.
-    pub(super) handle: LimitHandle,
-    pub(super) limit: String,
-    pub(super) part: String,
-    pub(super) extractor: K,
-    pub(super) missing: MissingKey,
-    pub(super) body: RefusalBody,
-    /// What the key is, for the missing-key message.
-    pub(super) what: String,
-    /// The RateLimit fields of admitted answers; `None` when they are not sent.
-    pub(super) fields: Option<AdmittedFields>,
+    config: LayerConfig<K>,
 }
 
 impl<K: KeyExtractor> LimitLayer<K> {
@@ -73,20 +63,22 @@ impl<K: KeyExtractor> LimitLayer<K> {
             return Err(LimitError::UnknownLimit { name: limit.to_owned(), known: limits.names() });
         };
         Ok(LimitLayer {
-            limit: limit.to_owned(),
-            part: part.to_owned(),
-            what: format!("`{part}`"),
-            handle,
-            extractor,
-            missing: MissingKey::default(),
-            body: RefusalBody::default(),
-            fields: Some(AdmittedFields::new(limit)),
+            config: LayerConfig {
+                limit: limit.to_owned(),
+                part: part.to_owned(),
+                what: format!("`{part}`"),
+                handle,
+                extractor,
+                missing: MissingKey::default(),
+                body: RefusalBody::default(),
+                fields: Some(AdmittedFields::new(limit)),
+            },
         })
     }
 
     /// What a request without a key gets: 400 by default.
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
-        self.missing = match missing {
+        self.config.missing = match missing {
             MissingKey::Reject(status) if !status.is_client_error() => MissingKey::Reject(StatusCode::BAD_REQUEST),
             other => other,
         };
@@ -95,7 +87,7 @@ impl<K: KeyExtractor> LimitLayer<K> {
 
     /// The body of refusals: JSON by default.
     pub fn body(mut self, body: RefusalBody) -> Self {
-        self.body = body;
+        self.config.body = body;
         self
     }
 
@@ -104,13 +96,13 @@ impl<K: KeyExtractor> LimitLayer<K> {
     /// `tower_governor` sends its headers only when asked: for an app that
     /// writes its own, or wants no extra bytes on every answer.
     pub fn fields_on_admitted(mut self, send: bool) -> Self {
-        self.fields = send.then(|| AdmittedFields::new(&self.limit));
+        self.config.fields = send.then(|| AdmittedFields::new(&self.config.limit));
         self
     }
 
     /// Names the key in the missing-key message (`"an X-Api-Key header"`).
     pub fn key_name(mut self, what: &str) -> Self {
-        what.clone_into(&mut self.what);
+        what.clone_into(&mut self.config.what);
         self
     }
 }
@@ -119,6 +111,6 @@ impl<S, K: Clone> Layer<S> for LimitLayer<K> {
     type Service = LimitService<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        LimitService::new(inner, Arc::new(self.clone()))
+        LimitService::new(inner, Arc::new(self.config.clone()))
     }
 }

@@ -39,6 +39,7 @@
 //! # let _ = app; Ok(()) }
 //! ```
 
+mod config;
 mod extract;
 mod fields;
 mod handler;

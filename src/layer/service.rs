@@ -8,27 +8,24 @@ use std::task::{ready, Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{Request, Response};
-use axum::response::IntoResponse;
 use axum::BoxError;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::config::{Answer, LayerConfig};
 use super::extract::{KeyExtractor, NeedsParts};
 use super::fields::Values;
 use super::key::Key;
-use super::layer::LimitLayer;
-use super::refusal::{MissingKey, Refusal};
-use crate::{Decision, LimitError};
 
-/// The service a [`LimitLayer`] puts in front of `S`.
+/// The service a [`LimitLayer`](super::LimitLayer) puts in front of `S`.
 #[derive(Clone, Debug)]
 pub struct LimitService<S, K> {
     inner: S,
-    layer: Arc<LimitLayer<K>>,
+    layer: Arc<LayerConfig<K>>,
 }
 
 impl<S, K> LimitService<S, K> {
-    pub(crate) fn new(inner: S, layer: Arc<LimitLayer<K>>) -> Self {
+    pub(super) fn new(inner: S, layer: Arc<LayerConfig<K>>) -> Self {
         LimitService { inner, layer }
     }
 }
@@ -167,56 +164,5 @@ impl<S, K> LimitService<S, K> {
                 Answer::Refuse(response) => Ok(response),
             }
         })
-    }
-}
-
-/// What the layer does with a request once it is counted.
-enum Answer {
-    /// To the wrapped service, with these fields on its answer (none for a
-    /// request passed uncounted, or when the layer sends none on admitted
-    /// ones). Boxed here, where they are made, as the future holds them.
-    Pass(Option<Box<Values>>),
-    /// Answered in the service's place.
-    Refuse(Response<Body>),
-}
-
-impl<K> LimitLayer<K> {
-    /// `key` counted on a store that answers at once; `None` when it answers
-    /// only through a future (nothing is counted then). An address is
-    /// handed over as the address, so its text is not parsed back.
-    fn count_now(&self, key: &Key) -> Option<Result<Decision, LimitError>> {
-        match key.ip() {
-            Some(ip) => self.handle.attempt_address_now(ip, 1),
-            None => self.handle.attempt_now(&[(&self.part, key.as_str())], 1),
-        }
-    }
-
-    /// What to do with a request the limit `counted` (`None`: it has no key).
-    /// An admitted request's decision is read where the count wrote it,
-    /// not moved out first.
-    fn answer(&self, counted: Option<Result<Decision, LimitError>>) -> Answer {
-        if let Some(Ok(decision)) = &counted {
-            if decision.allowed {
-                return Answer::Pass(self.fields.as_ref().map(|f| Box::new(f.values(decision))));
-            }
-        }
-        let limit = self.limit.as_str();
-        match counted {
-            Some(Ok(decision)) => {
-                Refusal::of_decision(limit, 1, decision).map_or(Answer::Pass(None), |r| Answer::Refuse(self.refuse(r)))
-            }
-            // A value the part can't take (not an address) is no key.
-            None | Some(Err(LimitError::BadValue { .. })) => match self.missing {
-                MissingKey::Pass => Answer::Pass(None),
-                MissingKey::Reject(status) => {
-                    Answer::Refuse(self.refuse(Refusal::missing_key(limit, status, &self.what)))
-                }
-            },
-            Some(Err(e)) => Answer::Refuse(self.refuse(Refusal::of_error(limit, &e))),
-        }
-    }
-
-    fn refuse(&self, refusal: Refusal) -> Response<Body> {
-        refusal.with_body(self.body.clone()).into_response()
     }
 }

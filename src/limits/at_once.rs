@@ -16,6 +16,7 @@ use super::decision::Decision;
 use super::error::LimitError;
 use super::gcra::verdict;
 use super::limit::Part;
+use super::overrides;
 use super::store_key::{key_of, CallKeys, KeyOf};
 
 impl CompiledLimit {
@@ -115,7 +116,7 @@ impl CompiledLimit {
         let Some(done) = store.update_now(refs, &mut apply) else { return A::pending() };
         let decided = self.settle(done.and_then(|()| last.ok_or_else(crate::store::no_apply_run)), cost);
         A::ready(match &overridden {
-            Some(algorithms) => self.with_budgets_of(decided, algorithms),
+            Some(algorithms) => overrides::with_budgets_of(&self.limit, decided, algorithms),
             None => decided,
         })
     }

@@ -27,9 +27,6 @@ pub struct Attempt<'a> {
     state: State<'a>,
 }
 
-/// The limit an attempt counts on, or the name that found no limit.
-pub(super) type Found<'a> = Result<&'a CompiledLimit, &'a str>;
-
 /// The limit an attempt names: by its name, found when the attempt is
 /// first polled, or found already (a [`LimitHandle`](super::LimitHandle)'s).
 #[derive(Clone, Copy)]

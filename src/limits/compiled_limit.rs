@@ -22,6 +22,7 @@ use super::decision::{Decision, PartLeft};
 use super::error::LimitError;
 use super::limit::{Limit, Part, Policy};
 use super::normalize::{KeyRules, NotAnIp};
+use super::overrides::Overrides;
 use super::parts::Held;
 use super::store_key::{self, CallKeys};
 
@@ -51,7 +52,7 @@ pub(super) struct CompiledLimit {
     pub(super) answers: Arc<Answers>,
     /// Values with budgets of their own; a limit with any counts through
     /// the store's general path (no `only_gcra`, no `integer`).
-    pub(super) overrides: Option<super::overrides::Overrides>,
+    pub(super) overrides: Option<Overrides>,
     pub(super) degraded_log: Throttle,
     pub(super) shadow_log: Throttle,
 }
@@ -102,6 +103,24 @@ impl CompiledLimit {
             degraded_log: Throttle::new(),
             shadow_log: Throttle::new(),
         }
+    }
+
+    /// This limit counting `overrides`' values by their own budgets: off
+    /// the integer count, which knows only the part's.
+    pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {
+        if overrides.is_some() {
+            self.integer = None;
+            self.only_gcra = None;
+        }
+        self.overrides = overrides;
+        self
+    }
+
+    /// The algorithms `keys` count by: `None` when no value of theirs has an
+    /// override (the limit's own algorithms count them).
+    #[inline]
+    pub(super) fn algorithms_for(&self, keys: &CallKeys) -> Option<Arc<[Algorithm]>> {
+        self.overrides.as_ref()?.algorithms_for(&self.stems, &self.algorithms, keys)
     }
 
     /// The decision of an attempt of `cost` the store answered (or

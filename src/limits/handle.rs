@@ -8,7 +8,6 @@ use crate::transaction::refuse_in_transaction;
 use crate::{LimitStore, Millis};
 
 use super::answers::Answers;
-use super::attempt::Found;
 use super::backend::CostNotCounted;
 use super::compiled_limit::{CompiledLimit, Given, PartsNeeded};
 use super::decision::{Decision, LimitCounters};
@@ -16,7 +15,11 @@ use super::error::LimitError;
 use super::last_hour::LastHour;
 use super::limit::Limit;
 use super::name_table::NameTable;
+use super::overrides;
 use super::store_key::CallKeys;
+
+/// The limit an attempt counts on, or the name that found no limit.
+pub(super) type Found<'a> = Result<&'a CompiledLimit, &'a str>;
 
 /// The limits of an app, counting in one store. Cheap to clone.
 #[derive(Clone)]
@@ -82,7 +85,7 @@ impl Limits {
             })?;
         let decided = compiled.settle(answered, cost);
         match &overridden {
-            Some(algorithms) => compiled.with_budgets_of(decided, algorithms),
+            Some(algorithms) => overrides::with_budgets_of(&compiled.limit, decided, algorithms),
             None => decided,
         }
     }

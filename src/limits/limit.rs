@@ -2,8 +2,11 @@
 //! for each part, a policy for when the store is unavailable, and whether it
 //! only watches (shadow mode).
 
-use super::algorithm::Algorithm;
+use std::time::Duration;
+
+use super::algorithm::{millis, Algorithm};
 use super::normalize::Normalize;
+use crate::Millis;
 
 /// What a limit answers when its store is unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +44,7 @@ pub struct Part {
     pub(crate) normalize: Normalize,
     /// Values with a budget of their own (see
     /// [`LimitsBuilder::value_override`](super::LimitsBuilder::value_override)).
-    pub(crate) overrides: Vec<super::overrides::ValueOverride>,
+    pub(crate) overrides: Vec<ValueOverride>,
 }
 
 impl Part {
@@ -179,5 +182,48 @@ impl Limit {
             }
         }
         None
+    }
+}
+
+/// One value's own budget, and window (the part's when `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ValueOverride {
+    pub(crate) value: String,
+    pub(crate) budget: u64,
+    pub(crate) window: Option<Millis>,
+}
+
+impl Part {
+    /// Gives `value` its own `budget` per `window`: what
+    /// [`LimitsBuilder::value_override`](super::LimitsBuilder::value_override)
+    /// does to a part, for the settings' checks and tests.
+    pub(crate) fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
+        self.set_override(value, budget, window.map(millis));
+        self
+    }
+
+    pub(crate) fn set_override(&mut self, value: &str, budget: u64, window: Option<Millis>) {
+        self.overrides.retain(|o| o.value != value);
+        self.overrides.push(ValueOverride { value: value.to_owned(), budget, window });
+    }
+
+    /// How many values have a budget of their own.
+    #[cfg(feature = "serve")]
+    pub(crate) fn override_count(&self) -> usize {
+        self.overrides.len()
+    }
+
+    /// The algorithm of each value with a budget of its own, by value as given.
+    pub fn overrides(&self) -> impl Iterator<Item = (&str, Algorithm)> {
+        self.overrides.iter().map(|o| (o.value.as_str(), self.overridden(o)))
+    }
+
+    pub(super) fn overridden(&self, o: &ValueOverride) -> Algorithm {
+        let mut algorithm = self.algorithm.clone();
+        algorithm.set_budget(o.budget);
+        if let Some(window) = o.window {
+            algorithm.set_window(window);
+        }
+        algorithm
     }
 }

@@ -8,59 +8,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::algorithm::{millis, Algorithm};
-use super::compiled_limit::CompiledLimit;
+use super::algorithm::Algorithm;
 use super::decision::Decision;
 use super::error::LimitError;
-use super::limit::{Limit, Part};
+use super::limit::Limit;
 use super::normalize::KeyRules;
 use super::store_key::{plain_value, CallKeys};
-use crate::{Millis, MAX_KEY_BYTES};
-
-/// One value's own budget, and window (the part's when `None`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ValueOverride {
-    pub(crate) value: String,
-    pub(crate) budget: u64,
-    pub(crate) window: Option<Millis>,
-}
-
-impl Part {
-    /// Gives `value` its own `budget` per `window`: what
-    /// [`LimitsBuilder::value_override`](super::LimitsBuilder::value_override)
-    /// does to a part, for the settings' checks and tests.
-    pub(crate) fn with_override(mut self, value: &str, budget: u64, window: Option<Duration>) -> Self {
-        self.set_override(value, budget, window.map(millis));
-        self
-    }
-
-    pub(crate) fn set_override(&mut self, value: &str, budget: u64, window: Option<Millis>) {
-        self.overrides.retain(|o| o.value != value);
-        self.overrides.push(ValueOverride { value: value.to_owned(), budget, window });
-    }
-
-    /// How many values have a budget of their own.
-    #[cfg(feature = "serve")]
-    pub(crate) fn override_count(&self) -> usize {
-        self.overrides.len()
-    }
-
-    /// The algorithm of each value with a budget of its own, by value as given.
-    pub fn overrides(&self) -> impl Iterator<Item = (&str, Algorithm)> {
-        self.overrides.iter().map(|o| (o.value.as_str(), self.overridden(o)))
-    }
-
-    fn overridden(&self, o: &ValueOverride) -> Algorithm {
-        let mut algorithm = self.algorithm.clone();
-        algorithm.set_budget(o.budget);
-        if let Some(window) = o.window {
-            algorithm.set_window(window);
-        }
-        algorithm
-    }
-}
+use crate::MAX_KEY_BYTES;
 
 /// The overridden values of a limit's parts, normalised, with the algorithm
 /// each counts by.
@@ -107,76 +62,73 @@ impl Overrides {
     }
 }
 
-impl CompiledLimit {
-    /// This limit counting `overrides`' values by their own budgets: off
-    /// the integer count, which knows only the part's.
-    pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {
-        if overrides.is_some() {
-            self.integer = None;
-            self.only_gcra = None;
-        }
-        self.overrides = overrides;
-        self
-    }
-
-    /// The algorithms `keys` count by: `None` when no value of theirs has an
+impl Overrides {
+    /// The algorithms `keys` count by, the limit's own being `algorithms`
+    /// and its parts' stems `stems`: `None` when no value of theirs has an
     /// override (the limit's own algorithms count them).
     #[inline]
-    pub(super) fn algorithms_for(&self, keys: &CallKeys) -> Option<Arc<[Algorithm]>> {
-        let overrides = self.overrides.as_ref()?;
+    pub(super) fn algorithms_for(
+        &self,
+        stems: &[String],
+        algorithms: &[Algorithm],
+        keys: &CallKeys,
+    ) -> Option<Arc<[Algorithm]>> {
         let mut chosen: Option<Vec<Algorithm>> = None;
         for (i, key) in keys.iter() {
             // A key is `{stem}:{value}`; a long value is hashed (`{stem}#…`)
             // and has no override (their values are checked to fit).
-            let Some(value) = plain_value(&self.stems[i], key) else {
+            let Some(value) = plain_value(&stems[i], key) else {
                 continue;
             };
-            if let Some(algorithm) = overrides.by_part[i].get(value) {
-                chosen.get_or_insert_with(|| self.algorithms.to_vec())[i] = algorithm.clone();
+            if let Some(algorithm) = self.by_part[i].get(value) {
+                chosen.get_or_insert_with(|| algorithms.to_vec())[i] = algorithm.clone();
             }
         }
         chosen.map(Arc::from)
     }
+}
 
-    /// `decided` with the budgets `algorithms` count by (an overridden
-    /// value's own): a decision's as [`with_budget_of`](Self::with_budget_of)
-    /// gives them, and a cost over the budget with the budget that refused it.
-    pub(super) fn with_budgets_of(
-        &self,
-        decided: Result<Decision, LimitError>,
-        algorithms: &[Algorithm],
-    ) -> Result<Decision, LimitError> {
-        match decided {
-            Ok(decision) => Ok(self.with_budget_of(decision, algorithms)),
-            Err(LimitError::CostOverBudget { limit, part, cost, budget }) => {
-                let i = self.limit.parts.iter().position(|p| p.name == part);
-                let budget = i.and_then(|i| algorithms.get(i)).map_or(budget, Algorithm::budget);
-                Err(LimitError::CostOverBudget { limit, part, cost, budget })
-            }
-            Err(e) => Err(e),
+/// `decided` on `limit` with the budgets `algorithms` count by (an
+/// overridden value's own): a decision's as [`with_budget_of`] gives them,
+/// and a cost over the budget with the budget that refused it.
+pub(super) fn with_budgets_of(
+    limit: &Limit,
+    decided: Result<Decision, LimitError>,
+    algorithms: &[Algorithm],
+) -> Result<Decision, LimitError> {
+    match decided {
+        Ok(decision) => Ok(with_budget_of(limit, decision, algorithms)),
+        Err(LimitError::CostOverBudget { limit: name, part, cost, budget }) => {
+            let i = limit.parts.iter().position(|p| p.name == part);
+            let budget = i.and_then(|i| algorithms.get(i)).map_or(budget, Algorithm::budget);
+            Err(LimitError::CostOverBudget { limit: name, part, cost, budget })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `decision` with the budget and window of the part that answered as
+/// `algorithms` count it (an overridden value's own), and each part's
+/// budget in its [`parts`](Decision::parts) likewise.
+fn with_budget_of(limit: &Limit, mut decision: Decision, algorithms: &[Algorithm]) -> Decision {
+    if let Some(i) = limit.parts.iter().position(|p| p.name == decision.part) {
+        decision.budget = algorithms[i].budget();
+        decision.window = algorithms[i].window();
+    }
+    if let Some(others) = decision.others.as_deref_mut() {
+        for (left, algorithm) in others.iter_mut().zip(algorithms) {
+            left.budget = algorithm.budget();
         }
     }
-
-    /// `decision` with the budget and window of the part that answered as
-    /// `algorithms` count it (an overridden value's own), and each part's
-    /// budget in its [`parts`](Decision::parts) likewise.
-    pub(super) fn with_budget_of(&self, mut decision: Decision, algorithms: &[Algorithm]) -> Decision {
-        if let Some(i) = self.limit.parts.iter().position(|p| p.name == decision.part) {
-            decision.budget = algorithms[i].budget();
-            decision.window = algorithms[i].window();
-        }
-        if let Some(others) = decision.others.as_deref_mut() {
-            for (left, algorithm) in others.iter_mut().zip(algorithms) {
-                left.budget = algorithm.budget();
-            }
-        }
-        decision
-    }
+    decision
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::limits::limit::Part;
     use crate::limits::{Limits, Normalize};
     use crate::MemoryStore;
 

@@ -2,13 +2,11 @@
 //! tree of descriptor entries (`key` or `key_value`), some with a rule.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
-use crate::config::ConfigError;
 use crate::limits::Algorithm;
 
 /// A rule's unit of time. Envoy's month is 30 days and its year 365.
@@ -143,43 +141,6 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// Reads `path`: one YAML file, or every `*.yaml` and `*.yml` file of a
-    /// directory (in name order). The first file that can't be used is
-    /// refused with its line and key.
-    pub fn load(path: &Path) -> Result<Rules, ConfigError> {
-        let unreadable = |origin: &Path, e: std::io::Error| ConfigError {
-            origin: origin.display().to_string(),
-            line: None,
-            key: None,
-            message: format!("can't read it: {e}"),
-        };
-        let files = if path.is_dir() {
-            let mut files: Vec<_> = std::fs::read_dir(path)
-                .map_err(|e| unreadable(path, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-                .collect();
-            files.sort();
-            files
-        } else {
-            vec![path.to_owned()]
-        };
-        let mut rules = Rules::default();
-        for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|e| unreadable(&file, e))?;
-            super::yaml::load(&mut rules, &text, &file.display().to_string())?;
-        }
-        Ok(rules)
-    }
-
-    /// Reads the text of one YAML file (`origin` names it in errors).
-    #[cfg(test)]
-    pub(crate) fn parse(text: &str, origin: &str) -> Result<Rules, ConfigError> {
-        let mut rules = Rules::default();
-        super::yaml::load(&mut rules, text, origin)?;
-        Ok(rules)
-    }
-
     /// The domains, sorted.
     pub fn domains(&self) -> Vec<&str> {
         let mut domains: Vec<&str> = self.domains.keys().map(String::as_str).collect();

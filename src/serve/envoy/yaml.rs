@@ -1,11 +1,12 @@
-//! Reads one YAML file of envoy's ratelimit service format into [`Rules`],
-//! walking the parsed nodes with their lines, so that every refusal names
+//! Reads envoy's ratelimit service format into [`Rules`] ([`Rules::load`]: a
+//! YAML file, or a directory of them), walking the parsed nodes with their lines, so that every refusal names
 //! its file, line and key (`descriptors[0].rate_limit.unit`).
 //!
 //! Scalars are read as written (no YAML type guessing): a `value: 0123` is
 //! the text `0123`, as envoy's own service reads it.
 
 use std::borrow::Cow;
+use std::path::Path;
 use std::sync::Arc;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, ScalarStyle, YamlData, YamlLoader};
@@ -20,6 +21,45 @@ const RATE_LIMIT_KEYS: &str = "unit, requests_per_unit, unlimited, name";
 /// Keys of envoy's format that would change what is counted, which this
 /// service does not do: refused rather than ignored.
 const NOT_SUPPORTED: [&str; 4] = ["replaces", "quota_mode", "share_threshold", "metadata"];
+
+impl Rules {
+    /// Reads `path`: one YAML file, or every `*.yaml` and `*.yml` file of a
+    /// directory (in name order). The first file that can't be used is
+    /// refused with its line and key.
+    pub fn load(path: &Path) -> Result<Rules, ConfigError> {
+        let unreadable = |origin: &Path, e: std::io::Error| ConfigError {
+            origin: origin.display().to_string(),
+            line: None,
+            key: None,
+            message: format!("can't read it: {e}"),
+        };
+        let files = if path.is_dir() {
+            let mut files: Vec<_> = std::fs::read_dir(path)
+                .map_err(|e| unreadable(path, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![path.to_owned()]
+        };
+        let mut rules = Rules::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| unreadable(&file, e))?;
+            load(&mut rules, &text, &file.display().to_string())?;
+        }
+        Ok(rules)
+    }
+
+    /// Reads the text of one YAML file (`origin` names it in errors).
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Rules, ConfigError> {
+        let mut rules = Rules::default();
+        load(&mut rules, text, origin)?;
+        Ok(rules)
+    }
+}
 
 /// One item of a mapping: its key's text, the key node, and the value node.
 type Item<'n, 'i> = (Cow<'n, str>, &'n MarkedYaml<'i>, &'n MarkedYaml<'i>);

@@ -322,3 +322,23 @@ macro_rules! write_if {
 }
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(super) use write_if;
+
+/// The backends' tests of a guess's clock window: on a remembered row, a
+/// count (`count`, of `n + 1` by the optimistic path) is one statement
+/// while the estimate of the database's clock holds, and one made on an
+/// estimate 10 s behind or ahead writes nothing and reads instead; the
+/// estimate then follows the database again. The first count has no clock
+/// reading or row to guess from.
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+pub(super) async fn guesses_follow_the_clock(
+    clock: &crate::server_clock::ServerClock,
+    mut count: impl AsyncFnMut() -> Tried,
+) {
+    assert_eq!(count().await, Tried::ReadThenWrite, "nothing remembered yet");
+    assert_eq!(count().await, Tried::OneStatement, "a remembered row, a fresh estimate");
+    clock.shift(-10_000);
+    assert_eq!(count().await, Tried::ReadThenWrite, "an estimate 10 s behind");
+    clock.shift(10_000);
+    assert_eq!(count().await, Tried::ReadThenWrite, "an estimate 10 s ahead");
+    assert_eq!(count().await, Tried::OneStatement, "the estimate follows the database");
+}

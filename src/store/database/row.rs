@@ -207,27 +207,6 @@ pub(super) fn row_after(row: &Option<Stored>, write: &RowWrite, generation: i64)
     }
 }
 
-/// The backends' tests of a guess's clock window: on a remembered row, a
-/// count (`count`, of `n + 1` by the optimistic path) is one statement
-/// while the estimate of the database's clock holds, and one made on an
-/// estimate 10 s behind or ahead writes nothing and reads instead; the
-/// estimate then follows the database again. The first count has no clock
-/// reading or row to guess from.
-#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
-pub(super) async fn guesses_follow_the_clock(
-    clock: &crate::server_clock::ServerClock,
-    mut count: impl AsyncFnMut() -> super::attempt::Tried,
-) {
-    use super::attempt::Tried;
-    assert_eq!(count().await, Tried::ReadThenWrite, "nothing remembered yet");
-    assert_eq!(count().await, Tried::OneStatement, "a remembered row, a fresh estimate");
-    clock.shift(-10_000);
-    assert_eq!(count().await, Tried::ReadThenWrite, "an estimate 10 s behind");
-    clock.shift(10_000);
-    assert_eq!(count().await, Tried::ReadThenWrite, "an estimate 10 s ahead");
-    assert_eq!(count().await, Tried::OneStatement, "the estimate follows the database");
-}
-
 /// A `decide` for the backends' tests: `n + 1` on a row holding `n` (1 on
 /// none), expiring a minute on; the clock each run was given goes to `nows`.
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]

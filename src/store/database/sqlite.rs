@@ -43,6 +43,10 @@ use super::row::{Decide, KeyHash, OwnedDecide, RowWrite, Stored};
 use super::upkeep::{by_key_count, marks};
 use crate::{Millis, StoreError};
 
+/// How long SQLite waits for the write lock, and a call for a connection:
+/// either keeps the answer within the guard's 2 s deadline.
+const WAIT: std::time::Duration = std::time::Duration::from_millis(1_500);
+
 /// SQLite's own clock, in ms since the epoch.
 const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 

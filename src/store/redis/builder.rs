@@ -18,9 +18,6 @@ use crate::secret::redact;
 use crate::server_clock::ServerClock;
 use crate::{SecretString, StoreError};
 
-/// The longest one call to Redis may take: the server has no statement
-/// timeout, so the client bounds it, under the guard's 2 s deadline.
-pub const CALL_LIMIT: Duration = Duration::from_millis(1_500);
 /// Lock stripes for an instance's own counts (see `Shared::stripes`).
 pub(super) const STRIPES: usize = 1_024;
 

@@ -5,15 +5,17 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::batch::WriteCall;
-use super::builder::CALL_LIMIT;
+use super::entry::decode;
 use super::family::{FamilyAdmission, Tag};
+use super::write::ops;
+use super::CALL_LIMIT;
 use super::{failed, Op, Raw, RedisStore, Shared, Written, MAX_TRIES};
 use crate::bound::{FamilyId, Short};
 use crate::error::Unavailable;
 use crate::key_hash::KeyHash;
 use crate::rules::{check_keys, run_apply};
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
-use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
+use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError};
 
 /// How long an update waits when another instance's update has claimed one
 /// of its keys for its next try.
@@ -96,43 +98,6 @@ impl Shared {
             }
         }
     }
-}
-
-/// The live entries of `held` at `now`; a corrupt one fails under its hash.
-pub(super) fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
-    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::key_hash::hex(hash))).collect()
-}
-
-/// The operations for `writes` on keys of `families` that hold `held`, and
-/// the families of the entries they add and of those they remove.
-pub(super) fn ops(
-    writes: Vec<Write>,
-    held: &[Raw],
-    families: &[FamilyId],
-    grace: Millis,
-) -> (Vec<Op>, Vec<FamilyId>, Vec<FamilyId>) {
-    let (mut added, mut removed) = (Vec::new(), Vec::new());
-    let ops = writes
-        .into_iter()
-        .zip(held)
-        .zip(families)
-        .map(|((write, raw), &family)| match write {
-            Write::Keep => Op::Keep,
-            Write::Delete if raw.is_some() => {
-                removed.push(family);
-                Op::Delete
-            }
-            // Deleting what is not there changes nothing; the key is still checked.
-            Write::Delete => Op::Keep,
-            Write::Put(entry) => {
-                if !raw.is_some() {
-                    added.push(family);
-                }
-                Op::Put { raw: Raw::encode(&entry), pxat: entry.expires_at.saturating_add(grace) }
-            }
-        })
-        .collect();
-    (ops, added, removed)
 }
 
 impl RedisStore {

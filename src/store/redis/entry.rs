@@ -4,6 +4,7 @@
 //! compare-and-set compares value and expiry in one string comparison, and a
 //! read judges liveness on the server's clock from the string alone.
 
+use crate::key_hash::KeyHash;
 use crate::rules::is_live;
 use crate::{Entry, Millis, StoreError};
 
@@ -68,6 +69,11 @@ impl Raw {
         let entry = Entry { value, expires_at };
         Ok(is_live(&entry, now).then_some(entry))
     }
+}
+
+/// The live entries of `held` at `now`; a corrupt one fails under its hash.
+pub(super) fn decode(held: &[Raw], hashes: &[KeyHash], now: Millis) -> Result<Vec<Option<Entry>>, StoreError> {
+    held.iter().zip(hashes).map(|(raw, hash)| raw.decode(now, || crate::key_hash::hex(hash))).collect()
 }
 
 #[cfg(test)]

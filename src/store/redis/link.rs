@@ -22,8 +22,8 @@ use parking_lot::{Mutex, RwLock};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 
-use super::builder::CALL_LIMIT;
 use super::sentinel::{switched_to, SentinelUrl};
+use super::CALL_LIMIT;
 use crate::StoreError;
 
 /// The longest connecting (or reconnecting) may take.

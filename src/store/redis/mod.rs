@@ -58,6 +58,10 @@ use crate::server_clock::ServerClock;
 use crate::StoreError;
 
 pub use self::builder::RedisStoreBuilder;
+
+/// The longest one call to Redis may take: the server has no statement
+/// timeout, so the client bounds it, under the guard's 2 s deadline.
+const CALL_LIMIT: std::time::Duration = std::time::Duration::from_millis(1_500);
 use self::server::ServerInfo;
 
 /// The default bound of a Redis store.

@@ -8,8 +8,9 @@ use super::entry::Raw;
 use super::family::{push_tag, Tag};
 use super::script::raw;
 use super::{failed, refused};
+use crate::bound::FamilyId;
 use crate::key_hash::KeyHash;
-use crate::{Millis, StoreError};
+use crate::{Millis, StoreError, Write};
 
 /// What one key should become.
 #[derive(Debug)]
@@ -172,4 +173,36 @@ pub(super) fn answer(
         Some(Value::Int(4)) => return Err(Elsewhere(error(answers))),
         other => Err(failed(super::script::unexpected(format!("the write script answered {other:?} for an update")))),
     })
+}
+
+/// The operations for `writes` on keys of `families` that hold `held`, and
+/// the families of the entries they add and of those they remove.
+pub(super) fn ops(
+    writes: Vec<Write>,
+    held: &[Raw],
+    families: &[FamilyId],
+    grace: Millis,
+) -> (Vec<Op>, Vec<FamilyId>, Vec<FamilyId>) {
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    let ops = writes
+        .into_iter()
+        .zip(held)
+        .zip(families)
+        .map(|((write, raw), &family)| match write {
+            Write::Keep => Op::Keep,
+            Write::Delete if raw.is_some() => {
+                removed.push(family);
+                Op::Delete
+            }
+            // Deleting what is not there changes nothing; the key is still checked.
+            Write::Delete => Op::Keep,
+            Write::Put(entry) => {
+                if !raw.is_some() {
+                    added.push(family);
+                }
+                Op::Put { raw: Raw::encode(&entry), pxat: entry.expires_at.saturating_add(grace) }
+            }
+        })
+        .collect();
+    (ops, added, removed)
 }

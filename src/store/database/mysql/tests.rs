@@ -1,4 +1,5 @@
-use super::super::row::{add_one, guesses_follow_the_clock};
+use super::super::attempt::guesses_follow_the_clock;
+use super::super::row::add_one;
 use super::*;
 
 /// A store on a table of its own, `{prefix}_{pid}`, migrated; `None`

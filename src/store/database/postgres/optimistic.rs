@@ -295,7 +295,8 @@ impl Postgres {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::row::{add_one, guesses_follow_the_clock};
+    use super::super::super::attempt::guesses_follow_the_clock;
+    use super::super::super::row::add_one;
     use super::super::test_server;
     use super::*;
     use crate::Millis;

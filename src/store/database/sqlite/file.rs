@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::pool::WAIT;
+use super::WAIT;
 use crate::StoreError;
 
 /// Prepared statements kept per connection: the common key counts, the

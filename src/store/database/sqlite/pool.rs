@@ -14,12 +14,9 @@ use tokio::sync::Semaphore;
 
 use super::super::error::{is_busy, Failure};
 use super::file::DbFile;
+use super::WAIT;
 use crate::error::Unavailable;
 use crate::StoreError;
-
-/// How long SQLite waits for the write lock, and a call for a connection:
-/// either keeps the answer within the guard's 2 s deadline.
-pub(super) const WAIT: Duration = Duration::from_millis(1_500);
 
 /// How long a thread that expects work soon keeps looking before it parks:
 /// the writer for the next count before it leaves its thread, a caller next

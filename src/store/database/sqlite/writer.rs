@@ -29,7 +29,7 @@ use super::super::queue::{Holding, Queue};
 use super::super::row::{KeyHash, Stored};
 use super::ask::{self, Decider, Own, Pending};
 use super::pool::{Pool, LINGER};
-use super::{count, pool, select, write, Statements};
+use super::{count, select, write, Statements, WAIT};
 use crate::error::Unavailable;
 use crate::{Millis, StoreError};
 
@@ -39,7 +39,7 @@ const MAX_BATCH: usize = 64;
 
 /// How long the writer waits for a caller's answer, from when the count was
 /// queued: the store's own bound on a count, as the busy timeout is.
-const ANSWER_WITHIN: Duration = pool::WAIT;
+const ANSWER_WITHIN: Duration = WAIT;
 
 /// One count waiting for the writer.
 pub(super) struct Queued {

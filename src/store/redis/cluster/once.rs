@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
-use super::super::builder::CALL_LIMIT;
+use super::super::CALL_LIMIT;
 
 /// How many times a call is sent, at most, while nodes answer that they ran
 /// nothing of it (the retrying client's number, plus its first send).

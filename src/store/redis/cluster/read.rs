@@ -14,8 +14,8 @@
 
 use std::time::Instant;
 
-use super::super::builder::CALL_LIMIT;
 use super::super::entry::Raw;
+use super::super::CALL_LIMIT;
 use super::super::{failed, Shared};
 use super::lock::is_lock;
 use super::resolve::resolve;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::super::builder::CALL_LIMIT;
 use super::super::entry::Raw;
+use super::super::CALL_LIMIT;
 use super::super::{failed, Shared};
 use super::lock::Lock;
 use super::scripts::{Call, Kind};

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::batch::unacked;
-use super::super::builder::CALL_LIMIT;
-use super::super::count::{decode, ops};
+use super::super::entry::decode;
 use super::super::entry::Raw;
 use super::super::family::{FamilyAdmission, Tag};
+use super::super::write::ops;
+use super::super::CALL_LIMIT;
 use super::super::{failed, Op, RedisStore, Shared, MAX_TRIES};
 use super::lock::{body, expires_at};
 use super::read::{basis, by_slot};
