@@ -218,10 +218,10 @@ impl Batcher {
         let cmd = self.command(&batch, Keys::InArgs);
         let Some(mut conn) = self.link.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-        let mut reply = call_node(&mut conn, &cmd, &route, self.min_acked).await;
+        let mut reply = call_node(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match self.node_script.load_async(&mut conn).await {
-                Ok(_) => call_node(&mut conn, &cmd, &route, self.min_acked).await,
+                Ok(_) => call_node(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await,
                 Err(e) => {
                     // A node that can't compile it (before Redis 7): calls
                     // per slot from now on.
@@ -323,7 +323,7 @@ impl Batcher {
             let mut conn = once.clone();
             async move {
                 match to {
-                    Some(node) => call_node(&mut conn, cmd, &node, self.min_acked).await,
+                    Some(node) => call_node(&mut conn, cmd, &node, self.min_acked, WAIT_MS).await,
                     None => self.call(&mut Conn::Cluster(conn), cmd).await,
                 }
             }

@@ -110,20 +110,22 @@ pub(super) async fn connect(
 }
 
 /// Sends `cmd` to the node of `route`; with `replicas` > 0, followed by
-/// `WAIT replicas` in one pipeline on the same connection, which covers
-/// every write of the call.
+/// `WAIT replicas wait_ms` in one pipeline on the same connection, which
+/// covers every write of the call. The answer, and how many replicas
+/// acknowledged (`u64::MAX` when none were asked for).
 pub(super) async fn call_node(
     conn: &mut ClusterConnection,
     cmd: &redis::Cmd,
     route: &SingleNodeRoutingInfo,
     replicas: u32,
+    wait_ms: u64,
 ) -> redis::RedisResult<(redis::Value, u64)> {
     if replicas == 0 {
         let value = conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route.clone())).await?;
         return Ok((value.extract_error()?, u64::MAX));
     }
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(super::batch::WAIT_MS);
+    pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(wait_ms);
     let mut values = conn.route_pipeline(pipe, 0, 2, route.clone()).await?.into_iter();
     let value = values.next().unwrap_or(redis::Value::Nil).extract_error()?;
     let acked = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil).extract_error()?)?;

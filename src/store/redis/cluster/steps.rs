@@ -32,6 +32,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
 use tokio::sync::oneshot;
 
+use super::super::batch::WAIT_MS;
 use super::super::link::Link;
 use super::super::Shared;
 use super::scripts::{scripts, Call, Kind};
@@ -185,10 +186,10 @@ impl StepBatcher {
             pending.call.push_step(&mut cmd);
         }
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
-        let mut reply = super::call_node(&mut conn, &cmd, &route, replicas).await;
+        let mut reply = super::call_node(&mut conn, &cmd, &route, replicas, WAIT_MS).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match script.load_async(&mut conn).await {
-                Ok(_) => super::call_node(&mut conn, &cmd, &route, replicas).await,
+                Ok(_) => super::call_node(&mut conn, &cmd, &route, replicas, WAIT_MS).await,
                 Err(e) => {
                     // A node that can't compile it (before Redis 7): steps
                     // alone from now on.
