@@ -126,3 +126,38 @@ async fn two_slot_steps_a_node_does_not_serve_go_again_alone() {
     let (shared, again, _) = store.shared.steps.as_ref().unwrap().counts();
     assert!(again > 0 && again < shared, "some sent again, the node's own not: {again} of {shared}");
 }
+
+/// Nodes that lost their scripts (a restart, a failover, `SCRIPT FLUSH`)
+/// answer the node's call `NOSCRIPT`, having run nothing of it: the script
+/// is loaded again and the call sent again, and each count lands once.
+#[tokio::test(flavor = "current_thread")]
+async fn two_slot_steps_go_on_after_the_nodes_lose_their_scripts() {
+    let Some(store) = store("steps-flush").await else { return };
+    let pairs = two_slot_pairs(&store, 12);
+    let mut conn = store.shared.link.cluster().unwrap();
+    let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+    count_pairs_twice(&store, &pairs).await;
+}
+
+/// A key of a two-slot update that holds no string (something else wrote
+/// it) fails the prewrite of its slot: the update is answered an error, and
+/// rolled back, so the other key holds nothing of it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_holding_no_string_fails_the_update_and_nothing_of_it_stays() {
+    let Some(store) = store("steps-type").await else { return };
+    let [a, b] = two_slot_pairs(&store, 1).pop().unwrap();
+    let shared = &store.shared;
+    let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &b);
+    let name = store.name(tag, &shared.secret.key_hash(&b));
+    let mut conn = shared.link.cluster().unwrap();
+    let _: i64 = redis::cmd("HSET").arg(&name).arg("f").arg("v").query_async(&mut conn).await.unwrap();
+    let keys = [a.as_str(), b.as_str()];
+    let answer = update_with(&store, &keys, |_, now| {
+        let put = || Write::Put(Entry { value: 1.into(), expires_at: now + 60_000 });
+        (vec![put(), put()], ())
+    })
+    .await;
+    let _: i64 = redis::cmd("DEL").arg(&name).query_async(&mut conn).await.unwrap();
+    assert!(answer.is_err(), "{answer:?}");
+    assert_eq!(store.read(&[a.as_str()]).await.unwrap(), [None], "the other key holds nothing of it");
+}
