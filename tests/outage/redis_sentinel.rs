@@ -182,3 +182,47 @@ fn min_replicas_acked_is_a_setting() {
     let err = limit_store::config::Config::parse(&format!("{config}redis_min_replicas_acked = -1\n")).unwrap_err();
     assert!(err.to_string().contains("replicas"), "{err}");
 }
+
+/// A process stopped (`SIGSTOP`) until the guard drops, even when the test fails.
+struct Stopped(String);
+
+impl Stopped {
+    fn new(pid: String) -> Self {
+        assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}
+
+/// With `min_replicas_acked`, a write waiting for a silent replica (`WAIT`
+/// holds its connection until the replicas answer) holds up no other call:
+/// the waiting writes have connections of their own, so a read sent while
+/// one waits is answered before it, and the write once the replica answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_for_a_replica_holds_up_no_other_call() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    let store = Arc::new(store);
+    assert_eq!(add_one(&*store, "waits").await.unwrap(), 1, "acknowledged while the replica answers");
+    let replica = topology.base + 1;
+    let pid = std::fs::read_to_string(topology.dir.join(format!("redis-{replica}.pid"))).unwrap();
+    let stopped = Stopped::new(pid.trim().to_owned());
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { add_one(&*store, "waits").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.read(&["other"]).await.unwrap();
+    assert!(!waiting.is_finished(), "the read was answered while the write still waited for the replica");
+    // The replica goes on within the write's `WAIT` (1 s): acknowledged then.
+    // Had the read queued behind that `WAIT`, the replica would have stayed
+    // stopped until the `WAIT` ran out, and the write be answered unacknowledged.
+    drop(stopped);
+    assert_eq!(waiting.await.unwrap().unwrap(), 2);
+}

@@ -318,7 +318,10 @@ impl Batcher {
     /// cluster on the connection of writes, sent again only while a node
     /// answers that it ran nothing of it (`cluster/once.rs`).
     async fn call_keys(&self, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
-        let Some(once) = self.link.once() else { return self.call(&mut self.link.conn(), cmd).await };
+        let Some(once) = self.link.once() else {
+            let mut conn = if self.min_acked == 0 { self.link.conn() } else { self.link.waiting_conn() };
+            return self.call(&mut conn, cmd).await;
+        };
         super::cluster::once::send(|to| {
             let mut conn = once.clone();
             async move {

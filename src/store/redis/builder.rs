@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::batch::Batcher;
 use super::cluster::steps::StepBatcher;
-use super::link::Link;
+use super::link::{Link, WAITING_CONNS};
 use super::script::Scripts;
 use super::server::ServerInfo;
 use super::upkeep::{self, SWEEP_EVERY};
@@ -138,7 +138,8 @@ impl RedisStoreBuilder {
         if self.prefix.is_empty() || self.prefix.len() > 64 {
             return Err(StoreError::setup("the Redis key prefix must be 1 to 64 bytes"));
         }
-        let link = Link::connect(&self.url, &url).await?;
+        let waiting = if self.min_replicas_acked > 0 { WAITING_CONNS } else { 0 };
+        let link = Link::connect(&self.url, &url, waiting).await?;
         let unreachable = |e: redis::RedisError| StoreError::Setup {
             detail: format!("can't reach Redis at {url}: check that it runs and that the URL is right"),
             source: Some(Box::new(e)),

@@ -14,6 +14,7 @@
 //! twice. The next counts go to the new primary: counting resumes with no
 //! restart.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,8 @@ use crate::StoreError;
 const CONNECT_LIMIT: Duration = Duration::from_secs(1);
 /// Ask the Sentinels again at most this often.
 const ASK_EVERY: Duration = Duration::from_millis(250);
+/// Connections for the writes that wait for replicas, on one server.
+pub(super) const WAITING_CONNS: usize = 8;
 
 /// A connection to one server, or to a cluster.
 #[derive(Clone)]
@@ -74,6 +77,14 @@ pub(super) struct Link {
     /// On a cluster, the connection of one-slot writes: its client never
     /// sends a call again by itself (`cluster/once.rs`).
     once: Option<ClusterConnection>,
+    /// On one server, when writes wait for replicas (`WAIT`): connections of
+    /// their own, taken in turn. A `WAIT` holds its connection until the
+    /// replicas answer, and every call behind it there waits too; so each
+    /// waiting write goes on the next of these, and as many `WAIT`s are out
+    /// at once. A call and its `WAIT` still share one connection, as `WAIT`
+    /// covers that connection's writes. Empty when no write waits.
+    waiting: RwLock<Vec<ConnectionManager>>,
+    next_waiting: AtomicUsize,
     /// The URL the connection is on (the primary's, with Sentinel).
     url: Mutex<String>,
     sentinel: Option<SentinelUrl>,
@@ -101,10 +112,16 @@ async fn manager(url: &str) -> Result<ConnectionManager, redis::RedisError> {
     }
 }
 
+/// `n` connection managers on `url`, made at once.
+async fn managers(url: &str, n: usize) -> Result<Vec<ConnectionManager>, redis::RedisError> {
+    futures_util::future::try_join_all((0..n).map(|_| manager(url))).await
+}
+
 impl Link {
     /// Connects to `url` (`redacted` is how errors name it): a Redis URL, or
-    /// a Sentinel URL whose primary is asked for first.
-    pub(super) async fn connect(url: &str, redacted: &str) -> Result<Arc<Link>, StoreError> {
+    /// a Sentinel URL whose primary is asked for first; on one server, with
+    /// `waiting` more connections for the writes that wait for replicas.
+    pub(super) async fn connect(url: &str, redacted: &str, waiting: usize) -> Result<Arc<Link>, StoreError> {
         if let Some(seeds) = super::cluster::seeds(url) {
             let seeds = seeds?;
             let unreachable = |e| StoreError::Setup {
@@ -119,6 +136,8 @@ impl Link {
             return Ok(Arc::new(Link {
                 conn: RwLock::new(Conn::Cluster(conn)),
                 once: Some(once),
+                waiting: RwLock::new(Vec::new()),
+                next_waiting: AtomicUsize::new(0),
                 url: Mutex::new(url.to_owned()),
                 sentinel: None,
                 asking: tokio::sync::Mutex::new(None),
@@ -144,13 +163,17 @@ impl Link {
                 url.to_owned()
             }
         };
-        let conn = manager(&target).await.map_err(|e| StoreError::Setup {
+        let unreachable = |e| StoreError::Setup {
             detail: format!("can't reach Redis at {redacted}: check that it runs and that the URL is right"),
             source: Some(Box::new(e)),
-        })?;
+        };
+        let conn = manager(&target).await.map_err(unreachable)?;
+        let waiting = managers(&target, waiting).await.map_err(unreachable)?;
         let link = Arc::new(Link {
             conn: RwLock::new(Conn::One(conn)),
             once: None,
+            waiting: RwLock::new(waiting),
+            next_waiting: AtomicUsize::new(0),
             url: Mutex::new(target),
             sentinel,
             asking: tokio::sync::Mutex::new(None),
@@ -166,6 +189,17 @@ impl Link {
     /// The connection to use now (a cheap clone).
     pub(super) fn conn(&self) -> Conn {
         self.conn.read().clone()
+    }
+
+    /// The connection for a write that waits for replicas: on one server
+    /// the next of those kept for them, else [`conn`](Self::conn).
+    pub(super) fn waiting_conn(&self) -> Conn {
+        let waiting = self.waiting.read();
+        if waiting.is_empty() {
+            return self.conn();
+        }
+        let i = self.next_waiting.fetch_add(1, Ordering::Relaxed) % waiting.len();
+        Conn::One(waiting[i].clone())
     }
 
     /// The connection of one-slot writes, on a cluster (a cheap clone).
@@ -222,9 +256,11 @@ impl Link {
         if *self.url.lock() == target {
             return;
         }
-        match manager(&target).await {
-            Ok(conn) => {
+        let waiting = self.waiting.read().len();
+        match futures_util::future::try_join(manager(&target), managers(&target, waiting)).await {
+            Ok((conn, waiting)) => {
                 *self.conn.write() = Conn::One(conn);
+                *self.waiting.write() = waiting;
                 tracing::warn!(
                     kind = crate::log::Kind::RedisFailover.as_str(),
                     primary = %crate::secret::redact(&target),
