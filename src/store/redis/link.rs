@@ -1,9 +1,10 @@
 //! The store's connection to the server it writes to: one multiplexed
 //! connection that reconnects by itself, to the URL's server, or to the
-//! primary that Sentinel names (`sentinel.rs`); or a cluster connection that
-//! routes each call to its slot's primary (`cluster/`).
+//! primary that Sentinel names (`sentinel.rs`), with connections of their own
+//! for writes that wait for replicas (`min_replicas_acked`); or a cluster
+//! connection that routes each call to its slot's primary (`cluster/`).
 //!
-//! With Sentinel the connection is replaced when the primary changes:
+//! With Sentinel the connections are replaced when the primary changes:
 //! - a `+switch-master` message from any Sentinel (each is watched on a
 //!   connection of its own) names the new primary at once;
 //! - a `READONLY` answer (the server became a replica) or a failed call
