@@ -62,11 +62,14 @@ impl Secret {
 /// keys and in errors.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) fn push_hex(out: &mut String, hash: &[u8]) {
+    out.extend(hex_digits(hash).map(char::from));
+}
+
+/// `hash` in lowercase hex, digit by digit, as [`push_hex`] writes it.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql", feature = "redis"))]
+pub(crate) fn hex_digits(hash: &[u8]) -> impl Iterator<Item = u8> + '_ {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for byte in hash {
-        out.push(char::from(HEX[usize::from(byte >> 4)]));
-        out.push(char::from(HEX[usize::from(byte & 0xf)]));
-    }
+    hash.iter().flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
 }
 
 /// `hash` in lowercase hex.

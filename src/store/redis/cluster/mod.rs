@@ -148,9 +148,7 @@ pub(super) fn push_hash(name: &mut String, hash: &KeyHash, cluster: bool) {
 
 /// The hash slot of every key named for `hash` on a cluster.
 pub(super) fn slot(hash: &KeyHash) -> u16 {
-    let mut hex = String::with_capacity(64);
-    crate::key_hash::push_hex(&mut hex, hash);
-    crc16(hex.as_bytes()) % SLOTS
+    crate::key_hash::hex_digits(hash).fold(0, crc16_step) % SLOTS
 }
 
 /// The slot of a key name: of its hash tag if it has one, as Redis reckons.
@@ -164,15 +162,31 @@ pub(super) fn slot_of_name(name: &[u8]) -> u16 {
 
 /// CRC16-CCITT (XMODEM), the checksum Redis Cluster's slots are made of.
 fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc
+    bytes.iter().copied().fold(0, crc16_step)
 }
+
+/// The CRC16 of what `crc` covered followed by `byte`, a byte at a time.
+fn crc16_step(crc: u16, byte: u8) -> u16 {
+    (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ byte)]
+}
+
+/// The CRC16 of each byte's value shifted into the high byte (polynomial
+/// 0x1021), computed when the crate is built.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i: u16 = 0;
+    while i < 256 {
+        let mut crc = i << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            bit += 1;
+        }
+        table[i as usize] = crc;
+        i += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
