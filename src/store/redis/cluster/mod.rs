@@ -27,6 +27,7 @@ pub(super) mod ask;
 mod lock;
 #[cfg(test)]
 mod node_calls;
+pub(super) mod node_script;
 mod nodes;
 pub(super) mod once;
 mod read;
