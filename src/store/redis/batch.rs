@@ -6,7 +6,10 @@
 //!
 //! A count hands its compare-and-set to the [`Batcher`] and waits for its
 //! answer; the calls of a turn are made as `turn.rs` says, and several may
-//! be out at once on the one connection.
+//! be out at once on one connection. With `min_replicas_acked` each call is
+//! followed by `WAIT` on its connection, and goes on the next of the
+//! connections kept for the writes that wait (`link.rs`): a `WAIT` holds up
+//! only the calls behind it there.
 //!
 //! In the script each update is checked and written on its own, exactly as
 //! if it were sent alone: its keys, its clock bounds, its claims; one update's
@@ -28,6 +31,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
@@ -175,7 +179,7 @@ impl Batcher {
     async fn send_node(&self, slot: u16, batch: Vec<Pending>) {
         self.across.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let cmd = self.command(&batch, Keys::InArgs);
-        let Some(mut conn) = self.link.once() else { return answer_all(batch, &not_cluster()) };
+        let Some(mut conn) = self.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
         let reply = self.node_script.call(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await;
         let again = match reply {
@@ -254,10 +258,10 @@ impl Batcher {
     }
 
     /// Sends `cmd`, routed by its keys, as [`call`](Self::call); on a
-    /// cluster on the connection of writes, sent again only while a node
+    /// cluster on a connection of writes, sent again only while a node
     /// answers that it ran nothing of it (`cluster/once.rs`).
     async fn call_keys(&self, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
-        let Some(once) = self.link.once() else {
+        let Some(once) = self.once() else {
             let mut conn = if self.min_acked == 0 { self.link.conn() } else { self.link.waiting_conn() };
             return self.call(&mut conn, cmd).await;
         };
@@ -271,6 +275,17 @@ impl Batcher {
             }
         })
         .await
+    }
+
+    /// On a cluster, a connection of writes, which sends nothing again by
+    /// itself: when writes wait for replicas, the next of those kept for
+    /// them.
+    fn once(&self) -> Option<ClusterConnection> {
+        if self.min_acked == 0 {
+            self.link.once()
+        } else {
+            self.link.waiting_once()
+        }
     }
 
     /// The script call of `batch`, its keys placed as `keys` says.

@@ -2,9 +2,9 @@
 //! rollbacks) that are ready at once go to each node together: one call of
 //! the node's script (`NODE` in `scripts.rs`) carries every step bound for
 //! that node in one turn of the runtime (`turn.rs`), as `batch.rs` sends
-//! one-slot counts.
-//! A two-slot count's steps are each one call, so without this every count
-//! pays a script call's fixed cost about four times over, on two nodes.
+//! one-slot counts. A two-slot count's steps are each one call, so without
+//! this every count pays a script call's fixed cost about four times over,
+//! on two nodes.
 //!
 //! In the node's script each step runs exactly as its call of its own would,
 //! on its own: one step's miss, refusal or slot never decides another's.
@@ -14,13 +14,24 @@
 //! for (a committed update's other slots) is queued before its count is
 //! answered, so it rides in the same call as its node's other steps.
 //!
+//! A node's call that carries no step asking for replicas goes on the
+//! cluster connection that sends nothing again by itself (`Link::once`); one
+//! that does is followed by `WAIT` and goes on the next of the connections
+//! kept for calls that wait (`Link::waiting_once`, built the same way), so a
+//! `WAIT` holds up only the calls behind it there. Calls on one connection
+//! reach the node in the order they are made; between connections no order
+//! holds, and the protocol needs none (`PROTOCOL.md`). That a turn's settles
+//! land before a later turn's prewrites is speed only: a prewrite that meets
+//! a committed update's lock rolls its try back, and the lock is resolved
+//! before the next try.
+//!
 //! A step answered "not here" is sent again alone by its keys, on the client
 //! that follows `MOVED` and `ASK`; so is every step of a call the node
 //! refused whole (an answer by which it ran nothing of it, `once.rs`), and
-//! every step once a node can't load the script (before Redis 7). Any other failure of the
-//! call (a lost connection, a timeout: it may have run) fails every step in
-//! it, and none is sent again: each caller takes it as that step's failure,
-//! which the protocol already answers (`PROTOCOL.md`).
+//! every step once a node can't load the script (before Redis 7). Any other
+//! failure of the call (a lost connection, a timeout: it may have run) fails
+//! every step in it, and none is sent again: each caller takes it as that
+//! step's failure, which the protocol already answers (`PROTOCOL.md`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -151,14 +162,15 @@ impl StepBatcher {
     }
 
     /// One call of the node's script for `batch`, on the primary of its
-    /// first step's slot (a lone step too: a node's steps keep one
-    /// connection, so they reach it in the order they were sent).
-    async fn send_node(&self, mut conn: ClusterConnection, batch: Vec<Pending>) {
+    /// first step's slot (a lone step too), on `conn`; if a step asks for
+    /// replicas, on the next connection kept for calls that wait.
+    async fn send_node(&self, conn: ClusterConnection, batch: Vec<Pending>) {
         if batch.len() > 1 {
             self.shared.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         self.calls.fetch_add(1, Ordering::Relaxed);
         let replicas = batch.iter().map(|p| p.replicas).max().unwrap_or(0);
+        let mut conn = if replicas == 0 { conn } else { self.link.waiting_once().unwrap_or(conn) };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.hash()).arg(0);
         for pending in &batch {
