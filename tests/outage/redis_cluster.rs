@@ -5,7 +5,9 @@
 //! `CLUSTER FAILOVER` under load with `min_replicas_acked = 1` is answered
 //! within the guard's deadline, with counting resumed on the same store and
 //! no acknowledged count lost; and so is a primary killed with SIGKILL
-//! (its replica promoted by the cluster), which rejoins when restarted.
+//! (its replica promoted by the cluster), which rejoins when restarted;
+//! and with `min_replicas_acked`, a write waiting for a stopped replica holds
+//! up no other write to its primary.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -267,4 +269,78 @@ async fn a_primary_killed_under_load_is_replaced_and_loses_no_acknowledged_count
 /// True when the cluster is whole as the node on `port` sees it.
 fn cluster_ok(topology: &Topology, port: u16) -> bool {
     topology.cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+}
+
+/// A process stopped (`SIGSTOP`) until the guard drops, even when the test fails.
+struct Stopped(String);
+
+impl Stopped {
+    fn new(pid: &str) -> Self {
+        assert!(Command::new("kill").args(["-STOP", pid]).status().unwrap().success());
+        Stopped(pid.to_owned())
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}
+
+/// The count a key holds, as the store reads it.
+async fn count(store: &dyn LimitStore, key: &str) -> u64 {
+    let held = store.read(&[key]).await.unwrap();
+    held[0].as_ref().and_then(|e| e.value["n"].as_u64()).unwrap_or(0)
+}
+
+/// With `min_replicas_acked`, a write waiting for a silent replica (`WAIT`
+/// holds its connection until the replicas answer) holds up no other write
+/// to the same primary: the waiting writes have connections of their own,
+/// so a write to another slot of that primary, sent while the first waits,
+/// is run there at once (a read shows it) and waits beside it; both are
+/// acknowledged once the replica answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_for_a_replica_holds_up_no_other_write_to_its_primary() {
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    let store = Arc::new(store);
+    // Two keys on one primary, found by which primary each first count lands on.
+    let primaries = [topology.base, topology.base + 1, topology.base + 2];
+    let sizes = || primaries.map(|port| topology.cli(port, &["DBSIZE"]).parse::<u64>().unwrap());
+    let mut on: Vec<(u16, String)> = Vec::new();
+    let (primary, keys) = loop {
+        let key = format!("waits-{}", on.len());
+        let before = sizes();
+        assert_eq!(add_one(&*store, &key).await.unwrap(), 1, "acknowledged while the replicas answer");
+        let after = sizes();
+        let [port] = (0..3).filter(|&i| after[i] > before[i]).map(|i| primaries[i]).collect::<Vec<_>>()[..] else {
+            panic!("{key} landed on no one primary: {before:?} -> {after:?}");
+        };
+        if let Some((_, other)) = on.iter().find(|(p, _)| *p == port) {
+            break (port, [other.clone(), key]);
+        }
+        on.push((port, key));
+    };
+    // ROLE on a primary: master, offset, then each replica's host, port, offset.
+    let role = topology.cli(primary, &["ROLE"]);
+    let replica = role.lines().nth(3).unwrap_or_else(|| panic!("{primary} has no replica: {role}"));
+    let pid = std::fs::read_to_string(topology.dir.join(format!("redis-{replica}.pid"))).unwrap();
+    let stopped = Stopped::new(pid.trim());
+    let write = |key: String| {
+        let store = store.clone();
+        tokio::spawn(async move { add_one(&*store, &key).await })
+    };
+    let first = write(keys[0].clone());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let second = write(keys[1].clone());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Had the second write queued behind the first one's `WAIT`, its
+    // compare-and-set would not have run yet.
+    assert_eq!(count(&*store, &keys[1]).await, 2, "the second write ran while the first waited");
+    assert!(!first.is_finished() && !second.is_finished(), "both wait for the stopped replica");
+    // The replica goes on within both writes' `WAIT` (1 s): acknowledged then.
+    drop(stopped);
+    assert_eq!(first.await.unwrap().unwrap(), 2);
+    assert_eq!(second.await.unwrap().unwrap(), 2);
 }

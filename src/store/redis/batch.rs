@@ -5,10 +5,11 @@
 //! per-command work that two shared cores otherwise spend on each count.
 //!
 //! A count hands its compare-and-set to the [`Batcher`] and waits for its
-//! answer. The first of a turn spawns a task that runs after the counts ready
-//! in the same turn of the runtime, and sends everything that waits then as
-//! one batch; a lone count goes alone, a task hop later. Batches do not wait
-//! for each other: several may be out at once on the one connection.
+//! answer; the calls of a turn are made as `turn.rs` says, and several may
+//! be out at once on one connection. With `min_replicas_acked` each call is
+//! followed by `WAIT` on its connection, and goes on the next of the
+//! connections kept for the writes that wait (`link.rs`): a `WAIT` holds up
+//! only the calls behind it there.
 //!
 //! In the script each update is checked and written on its own, exactly as
 //! if it were sent alone: its keys, its clock bounds, its claims; one update's
@@ -16,39 +17,35 @@
 //! own. Only a failure of the whole call (the connection, a timeout) fails
 //! every count in it, as it fails every command in flight on the connection.
 //!
-//! On a cluster a script's declared keys share a slot, so the counts ready
-//! at once are grouped by the primary that serves their slots (as far as
-//! `cluster/slots.rs` knows): a group of one slot is one call as on one
-//! server, routed by its keys; a group of several slots of one node is one
-//! call of the node's script (`WRITE_NODE`), which declares no key and
-//! touches the keys of every slot the node serves. There a count whose slot
-//! the node does not serve (a stale map, a slot moving) is answered "not
-//! here" with nothing of it written, and is sent again in a call of its own
-//! slot, which the cluster client routes and redirects; so is every count of
-//! a node call the node refuses whole (a replica now, no such script flag
+//! On a cluster a script's declared keys share a slot, so a call of one
+//! slot is one call as on one server, routed by its keys; a call of several
+//! slots of one node (`turn.rs` groups them) is one call of the node's
+//! script (`WRITE_NODE`), which declares no key and touches the keys of
+//! every slot the node serves. There a count whose slot the node does not
+//! serve is answered "not here" and sent again in a call of its own slot,
+//! which the cluster client routes and redirects; so is every count of a
+//! node call the node refuses whole (a replica now, no such script flag
 //! before Redis 7). On a cluster the write script is sent again only after
 //! an answer that says the node ran nothing of it (`cluster/once.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
 use super::cluster::call_node;
-use super::cluster::slots::{node, SlotMap};
+use super::cluster::node_script::NodeScript;
+use super::cluster::slots::SlotMap;
 use super::link::{Conn, Link};
 use super::script::{millis, unexpected, WRITE, WRITE_NODE};
+use super::turn::{self, Turn, Waiting};
 use super::write::{answer, command, Elsewhere, Keys, Names};
 pub(super) use super::write::{Op, WriteCall, Written};
 use super::{failed, refused};
 use crate::StoreError;
-
-/// The most updates one script call carries; more that wait go in several
-/// calls, sent at once.
-const MAX_BATCH: usize = 64;
 
 /// A compare-and-set back from its batch, with its answer.
 pub(super) type Sent = (WriteCall, Result<Written, StoreError>);
@@ -60,16 +57,25 @@ struct Pending {
     slot: u16,
 }
 
+impl Waiting for Pending {
+    fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    fn given_up(&self) -> bool {
+        self.reply.is_closed()
+    }
+}
+
 /// The compare-and-sets waiting for the next batch, and how to send one.
 pub(super) struct Batcher {
     link: Arc<Link>,
     script: Script,
-    /// The script of one cluster node's several slots.
-    node_script: Script,
+    /// The script of one cluster node's several slots; once a node can't
+    /// run it, calls per slot.
+    node_script: NodeScript,
     /// On a cluster: the slots' primaries, as far as known.
     slots: Option<Arc<SlotMap>>,
-    /// False once a node could not load the node script: calls per slot.
-    node_calls: AtomicBool,
     /// Replicas that must acknowledge a batch before its counts are
     /// answered (`WAIT`); 0: none.
     pub(super) min_acked: u32,
@@ -78,7 +84,7 @@ pub(super) struct Batcher {
     claims: String,
     /// On a cluster: a call carries only updates of one slot, or of one node.
     cluster: bool,
-    waiting: Mutex<Vec<Pending>>,
+    waiting: Turn<Pending>,
     /// Updates sent in a call with others so far.
     batched: AtomicU64,
     /// Updates sent in a node's call so far, and those sent again after it.
@@ -88,7 +94,7 @@ pub(super) struct Batcher {
 
 impl std::fmt::Debug for Batcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher").field("waiting", &self.waiting.lock().len()).finish_non_exhaustive()
+        f.debug_struct("Batcher").field("waiting", &self.waiting.len()).finish_non_exhaustive()
     }
 }
 
@@ -97,14 +103,13 @@ impl Batcher {
         Arc::new(Batcher {
             cluster: link.cluster().is_some(),
             slots: link.cluster().map(|_| SlotMap::new()),
-            node_calls: AtomicBool::new(true),
             link,
             min_acked,
             script: Script::new(WRITE),
-            node_script: Script::new(WRITE_NODE),
+            node_script: NodeScript::new(Script::new(WRITE_NODE)),
             names,
             claims,
-            waiting: Mutex::new(Vec::new()),
+            waiting: Turn::new(),
             batched: AtomicU64::new(0),
             across: AtomicU64::new(0),
             again: AtomicU64::new(0),
@@ -132,15 +137,8 @@ impl Batcher {
     /// stops waiting before its batch is sent is left out of it.
     pub(super) async fn write(self: &Arc<Self>, call: WriteCall) -> Result<Sent, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let first = {
-            let mut waiting = self.waiting.lock();
-            let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
-            waiting.push(Pending { call, reply, slot });
-            waiting.len() == 1
-        };
-        if first {
-            tokio::spawn(self.clone().flush());
-        }
+        let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
+        self.waiting.push(Pending { call, reply, slot }, || self.clone().flush());
         answer.await.map_err(|_| {
             StoreError::unavailable(
                 crate::error::Unavailable::StoreFailed,
@@ -149,51 +147,16 @@ impl Batcher {
         })
     }
 
-    /// Sends what waits now, in calls of at most [`MAX_BATCH`] updates.
+    /// Sends what waits now: on a cluster a call per node whose slots the
+    /// map knows, and per slot for the others (an update sent here has every
+    /// key in one slot).
     async fn flush(self: Arc<Self>) {
-        let mut batch: Vec<Pending> = std::mem::take(&mut *self.waiting.lock());
-        batch.retain(|p| !p.reply.is_closed());
-        let mut calls = Vec::with_capacity(batch.len().div_ceil(MAX_BATCH));
-        for mut batch in self.groups(batch) {
-            while batch.len() > MAX_BATCH {
-                let rest = batch.split_off(MAX_BATCH);
-                calls.push(self.send(std::mem::replace(&mut batch, rest)));
-            }
-            if !batch.is_empty() {
-                calls.push(self.send(batch));
-            }
-        }
-        match calls.len() {
-            0 => {}
-            1 => calls.pop().expect("one call").await,
-            _ => drop(futures_util::future::join_all(calls).await),
-        }
-    }
-
-    /// `batch` as one group; on a cluster one group per node whose slots
-    /// the map knows, and per slot for the others (an update sent here has
-    /// every key in one slot).
-    fn groups(&self, batch: Vec<Pending>) -> Vec<Vec<Pending>> {
-        if !self.cluster {
-            return vec![batch];
-        }
+        let batch = self.waiting.take();
         let nodes = match (&self.slots, self.link.cluster()) {
-            (Some(map), Some(conn)) if self.node_calls.load(Ordering::Relaxed) => map.now(&conn),
+            (Some(map), Some(conn)) if self.node_script.usable() => map.now(&conn),
             _ => None,
         };
-        let mut groups: Vec<((bool, u16), Vec<Pending>)> = Vec::new();
-        for pending in batch {
-            let slot = pending.slot;
-            let group = match nodes.as_deref().and_then(|nodes| node(nodes, slot)) {
-                Some(node) => (true, node),
-                None => (false, slot),
-            };
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, members)) => members.push(pending),
-                None => groups.push((group, vec![pending])),
-            }
-        }
-        groups.into_iter().map(|(_, members)| members).collect()
+        turn::all(turn::calls(batch, nodes.as_deref()).into_iter().map(|batch| self.send(batch)).collect()).await;
     }
 
     /// One script call for `batch` (of one slot, or one server: the keys'
@@ -216,22 +179,9 @@ impl Batcher {
     async fn send_node(&self, slot: u16, batch: Vec<Pending>) {
         self.across.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let cmd = self.command(&batch, Keys::InArgs);
-        let Some(mut conn) = self.link.once() else { return answer_all(batch, &not_cluster()) };
+        let Some(mut conn) = self.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-        let mut reply = call_node(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-            reply = match self.node_script.load_async(&mut conn).await {
-                Ok(_) => call_node(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await,
-                Err(e) => {
-                    // A node that can't compile it (before Redis 7): calls
-                    // per slot from now on.
-                    if e.to_string().contains("compiling") {
-                        self.node_calls.store(false, Ordering::Relaxed);
-                    }
-                    Err(e)
-                }
-            };
-        }
+        let reply = self.node_script.call(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await;
         let again = match reply {
             // The node refused the call whole (a replica now, a cluster
             // down): nothing of it ran; each slot's call is routed anew.
@@ -245,15 +195,8 @@ impl Batcher {
         if let (Some(map), Some(conn)) = (&self.slots, self.link.cluster()) {
             map.ask(&conn);
         }
-        let mut slots: Vec<(u16, Vec<Pending>)> = Vec::new();
-        for pending in again {
-            let slot = pending.slot;
-            match slots.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(pending),
-                None => slots.push((slot, vec![pending])),
-            }
-        }
-        drop(futures_util::future::join_all(slots.into_iter().map(|(_, group)| self.send_keys(group))).await);
+        let calls = turn::calls(again, None).into_iter().map(|group| self.send_keys(group));
+        turn::all(calls.collect()).await;
     }
 
     /// One call of the keys' script for `batch`.
@@ -315,10 +258,10 @@ impl Batcher {
     }
 
     /// Sends `cmd`, routed by its keys, as [`call`](Self::call); on a
-    /// cluster on the connection of writes, sent again only while a node
+    /// cluster on a connection of writes, sent again only while a node
     /// answers that it ran nothing of it (`cluster/once.rs`).
     async fn call_keys(&self, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
-        let Some(once) = self.link.once() else {
+        let Some(once) = self.once() else {
             let mut conn = if self.min_acked == 0 { self.link.conn() } else { self.link.waiting_conn() };
             return self.call(&mut conn, cmd).await;
         };
@@ -334,11 +277,22 @@ impl Batcher {
         .await
     }
 
+    /// On a cluster, a connection of writes, which sends nothing again by
+    /// itself: when writes wait for replicas, the next of those kept for
+    /// them.
+    fn once(&self) -> Option<ClusterConnection> {
+        if self.min_acked == 0 {
+            self.link.once()
+        } else {
+            self.link.waiting_once()
+        }
+    }
+
     /// The script call of `batch`, its keys placed as `keys` says.
     fn command(&self, batch: &[Pending], keys: Keys) -> redis::Cmd {
         let names = Names { entries: &self.names, claims: &self.claims, cluster: self.cluster };
-        let script = if keys == Keys::InArgs { &self.node_script } else { &self.script };
-        command(script.get_hash(), batch.iter().map(|p| &p.call), &names, keys)
+        let hash = if keys == Keys::InArgs { self.node_script.hash() } else { self.script.get_hash() };
+        command(hash, batch.iter().map(|p| &p.call), &names, keys)
     }
 
     /// Sends `cmd`, followed by `WAIT` for the replicas when the store asks

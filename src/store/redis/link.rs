@@ -1,8 +1,9 @@
 //! The store's connection to the server it writes to: one multiplexed
 //! connection that reconnects by itself, to the URL's server, or to the
-//! primary that Sentinel names (`sentinel.rs`), with connections of their own
-//! for writes that wait for replicas (`min_replicas_acked`); or a cluster
-//! connection that routes each call to its slot's primary (`cluster/`).
+//! primary that Sentinel names (`sentinel.rs`); or a cluster connection that
+//! routes each call to its slot's primary (`cluster/`). Either way the writes
+//! that wait for replicas (`min_replicas_acked`) have connections of their
+//! own.
 //!
 //! With Sentinel the connections are replaced when the primary changes:
 //! - a `+switch-master` message from any Sentinel (each is watched on a
@@ -32,7 +33,7 @@ use crate::StoreError;
 const CONNECT_LIMIT: Duration = Duration::from_secs(1);
 /// Ask the Sentinels again at most this often.
 const ASK_EVERY: Duration = Duration::from_millis(250);
-/// Connections for the writes that wait for replicas, on one server.
+/// Connections for the writes that wait for replicas.
 pub(super) const WAITING_CONNS: usize = 8;
 
 /// A connection to one server, or to a cluster.
@@ -78,13 +79,18 @@ pub(super) struct Link {
     /// On a cluster, the connection of one-slot writes: its client never
     /// sends a call again by itself (`cluster/once.rs`).
     once: Option<ClusterConnection>,
-    /// On one server, when writes wait for replicas (`WAIT`): connections of
-    /// their own, taken in turn. A `WAIT` holds its connection until the
-    /// replicas answer, and every call behind it there waits too; so each
-    /// waiting write goes on the next of these, and as many `WAIT`s are out
-    /// at once. A call and its `WAIT` still share one connection, as `WAIT`
-    /// covers that connection's writes. Empty when no write waits.
+    /// When writes wait for replicas (`WAIT`): connections of their own,
+    /// taken in turn. A `WAIT` holds its connection until the replicas
+    /// answer, and every call behind it there waits too; so each waiting
+    /// write goes on the next of these, and as many `WAIT`s are out at once.
+    /// A call and its `WAIT` still share one connection, as `WAIT` covers
+    /// that connection's writes. Empty when no write waits. On one server
+    /// these (replaced when Sentinel names a new primary); on a cluster
+    /// `waiting_once`.
     waiting: RwLock<Vec<ConnectionManager>>,
+    /// On a cluster, the connections of `waiting`'s rule: built as `once`
+    /// is, they send nothing again by themselves (`cluster/once.rs`).
+    waiting_once: Vec<ClusterConnection>,
     next_waiting: AtomicUsize,
     /// The URL the connection is on (the primary's, with Sentinel).
     url: Mutex<String>,
@@ -120,8 +126,8 @@ async fn managers(url: &str, n: usize) -> Result<Vec<ConnectionManager>, redis::
 
 impl Link {
     /// Connects to `url` (`redacted` is how errors name it): a Redis URL, or
-    /// a Sentinel URL whose primary is asked for first; on one server, with
-    /// `waiting` more connections for the writes that wait for replicas.
+    /// a Sentinel URL whose primary is asked for first, or a Cluster URL;
+    /// with `waiting` more connections for the writes that wait for replicas.
     pub(super) async fn connect(url: &str, redacted: &str, waiting: usize) -> Result<Arc<Link>, StoreError> {
         if let Some(seeds) = super::cluster::seeds(url) {
             let seeds = seeds?;
@@ -133,11 +139,18 @@ impl Link {
                 source: Some(Box::new(e)),
             };
             let conn = super::cluster::connect(&seeds, CALL_LIMIT, CONNECT_LIMIT, true).await.map_err(unreachable)?;
-            let once = super::cluster::connect(&seeds, CALL_LIMIT, CONNECT_LIMIT, false).await.map_err(unreachable)?;
+            let once = || super::cluster::connect(&seeds, CALL_LIMIT, CONNECT_LIMIT, false);
+            let (once, waiting_once) = futures_util::future::try_join(
+                once(),
+                futures_util::future::try_join_all((0..waiting).map(|_| once())),
+            )
+            .await
+            .map_err(unreachable)?;
             return Ok(Arc::new(Link {
                 conn: RwLock::new(Conn::Cluster(conn)),
                 once: Some(once),
                 waiting: RwLock::new(Vec::new()),
+                waiting_once,
                 next_waiting: AtomicUsize::new(0),
                 url: Mutex::new(url.to_owned()),
                 sentinel: None,
@@ -174,6 +187,7 @@ impl Link {
             conn: RwLock::new(Conn::One(conn)),
             once: None,
             waiting: RwLock::new(waiting),
+            waiting_once: Vec::new(),
             next_waiting: AtomicUsize::new(0),
             url: Mutex::new(target),
             sentinel,
@@ -206,6 +220,17 @@ impl Link {
     /// The connection of one-slot writes, on a cluster (a cheap clone).
     pub(super) fn once(&self) -> Option<ClusterConnection> {
         self.once.clone()
+    }
+
+    /// On a cluster, the connection for a one-slot write or a node's call
+    /// that waits for replicas: the next of those kept for them, else
+    /// [`once`](Self::once). Sends nothing again by itself, as `once`.
+    pub(super) fn waiting_once(&self) -> Option<ClusterConnection> {
+        if self.waiting_once.is_empty() {
+            return self.once();
+        }
+        let i = self.next_waiting.fetch_add(1, Ordering::Relaxed) % self.waiting_once.len();
+        Some(self.waiting_once[i].clone())
     }
 
     /// The cluster connection, on a cluster.

@@ -39,6 +39,7 @@ mod replica;
 mod script;
 mod sentinel;
 mod server;
+mod turn;
 mod upkeep;
 mod write;
 

@@ -29,6 +29,7 @@ mod commit_point;
 mod lock;
 #[cfg(test)]
 mod node_calls;
+pub(super) mod node_script;
 mod nodes;
 pub(super) mod once;
 mod read;

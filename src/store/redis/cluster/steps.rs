@@ -1,9 +1,10 @@
 //! The steps of cross-slot updates (`txn.rs`: prewrites, commits, settles,
 //! rollbacks) that are ready at once go to each node together: one call of
 //! the node's script (`NODE` in `scripts.rs`) carries every step bound for
-//! that node in one turn of the runtime, as `batch.rs` sends one-slot counts.
-//! A two-slot count's steps are each one call, so without this every count
-//! pays a script call's fixed cost about four times over, on two nodes.
+//! that node in one turn of the runtime (`turn.rs`), as `batch.rs` sends
+//! one-slot counts. A two-slot count's steps are each one call, so without
+//! this every count pays a script call's fixed cost about four times over,
+//! on two nodes.
 //!
 //! In the node's script each step runs exactly as its call of its own would,
 //! on its own: one step's miss, refusal or slot never decides another's.
@@ -13,20 +14,28 @@
 //! for (a committed update's other slots) is queued before its count is
 //! answered, so it rides in the same call as its node's other steps.
 //!
-//! A step whose slot the node does not serve (the map in `slots.rs` is
-//! stale, the slot is moving) is answered "not here", nothing of it
-//! written, and is sent again alone by its keys, on the client that follows
-//! `MOVED` and `ASK`; so is every step of a call the node refused whole (an
-//! answer by which it ran nothing of it, `once.rs`), and every step once a
-//! node can't load the script (before Redis 7). Any other failure of the
-//! call (a lost connection, a timeout: it may have run) fails every step in
-//! it, and none is sent again: each caller takes it as that step's failure,
-//! which the protocol already answers (`PROTOCOL.md`).
+//! A node's call that carries no step asking for replicas goes on the
+//! cluster connection that sends nothing again by itself (`Link::once`); one
+//! that does is followed by `WAIT` and goes on the next of the connections
+//! kept for calls that wait (`Link::waiting_once`, built the same way), so a
+//! `WAIT` holds up only the calls behind it there. Calls on one connection
+//! reach the node in the order they are made; between connections no order
+//! holds, and the protocol needs none (`PROTOCOL.md`). That a turn's settles
+//! land before a later turn's prewrites is speed only: a prewrite that meets
+//! a committed update's lock rolls its try back, and the lock is resolved
+//! before the next try.
+//!
+//! A step answered "not here" is sent again alone by its keys, on the client
+//! that follows `MOVED` and `ASK`; so is every step of a call the node
+//! refused whole (an answer by which it ran nothing of it, `once.rs`), and
+//! every step once a node can't load the script (before Redis 7). Any other
+//! failure of the call (a lost connection, a timeout: it may have run) fails
+//! every step in it, and none is sent again: each caller takes it as that
+//! step's failure, which the protocol already answers (`PROTOCOL.md`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
@@ -34,13 +43,11 @@ use tokio::sync::oneshot;
 
 use super::super::batch::WAIT_MS;
 use super::super::link::Link;
+use super::super::turn::{self, Turn, Waiting};
 use super::super::Shared;
+use super::node_script::NodeScript;
 use super::scripts::{scripts, Call, Kind};
-use super::slots::{node, SlotMap};
-
-/// The most steps one node's call carries; more that wait go in several
-/// calls, sent at once.
-const MAX_STEPS: usize = 64;
+use super::slots::SlotMap;
 
 /// A step's answer, as its call of its own answers: the script's answer and
 /// how many replicas acknowledged it (`u64::MAX` when none were asked for).
@@ -53,6 +60,16 @@ struct Pending {
     slot: u16,
     /// `None`: nobody waits for the answer (a settle left to run).
     reply: Option<oneshot::Sender<Answer>>,
+}
+
+impl Waiting for Pending {
+    fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    fn given_up(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| r.is_closed())
+    }
 }
 
 impl Pending {
@@ -73,9 +90,9 @@ pub(in crate::store::redis) struct StepBatcher {
     link: Arc<Link>,
     /// The slots' primaries, as far as known (shared with `batch.rs`).
     slots: Arc<SlotMap>,
-    /// False once a node could not load the node's script: steps alone.
-    node_calls: AtomicBool,
-    waiting: Mutex<Vec<Pending>>,
+    /// The node's script (`NODE`); once a node can't run it, steps alone.
+    script: NodeScript,
+    waiting: Turn<Pending>,
     /// Steps sent in a node's call with others, those sent again alone
     /// after one, and the node's calls.
     shared: AtomicU64,
@@ -85,7 +102,7 @@ pub(in crate::store::redis) struct StepBatcher {
 
 impl std::fmt::Debug for StepBatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StepBatcher").field("waiting", &self.waiting.lock().len()).finish_non_exhaustive()
+        f.debug_struct("StepBatcher").field("waiting", &self.waiting.len()).finish_non_exhaustive()
     }
 }
 
@@ -94,8 +111,8 @@ impl StepBatcher {
         Arc::new(StepBatcher {
             link,
             slots,
-            node_calls: AtomicBool::new(true),
-            waiting: Mutex::new(Vec::new()),
+            script: NodeScript::new(scripts().node.clone()),
+            waiting: Turn::new(),
             shared: AtomicU64::new(0),
             again: AtomicU64::new(0),
             calls: AtomicU64::new(0),
@@ -128,78 +145,39 @@ impl StepBatcher {
     }
 
     fn push(self: &Arc<Self>, pending: Pending) {
-        let first = {
-            let mut waiting = self.waiting.lock();
-            waiting.push(pending);
-            waiting.len() == 1
-        };
-        if first {
-            tokio::spawn(self.clone().flush());
-        }
+        self.waiting.push(pending, || self.clone().flush());
     }
 
-    /// Sends what waits now: per node, calls of at most [`MAX_STEPS`] steps.
+    /// Sends what waits now, in calls per node (`turn.rs`).
     async fn flush(self: Arc<Self>) {
-        let mut batch = std::mem::take(&mut *self.waiting.lock());
-        batch.retain(|p| p.reply.as_ref().is_none_or(|r| !r.is_closed()));
+        let mut batch = self.waiting.take();
         // Settles first (a stable sort keeps each kind's order).
         batch.sort_by_key(|p| p.call.kind() != Kind::Settle);
-        let Some(conn) = self.link.once().filter(|_| self.node_calls.load(Ordering::Relaxed)) else {
+        let Some(conn) = self.link.once().filter(|_| self.script.usable()) else {
             return self.alone(batch).await;
         };
         let nodes = self.slots.now(&conn);
-        let mut groups: Vec<((bool, u16), Vec<Pending>)> = Vec::new();
-        for pending in batch {
-            let group = match nodes.as_deref().and_then(|nodes| node(nodes, pending.slot)) {
-                Some(node) => (true, node),
-                None => (false, pending.slot),
-            };
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, members)) => members.push(pending),
-                None => groups.push((group, vec![pending])),
-            }
-        }
-        let mut calls = Vec::new();
-        for (_, mut group) in groups {
-            while group.len() > MAX_STEPS {
-                let rest = group.split_off(MAX_STEPS);
-                calls.push(self.send_node(conn.clone(), std::mem::replace(&mut group, rest)));
-            }
-            calls.push(self.send_node(conn.clone(), group));
-        }
-        drop(futures_util::future::join_all(calls).await);
+        let calls = turn::calls(batch, nodes.as_deref()).into_iter().map(|batch| self.send_node(conn.clone(), batch));
+        turn::all(calls.collect()).await;
     }
 
     /// One call of the node's script for `batch`, on the primary of its
-    /// first step's slot (a lone step too: a node's steps keep one
-    /// connection, so they reach it in the order they were sent).
-    async fn send_node(&self, mut conn: ClusterConnection, batch: Vec<Pending>) {
+    /// first step's slot (a lone step too), on `conn`; if a step asks for
+    /// replicas, on the next connection kept for calls that wait.
+    async fn send_node(&self, conn: ClusterConnection, batch: Vec<Pending>) {
         if batch.len() > 1 {
             self.shared.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         self.calls.fetch_add(1, Ordering::Relaxed);
         let replicas = batch.iter().map(|p| p.replicas).max().unwrap_or(0);
-        let script = &scripts().node;
+        let mut conn = if replicas == 0 { conn } else { self.link.waiting_once().unwrap_or(conn) };
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(0);
+        cmd.arg(self.script.hash()).arg(0);
         for pending in &batch {
             pending.call.push_step(&mut cmd);
         }
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
-        let mut reply = super::call_node(&mut conn, &cmd, &route, replicas, WAIT_MS).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-            reply = match script.load_async(&mut conn).await {
-                Ok(_) => super::call_node(&mut conn, &cmd, &route, replicas, WAIT_MS).await,
-                Err(e) => {
-                    // A node that can't compile it (before Redis 7): steps
-                    // alone from now on.
-                    if e.to_string().contains("compiling") {
-                        self.node_calls.store(false, Ordering::Relaxed);
-                    }
-                    Err(e)
-                }
-            };
-        }
+        let reply = self.script.call(&mut conn, &cmd, &route, replicas, WAIT_MS).await;
         let again = match reply {
             // Refused whole: nothing of it ran; each step goes by its keys.
             Err(e) if super::once::ran_nothing(&e) => batch,

@@ -1,0 +1,161 @@
+//! What is ready in one turn of the runtime goes to Redis together, as
+//! ioredis writes the commands of one event-loop turn at once: the one-slot
+//! compare-and-sets (`batch.rs`) and the steps of cross-slot updates
+//! (`cluster/steps.rs`) each wait in a [`Turn`].
+//!
+//! - **The first of a turn starts the flush.** It spawns a task that runs
+//!   after the others ready in the same turn and takes everything that waits
+//!   then; a lone item goes alone, a task hop later. Flushes do not wait for
+//!   each other: several may be out at once.
+//! - **Nobody waiting, nothing sent.** An item whose caller stopped waiting
+//!   before the flush is left out of it.
+//! - **One call per node.** On a cluster the items go in one group per
+//!   primary that the slot map (`cluster/slots.rs`) says serves their slots,
+//!   and per slot where it knows none; each group in calls of at most
+//!   [`MAX_CALL`] items, all sent at once. The map is only a guess: a node
+//!   answers an item of a slot it does not serve "not here", nothing of it
+//!   written, and its sender sends it again alone by its keys, on the
+//!   client's route.
+
+use std::future::Future;
+
+use parking_lot::Mutex;
+
+use super::cluster::slots::node;
+
+/// The most items one call carries; more that wait go in several calls.
+const MAX_CALL: usize = 64;
+
+/// An item waiting for its turn's call.
+pub(super) trait Waiting {
+    /// The hash slot of the item's keys (0 on one server).
+    fn slot(&self) -> u16;
+    /// True once nobody waits for the item's answer.
+    fn given_up(&self) -> bool;
+}
+
+/// The items waiting for the next flush.
+pub(super) struct Turn<T> {
+    waiting: Mutex<Vec<T>>,
+}
+
+impl<T: Waiting> Turn<T> {
+    pub(super) fn new() -> Self {
+        Turn { waiting: Mutex::new(Vec::new()) }
+    }
+
+    /// How many items wait now.
+    pub(super) fn len(&self) -> usize {
+        self.waiting.lock().len()
+    }
+
+    /// Adds `item` to this turn; the first of a turn spawns `flush`, which
+    /// is to [`take`](Self::take) them.
+    pub(super) fn push<F>(&self, item: T, flush: impl FnOnce() -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let first = {
+            let mut waiting = self.waiting.lock();
+            waiting.push(item);
+            waiting.len() == 1
+        };
+        if first {
+            tokio::spawn(flush());
+        }
+    }
+
+    /// Everything that waits now but what nobody waits for; the next push
+    /// starts a new turn.
+    pub(super) fn take(&self) -> Vec<T> {
+        let mut items = std::mem::take(&mut *self.waiting.lock());
+        items.retain(|item| !item.given_up());
+        items
+    }
+}
+
+/// `items` in calls: a group per node that `nodes` (the slot map now, if
+/// known) names for their slots, a group per slot for the others, and each
+/// group in calls of at most [`MAX_CALL`], in the items' order.
+pub(super) fn calls<T: Waiting>(items: Vec<T>, nodes: Option<&[u16]>) -> Vec<Vec<T>> {
+    let mut groups: Vec<((bool, u16), Vec<T>)> = Vec::new();
+    for item in items {
+        let slot = item.slot();
+        let group = match nodes.and_then(|nodes| node(nodes, slot)) {
+            Some(node) => (true, node),
+            None => (false, slot),
+        };
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(item),
+            None => groups.push((group, vec![item])),
+        }
+    }
+    let mut calls = Vec::with_capacity(groups.len());
+    for (_, mut group) in groups {
+        while group.len() > MAX_CALL {
+            let rest = group.split_off(MAX_CALL);
+            calls.push(std::mem::replace(&mut group, rest));
+        }
+        calls.push(group);
+    }
+    calls
+}
+
+/// Runs `calls` at once, until the last is answered.
+pub(super) async fn all<F: Future<Output = ()>>(mut calls: Vec<F>) {
+    match calls.len() {
+        0 => {}
+        1 => calls.pop().expect("one call").await,
+        _ => drop(futures_util::future::join_all(calls).await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{calls, Turn, Waiting, MAX_CALL};
+
+    struct Item(u16, bool);
+
+    impl Waiting for Item {
+        fn slot(&self) -> u16 {
+            self.0
+        }
+        fn given_up(&self) -> bool {
+            self.1
+        }
+    }
+
+    fn slots(calls: &[Vec<Item>]) -> Vec<Vec<u16>> {
+        calls.iter().map(|call| call.iter().map(|item| item.0).collect()).collect()
+    }
+
+    #[test]
+    fn groups_by_node_then_by_slot_in_calls_of_at_most_the_most() {
+        // Slots 0 and 1 on node 0, slot 2 on node 1, slot 3 unknown.
+        let nodes = [0, 0, 1, u16::MAX];
+        let items = [3, 0, 2, 1, 3, 0].map(|slot| Item(slot, false)).into_iter().collect();
+        assert_eq!(slots(&calls(items, Some(&nodes))), [vec![3, 3], vec![0, 1, 0], vec![2]]);
+        let items = [1, 0, 1].map(|slot| Item(slot, false)).into_iter().collect();
+        assert_eq!(slots(&calls(items, None)), [vec![1, 1], vec![0]], "no map: per slot");
+        let many = (0..2 * MAX_CALL + 1).map(|_| Item(0, false)).collect();
+        let lens: Vec<usize> = calls(many, None).iter().map(Vec::len).collect();
+        assert_eq!(lens, [MAX_CALL, MAX_CALL, 1]);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_first_of_a_turn_flushes_and_leaves_out_who_gave_up() {
+        let turn = std::sync::Arc::new(Turn::new());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let flush = {
+            let turn = turn.clone();
+            move || async move { drop(tx.send(turn.take())) }
+        };
+        turn.push(Item(1, false), flush);
+        turn.push(Item(2, true), || async { unreachable!("only the first of a turn flushes") });
+        turn.push(Item(3, false), || async { unreachable!("only the first of a turn flushes") });
+        assert_eq!(turn.len(), 3);
+        let taken: Vec<u16> = rx.await.unwrap().iter().map(|item| item.0).collect();
+        assert_eq!(taken, [1, 3]);
+        assert_eq!(turn.len(), 0);
+    }
+}
