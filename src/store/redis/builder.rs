@@ -114,9 +114,10 @@ impl RedisStoreBuilder {
     /// with 1 or more, a count no replica has is answered unavailable
     /// instead (it may still be on the primary), and an acknowledged count
     /// survives the failover of its primary. Costs a replica's round trip
-    /// per batch of counts; on one server (or Sentinel's primary) the
-    /// counts that wait go on eight connections of their own, so that one
-    /// `WAIT` holds up neither the others nor reads.
+    /// per batch of counts. The counts that wait go on eight connections of
+    /// their own (to one server or Sentinel's primary, or on a cluster to
+    /// every primary), so that one `WAIT` holds up neither the others nor
+    /// reads.
     pub fn min_replicas_acked(mut self, n: u32) -> Self {
         self.min_replicas_acked = n;
         self

@@ -277,9 +277,9 @@ impl Step<'_> {
         let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
         // Decided: the other slots' locks become their new entries (or
         // their old ones), in the next calls to their nodes (the count is
-        // answered now, and its settles are queued before, so a next update
-        // of these keys from this store comes after them), or at the next
-        // reader that meets them.
+        // answered now; its settles are queued before, so they usually land
+        // before a next update of these keys from this store), or at the
+        // next reader that meets them.
         let outcome = if status(&answer) == Some(1) { "C" } else { "A" };
         for g in &self.groups[1..] {
             super::steps::leave(self.shared, settle_call(&group(g), self.txn, outcome, None));
