@@ -88,8 +88,9 @@ async fn held(store: &RedisStore, keys: &[String; 2]) -> Vec<Option<u64>> {
 async fn a_commit_after_a_reader_rolled_the_update_back_writes_nothing() {
     let Some(store) = store("late").await else { return };
     let (keys, [primary, other]) = two_slots(&store);
-    let now = prewrite(&store, &other, &primary, "0001", 300).await;
+    // Before the prewrite: its lease ends 300 ms after it ran, on the node.
     let started = Instant::now();
+    let now = prewrite(&store, &other, &primary, "0001", 300).await;
     assert_eq!(held(&store, &keys).await, [None, None], "rolled back");
     assert!(
         started.elapsed() >= Duration::from_millis(250),
