@@ -136,3 +136,21 @@ pub async fn attempt_both(
     })
     .await
 }
+
+/// A process stopped with `SIGSTOP` (a replica gone silent), sent `SIGCONT`
+/// when dropped, even when the test fails.
+pub struct Stopped(String);
+
+impl Stopped {
+    /// Stops the process `pid`.
+    pub fn new(pid: &str) -> Self {
+        assert!(Command::new("kill").args(["-STOP", pid]).status().unwrap().success());
+        Stopped(pid.to_owned())
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}

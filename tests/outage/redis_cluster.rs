@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::load::{add_one, check_after_outage, Load};
+use crate::common::redis::Stopped;
 use limit_store::{update_with, Entry, Guarded, LimitStore, RedisStore, StoreError, Write};
 use serde_json::json;
 
@@ -269,22 +270,6 @@ async fn a_primary_killed_under_load_is_replaced_and_loses_no_acknowledged_count
 /// True when the cluster is whole as the node on `port` sees it.
 fn cluster_ok(topology: &Topology, port: u16) -> bool {
     topology.cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
-}
-
-/// A process stopped (`SIGSTOP`) until the guard drops, even when the test fails.
-struct Stopped(String);
-
-impl Stopped {
-    fn new(pid: &str) -> Self {
-        assert!(Command::new("kill").args(["-STOP", pid]).status().unwrap().success());
-        Stopped(pid.to_owned())
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
-    }
 }
 
 /// The count a key holds, as the store reads it.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::load::{add_one, check_after_outage, Load};
-use crate::common::redis::SECRET;
+use crate::common::redis::{Stopped, SECRET};
 use crate::common::serve::limit_store;
 use limit_store::{Guarded, LimitStore, RedisStore};
 
@@ -183,22 +183,6 @@ fn min_replicas_acked_is_a_setting() {
     assert!(err.to_string().contains("replicas"), "{err}");
 }
 
-/// A process stopped (`SIGSTOP`) until the guard drops, even when the test fails.
-struct Stopped(String);
-
-impl Stopped {
-    fn new(pid: String) -> Self {
-        assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
-        Stopped(pid)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
-    }
-}
-
 /// With `min_replicas_acked`, a write waiting for a silent replica (`WAIT`
 /// holds its connection until the replicas answer) holds up no other call:
 /// the waiting writes have connections of their own, so a read sent while
@@ -212,7 +196,7 @@ async fn a_write_waiting_for_a_replica_holds_up_no_other_call() {
     assert_eq!(add_one(&*store, "waits").await.unwrap(), 1, "acknowledged while the replica answers");
     let replica = topology.base + 1;
     let pid = std::fs::read_to_string(topology.dir.join(format!("redis-{replica}.pid"))).unwrap();
-    let stopped = Stopped::new(pid.trim().to_owned());
+    let stopped = Stopped::new(pid.trim());
     let waiting = tokio::spawn({
         let store = store.clone();
         async move { add_one(&*store, "waits").await }
