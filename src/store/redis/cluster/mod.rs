@@ -24,8 +24,6 @@
 //!   the eviction-policy check (`nodes.rs`).
 
 pub(super) mod ask;
-#[cfg(test)]
-mod commit_point;
 mod lock;
 #[cfg(test)]
 mod node_calls;

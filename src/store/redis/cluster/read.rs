@@ -57,7 +57,7 @@ pub(super) async fn basis(shared: &Shared, names: &[String]) -> Result<(Millis, 
 /// The keys' entries, locks resolved.
 async fn unlocked(shared: &Shared, names: &[String], started: Instant) -> Result<(Millis, Vec<Raw>), StoreError> {
     loop {
-        let (now, held, at) = read_once(shared, names).await?;
+        let (now, held) = read_once(shared, names).await?;
         if !held.iter().any(is_lock) {
             return Ok((now, held));
         }
@@ -67,17 +67,16 @@ async fn unlocked(shared: &Shared, names: &[String], started: Instant) -> Result
                 "keys of this update stayed locked by other updates across slots; nothing was written",
             ));
         }
-        for ((name, raw), &at) in names.iter().zip(&held).zip(&at) {
+        for (name, raw) in names.iter().zip(&held) {
             if is_lock(raw) {
-                resolve(shared, name, raw, at, started).await?;
+                resolve(shared, name, raw, started).await?;
             }
         }
     }
 }
 
-/// One read of `names`, a script per slot: the update's clock (the latest
-/// node's), the entries, and the clock of the node each was read on.
-async fn read_once(shared: &Shared, names: &[String]) -> Result<(Millis, Vec<Raw>, Vec<Millis>), StoreError> {
+/// One read of `names`, a script per slot.
+async fn read_once(shared: &Shared, names: &[String]) -> Result<(Millis, Vec<Raw>), StoreError> {
     let groups = by_slot(names.iter().map(|n| super::slot_of_name(n.as_bytes())));
     let calls = groups.iter().map(|group| {
         let names: Vec<String> = group.iter().map(|&i| names[i].clone()).collect();
@@ -86,18 +85,16 @@ async fn read_once(shared: &Shared, names: &[String]) -> Result<(Millis, Vec<Raw
     });
     let answers = futures_util::future::join_all(calls).await;
     let mut held = vec![Raw::none(); names.len()];
-    let mut read_at = vec![Millis::MIN; names.len()];
     let mut now = Millis::MIN;
     for (group, answer) in groups.iter().zip(answers) {
         let (at, raws) = answer.map_err(failed)?;
         now = now.max(at);
         for (&i, raw) in group.iter().zip(raws) {
             held[i] = raw;
-            read_at[i] = at;
         }
     }
     shared.clock.reading(now);
-    Ok((now, held, read_at))
+    Ok((now, held))
 }
 
 /// The indexes of `slots`, grouped by slot, in the order each slot first

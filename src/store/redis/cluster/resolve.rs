@@ -1,8 +1,7 @@
-//! A reader that meets a lock resolves it (see `PROTOCOL.md`): within the
-//! lock's lease the reader waits for it and reads again; past it, the
-//! update's record on its primary key's slot decides: committed there, the
-//! lock rolls forward to its new entry; rolled back there (or no record
-//! yet: the reader records the rollback), to its old entry.
+//! A reader that meets a lock resolves it from the update's primary key
+//! (see `PROTOCOL.md`): committed there, the lock rolls forward to its new
+//! entry; rolled back there (or its lease over, which rolls it back), to its
+//! old entry; still within its lease, the reader waits for it.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use super::super::{failed, Shared};
 use super::lock::Lock;
 use super::scripts::{Call, Kind};
 use crate::error::Unavailable;
-use crate::{Millis, StoreError};
+use crate::StoreError;
 
 /// How long the record of a rolled-back update lives (ms): longer than any
 /// update's steps may take, so a late prewrite of it finds the record.
@@ -30,17 +29,10 @@ pub(super) fn record(shared: &Shared, primary: &str, txn: &str) -> String {
     format!("{prefix}:txn:{generation}:{hash}:{txn}")
 }
 
-/// Resolves the lock `raw` met on `name` when its node's clock read `at`:
-/// within the lock's lease, waits a little and leaves it (the caller reads
-/// the key again); past it, settles the key to the update's outcome. Gives
-/// up (unavailable) past [`CALL_LIMIT`] from `started`.
-pub(super) async fn resolve(
-    shared: &Shared,
-    name: &str,
-    raw: &Raw,
-    at: Millis,
-    started: Instant,
-) -> Result<(), StoreError> {
+/// Resolves the lock `raw` met on `name`: waits while its update is within
+/// its lease, then settles the key to the update's outcome. Gives up
+/// (unavailable) past [`CALL_LIMIT`] from `started`.
+pub(super) async fn resolve(shared: &Shared, name: &str, raw: &Raw, started: Instant) -> Result<(), StoreError> {
     let Some(lock) = Lock::parse(raw) else {
         return Err(StoreError::Corrupt {
             key_hash: name.rsplit(':').next().unwrap_or_default().to_owned(),
@@ -48,11 +40,6 @@ pub(super) async fn resolve(
             source: None,
         });
     };
-    if at < lock.lease {
-        let left = u64::try_from(lock.lease - at).unwrap_or(1);
-        tokio::time::sleep(Duration::from_millis(left.clamp(1, 5))).await;
-        return Ok(());
-    }
     let record = record(shared, &lock.primary, &lock.txn);
     let outcome = loop {
         let mut call = Call::new(Kind::Resolve);
@@ -84,33 +71,50 @@ pub(super) async fn resolve(
 }
 
 /// Settles `names` (keys of one slot) that hold update `txn`'s lock to
-/// `outcome`; with `record` (its name and `PXAT`), the outcome is written
-/// there in the same step unless the record says otherwise. Answers whether
-/// it was done.
-/// It goes in the next call to its node with the other steps ready then
-/// (`steps.rs`).
+/// `outcome`; with `commit`, the first key must still hold the lock (the
+/// commit point), and the record (`record`, its `PXAT`) is written in the
+/// same step. Answers whether it was done.
 pub(super) async fn settle(
     shared: &Shared,
     names: &[String],
     txn: &str,
     outcome: &str,
-    record: Option<(&str, i64)>,
+    commit: Option<(&str, i64)>,
 ) -> Result<bool, StoreError> {
-    let call = settle_call(names, txn, outcome, record);
-    let (done, _) = super::steps::send(shared, call, 0).await.map_err(failed)?;
-    Ok(matches!(done, Value::Int(1)))
+    settle_acked(shared, names, txn, outcome, commit, 0).await.map(|(done, _)| done)
+}
+
+/// [`settle`], followed on the same node by `WAIT replicas` when
+/// `replicas` > 0: whether it was done, and how many replicas acknowledged
+/// it (`u64::MAX` when none were asked for). It goes in the next call to its
+/// node with the other steps ready then (`steps.rs`).
+pub(super) async fn settle_acked(
+    shared: &Shared,
+    names: &[String],
+    txn: &str,
+    outcome: &str,
+    commit: Option<(&str, i64)>,
+    replicas: u32,
+) -> Result<(bool, u64), StoreError> {
+    let call = settle_call(names, txn, outcome, commit);
+    let (done, acked) = super::steps::send(shared, call, replicas).await.map_err(failed)?;
+    Ok((matches!(done, Value::Int(1)), acked))
 }
 
 /// The call that settles `names` as [`settle`] does.
-pub(super) fn settle_call(names: &[String], txn: &str, outcome: &str, record: Option<(&str, i64)>) -> Call {
+pub(super) fn settle_call(names: &[String], txn: &str, outcome: &str, commit: Option<(&str, i64)>) -> Call {
     let mut call = Call::new(Kind::Settle);
     for name in names {
         call.key(name);
     }
-    call.arg(txn).arg(outcome).arg("0");
-    match record {
-        Some((record, pxat)) => call.key(record).arg(pxat),
-        None => call.arg("0"),
-    };
+    call.arg(txn).arg(outcome);
+    match commit {
+        Some((record, pxat)) => {
+            call.key(record).arg(if outcome == "C" { "1" } else { "0" }).arg(pxat);
+        }
+        None => {
+            call.arg("0").arg("0");
+        }
+    }
     call
 }
