@@ -35,7 +35,7 @@ impl Shared {
     async fn read_basis(&self, names: &[String]) -> Result<Basis, StoreError> {
         let (now, held) = if self.cluster {
             // A script per slot; locks of updates across slots resolved.
-            super::cluster::read(self, names).await?
+            super::cluster::basis(self, names).await?
         } else {
             let read = self.scripts.read(&mut self.link.conn(), names).await;
             read.map_err(|e| {
@@ -242,7 +242,15 @@ impl LimitStore for RedisStore {
         let hashes: Vec<KeyHash> = keys.iter().map(|k| shared.secret.key_hash(k)).collect();
         let tags: Vec<Tag> =
             keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k).1).collect();
-        let basis = shared.read_basis(&self.names(&tags, &hashes)).await?;
+        let names = self.names(&tags, &hashes);
+        let basis = if shared.cluster {
+            // A snapshot across slots, locks of updates in flight seen through.
+            let (now, held) = super::cluster::snapshot(shared, &names).await?;
+            shared.clock.reading(now);
+            Basis { held, now, fresh: true }
+        } else {
+            shared.read_basis(&names).await?
+        };
         for (hash, raw) in hashes.iter().zip(&basis.held) {
             shared.remember(hash, raw);
         }

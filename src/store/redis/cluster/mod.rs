@@ -24,6 +24,8 @@
 //!   the eviction-policy check (`nodes.rs`).
 
 pub(super) mod ask;
+#[cfg(test)]
+mod commit_point;
 mod lock;
 #[cfg(test)]
 mod node_calls;
@@ -45,7 +47,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 pub(super) use self::lock::is_lock;
 pub(super) use self::nodes::{check_primaries, on, primaries, sweep};
-pub(super) use self::read::read;
+pub(super) use self::read::{basis, snapshot};
 use crate::key_hash::KeyHash;
 use crate::StoreError;
 

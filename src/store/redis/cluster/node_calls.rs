@@ -108,8 +108,9 @@ async fn two_slot_counts_share_their_nodes_calls() {
     let pairs = two_slot_pairs(&store, 24);
     count_pairs_twice(&store, &pairs).await;
     let (shared, again, calls) = store.shared.steps.as_ref().expect("a cluster store batches steps").counts();
-    // Four steps a count (two prewrites, the commit, one settle), 48 counts.
-    assert!(shared >= 150, "most of the 192 steps went in node calls with others: {shared}");
+    // Three steps a count (the other slot's prewrite, the commit, a
+    // settle), 48 counts.
+    assert!(shared >= 110, "most of the 144 steps went in node calls with others: {shared}");
     assert!(calls <= 48, "fewer calls than counts: {calls}");
     assert_eq!(again, 0, "a known map sends nothing twice");
 }

@@ -1,7 +1,12 @@
-//! A reader that meets a lock resolves it from the update's primary key
-//! (see `PROTOCOL.md`): committed there, the lock rolls forward to its new
-//! entry; rolled back there (or its lease over, which rolls it back), to its
-//! old entry; still within its lease, the reader waits for it.
+//! A lock met by a reader (see `PROTOCOL.md`). A read for a caller sees
+//! through it ([`seen_through`]): the update's record on its primary key's
+//! slot says whether it committed, and the key reads as its new entry if
+//! so, its old one if not; nothing is written and nothing waited for. An
+//! update, which must write over the key, resolves it ([`resolve`]): it
+//! polls the record until it holds an outcome, or the lock's lease is over
+//! and the reader records the rollback itself, then settles the key to that
+//! outcome: committed, the lock rolls forward to its new entry; rolled
+//! back, to its old one.
 
 use std::time::{Duration, Instant};
 
@@ -13,11 +18,13 @@ use super::super::{failed, Shared};
 use super::lock::Lock;
 use super::scripts::{Call, Kind};
 use crate::error::Unavailable;
-use crate::StoreError;
+use crate::{Millis, StoreError};
 
 /// How long the record of a rolled-back update lives (ms): longer than any
 /// update's steps may take, so a late prewrite of it finds the record.
 pub(super) const ABORTED_MS: u64 = 60_000;
+/// The longest a reader waits between two looks at a live update's record.
+const POLL_MAX: Duration = Duration::from_millis(5);
 
 /// The record of update `txn` whose primary key is `primary` (same slot).
 pub(super) fn record(shared: &Shared, primary: &str, txn: &str) -> String {
@@ -29,38 +36,99 @@ pub(super) fn record(shared: &Shared, primary: &str, txn: &str) -> String {
     format!("{prefix}:txn:{generation}:{hash}:{txn}")
 }
 
-/// Resolves the lock `raw` met on `name`: waits while its update is within
-/// its lease, then settles the key to the update's outcome. Gives up
-/// (unavailable) past [`CALL_LIMIT`] from `started`.
-pub(super) async fn resolve(shared: &Shared, name: &str, raw: &Raw, started: Instant) -> Result<(), StoreError> {
-    let Some(lock) = Lock::parse(raw) else {
-        return Err(StoreError::Corrupt {
-            key_hash: name.rsplit(':').next().unwrap_or_default().to_owned(),
-            detail: "the key holds a lock that does not parse".to_owned(),
-            source: None,
-        });
-    };
+/// The lock `raw` met on `name`, parsed; a lock that does not parse is
+/// corrupt data.
+fn parse(name: &str, raw: &Raw) -> Result<Lock, StoreError> {
+    Lock::parse(raw).ok_or_else(|| StoreError::Corrupt {
+        key_hash: name.rsplit(':').next().unwrap_or_default().to_owned(),
+        detail: "the key holds a lock that does not parse".to_owned(),
+        source: None,
+    })
+}
+
+/// The outcome recorded for the update that holds `lock` (`"C"` or `"A"`),
+/// or `None` while it has none; reads only.
+async fn peek(shared: &Shared, lock: &Lock) -> Result<Option<&'static str>, StoreError> {
     let record = record(shared, &lock.primary, &lock.txn);
+    let held: Option<Vec<u8>> =
+        redis::cmd("GET").arg(&record).query_async(&mut shared.link.conn()).await.map_err(failed)?;
+    match held.as_deref() {
+        None => Ok(None),
+        Some(b"C") => Ok(Some("C")),
+        Some(b"A") => Ok(Some("A")),
+        Some(other) => Err(failed(super::super::script::unexpected(format!(
+            "an update's record holds {:?}",
+            String::from_utf8_lossy(other)
+        )))),
+    }
+}
+
+/// What the lock `raw` on `name` reads as, writing nothing: its new entry
+/// once its update's record says committed, its old entry otherwise (no
+/// record yet: the update had not committed when the lock was read, as a
+/// commit writes its record in the step that makes it).
+pub(super) async fn seen_through(shared: &Shared, name: &str, raw: &Raw) -> Result<Raw, StoreError> {
+    let lock = parse(name, raw)?;
+    Ok(match peek(shared, &lock).await? {
+        Some("C") => lock.new,
+        _ => lock.old,
+    })
+}
+
+/// Resolves the lock `raw` met on `name`, whose node's clock read `at` in
+/// an answer that arrived by `seen`: polls its update's record while the
+/// lease lasts; past it, records the rollback unless an outcome exists;
+/// then settles the key to the outcome (the caller reads the key again).
+/// Gives up (unavailable) past [`CALL_LIMIT`] from `started`.
+pub(super) async fn resolve(
+    shared: &Shared,
+    name: &str,
+    raw: &Raw,
+    at: Millis,
+    seen: Instant,
+    started: Instant,
+) -> Result<(), StoreError> {
+    let lock = parse(name, raw)?;
+    // The node's clock was at least `at` when the answer arrived, so the
+    // lease is surely over once this much has passed here since then.
+    let lease_over = seen + Duration::from_millis(u64::try_from(lock.lease.saturating_sub(at)).unwrap_or(0));
+    let mut pause = Duration::from_millis(1);
     let outcome = loop {
+        let give_up = || {
+            StoreError::unavailable(
+                Unavailable::StoreFailed,
+                "a key of this update is locked by another update that is still within its lease; \
+                 nothing was written",
+            )
+        };
+        if Instant::now() < lease_over {
+            if let Some(outcome) = peek(shared, &lock).await? {
+                break outcome;
+            }
+            if started.elapsed() > CALL_LIMIT {
+                return Err(give_up());
+            }
+            tokio::time::sleep(pause.min(lease_over.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(POLL_MAX);
+            continue;
+        }
+        let record = record(shared, &lock.primary, &lock.txn);
         let mut call = Call::new(Kind::Resolve);
         call.key(&lock.primary).key(&record).arg(&lock.txn).arg(ABORTED_MS);
         let answer: Vec<Value> = call.invoke(&mut shared.link.conn()).await.map_err(failed)?;
         match answer.get(1) {
             Some(Value::BulkString(b)) if b == b"C" => break "C",
             Some(Value::BulkString(b)) if b == b"A" => break "A",
+            // An earlier version's lock on the primary key, within its lease.
             Some(Value::BulkString(b)) if b == b"W" => {
                 let left = match answer.get(2) {
                     Some(Value::Int(ms)) => u64::try_from(*ms).unwrap_or(1),
                     _ => 1,
                 };
                 if started.elapsed() > CALL_LIMIT {
-                    return Err(StoreError::unavailable(
-                        Unavailable::StoreFailed,
-                        "a key of this update is locked by another update that is still within its lease; \
-                         nothing was written",
-                    ));
+                    return Err(give_up());
                 }
-                tokio::time::sleep(Duration::from_millis(left.clamp(1, 5))).await;
+                tokio::time::sleep(Duration::from_millis(left).clamp(Duration::from_millis(1), POLL_MAX)).await;
             }
             other => {
                 return Err(failed(super::super::script::unexpected(format!("the resolve script answered {other:?}"))))
@@ -71,50 +139,33 @@ pub(super) async fn resolve(shared: &Shared, name: &str, raw: &Raw, started: Ins
 }
 
 /// Settles `names` (keys of one slot) that hold update `txn`'s lock to
-/// `outcome`; with `commit`, the first key must still hold the lock (the
-/// commit point), and the record (`record`, its `PXAT`) is written in the
-/// same step. Answers whether it was done.
+/// `outcome`; with `record` (its name and `PXAT`), the outcome is written
+/// there in the same step unless the record says otherwise. Answers whether
+/// it was done.
+/// It goes in the next call to its node with the other steps ready then
+/// (`steps.rs`).
 pub(super) async fn settle(
     shared: &Shared,
     names: &[String],
     txn: &str,
     outcome: &str,
-    commit: Option<(&str, i64)>,
+    record: Option<(&str, i64)>,
 ) -> Result<bool, StoreError> {
-    settle_acked(shared, names, txn, outcome, commit, 0).await.map(|(done, _)| done)
-}
-
-/// [`settle`], followed on the same node by `WAIT replicas` when
-/// `replicas` > 0: whether it was done, and how many replicas acknowledged
-/// it (`u64::MAX` when none were asked for). It goes in the next call to its
-/// node with the other steps ready then (`steps.rs`).
-pub(super) async fn settle_acked(
-    shared: &Shared,
-    names: &[String],
-    txn: &str,
-    outcome: &str,
-    commit: Option<(&str, i64)>,
-    replicas: u32,
-) -> Result<(bool, u64), StoreError> {
-    let call = settle_call(names, txn, outcome, commit);
-    let (done, acked) = super::steps::send(shared, call, replicas).await.map_err(failed)?;
-    Ok((matches!(done, Value::Int(1)), acked))
+    let call = settle_call(names, txn, outcome, record);
+    let (done, _) = super::steps::send(shared, call, 0).await.map_err(failed)?;
+    Ok(matches!(done, Value::Int(1)))
 }
 
 /// The call that settles `names` as [`settle`] does.
-pub(super) fn settle_call(names: &[String], txn: &str, outcome: &str, commit: Option<(&str, i64)>) -> Call {
+pub(super) fn settle_call(names: &[String], txn: &str, outcome: &str, record: Option<(&str, i64)>) -> Call {
     let mut call = Call::new(Kind::Settle);
     for name in names {
         call.key(name);
     }
-    call.arg(txn).arg(outcome);
-    match commit {
-        Some((record, pxat)) => {
-            call.key(record).arg(if outcome == "C" { "1" } else { "0" }).arg(pxat);
-        }
-        None => {
-            call.arg("0").arg("0");
-        }
-    }
+    call.arg(txn).arg(outcome).arg("0");
+    match record {
+        Some((record, pxat)) => call.key(record).arg(pxat),
+        None => call.arg("0"),
+    };
     call
 }

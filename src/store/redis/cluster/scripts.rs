@@ -33,22 +33,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
-/// Prewrite: locks the keys of one slot if each holds what the update read.
-/// `KEYS`: the keys (the primary first on the primary's slot), then on the
-/// primary's slot the update's record. `ARGV`: the update's id, its lease in
-/// ms (0 off the primary's slot), the clock `apply` ran at and how far this
+/// Prewrite: locks the keys of one slot (never the primary's: the commit
+/// checks and writes those) if each holds what the update read. `KEYS`: the
+/// keys. `ARGV`: the update's id, its lease in ms (on this node's clock,
+/// which the script reads), the clock `apply` ran at and how far this
 /// node's clock may be before it (lead) and after it (lag) (-1: any; a basis
 /// the store guessed is checked, one it read is not), then per key the entry
 /// expected, the lock's body and the lock's `PXAT`. Answers `{now, 1}` locked
 /// (or already locked by this update: a call sent again, whose clock is not
-/// checked again), `{now, 0, held...}` nothing written, `{now, 2}` the update
-/// was already decided (rolled back by a reader), `{now, 3}` nothing written:
-/// the node's clock is outside the bounds. Its first command reads every key
-/// (`MGET`): if that fails (the node's script, below: the slot is not served
-/// here), nothing was written and it answers `nil, error`. A key read as none
-/// is locked with `NX`, which fails on a key holding no string (`MGET` reads
-/// it as none): it answers `nil, WRONGTYPE, true` (other keys of the step may
-/// be locked: a failed prewrite, which the update rolls back).
+/// checked again), `{now, 0, held...}` nothing written, `{now, 3}` nothing
+/// written: the node's clock is outside the bounds. Its first command reads
+/// every key (`MGET`): if that fails (the node's script, below: the slot is
+/// not served here), nothing was written and it answers `nil, error`. A key
+/// read as none is locked with `NX`, which fails on a key holding no string
+/// (`MGET` reads it as none): it answers `nil, WRONGTYPE, true` (other keys
+/// of the step may be locked: a failed prewrite, which the update rolls
+/// back).
 const PREWRITE: &str = r"
 local function prewrite(KEYS, ARGV)
   local got = redis.pcall('MGET', unpack(KEYS))
@@ -57,7 +57,6 @@ local function prewrite(KEYS, ARGV)
   local at, lead, lag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   local n = (#ARGV - 5) / 3
   local mine = '~' .. txn .. '|'
-  if lease > 0 and got[n + 1] then return {now, 2} end
   local ok, again = true, false
   for i = 1, n do
     local held = got[i] or ''
@@ -76,7 +75,7 @@ local function prewrite(KEYS, ARGV)
   if not again and ((lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag)) then
     return {now, 3}
   end
-  local head = mine .. (lease > 0 and (now + lease) or 0) .. '|'
+  local head = mine .. (now + lease) .. '|'
   for i = 1, n do
     if got[i] == '' then
       if not redis.call('SET', KEYS[i], head .. ARGV[3 * i + 4], 'PXAT', ARGV[3 * i + 5], 'NX') then
@@ -90,13 +89,71 @@ local function prewrite(KEYS, ARGV)
 end
 ";
 
+/// Commit, on the primary's slot, once every other slot is prewritten: the
+/// commit point. `KEYS`: the primary slot's keys (the primary first), then
+/// the update's record. `ARGV`: the update's id, the clock `apply` ran at,
+/// lead and lag (as a prewrite's), the record's `PXAT`, then per key the
+/// entry expected, the new entry (`''`: none) and its `PXAT` (`K`: the key
+/// keeps what it holds). If no record exists, every key holds what was
+/// expected and the node's clock is within the bounds, each key takes its
+/// new entry and the record says `C`, in one step: `{now, 1}`. A record
+/// already there decides: `{now, 1}` for `C` (a call sent again), `{now, 2}`
+/// for `A` (a reader rolled the update back). Otherwise the record says `A`
+/// and no key is written: `{now, 0, held...}` (a key changed) or `{now, 3}`
+/// (the clock). A key read as none that holds no string fails the step with
+/// nothing written. Its first command reads every key (`MGET`), as a
+/// prewrite's does.
+const COMMIT: &str = r"
+local function commit(KEYS, ARGV)
+  local got = redis.pcall('MGET', unpack(KEYS))
+  if got.err then return nil, got.err end
+  local n = #KEYS - 1
+  local rec, rpx = got[n + 1], ARGV[5]
+  if rec == 'C' then return {now, 1} end
+  if rec then return {now, 2} end
+  local at, lead, lag = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  local ok = true
+  for i = 1, n do
+    got[i] = got[i] or ''
+    if got[i] ~= ARGV[3 * i + 3] then ok = false end
+  end
+  if not ok then
+    redis.call('SET', KEYS[n + 1], 'A', 'PXAT', rpx)
+    local out = {now, 0}
+    for i = 1, n do out[#out + 1] = got[i] end
+    return out
+  end
+  if (lead >= 0 and now < at - lead) or (lag >= 0 and now > at + lag) then
+    redis.call('SET', KEYS[n + 1], 'A', 'PXAT', rpx)
+    return {now, 3}
+  end
+  for i = 1, n do
+    if got[i] == '' and ARGV[3 * i + 5] ~= 'K' and redis.call('EXISTS', KEYS[i]) == 1 then
+      return nil, 'WRONGTYPE the key holds a value that is not a string', true
+    end
+  end
+  for i = 1, n do
+    local new, px = ARGV[3 * i + 4], ARGV[3 * i + 5]
+    if px ~= 'K' then
+      if new == '' then
+        if got[i] ~= '' then redis.call('DEL', KEYS[i]) end
+      else
+        redis.call('SET', KEYS[i], new, 'PXAT', px)
+      end
+    end
+  end
+  redis.call('SET', KEYS[n + 1], 'C', 'PXAT', rpx)
+  return {now, 1}
+end
+";
+
 /// Settles the keys of one slot that hold the update's lock: to the new
 /// entry (`C`) or the old (`A`). `KEYS`: the keys, then the update's record
 /// when `ARGV[4]` (its `PXAT`) is not `0`. `ARGV`: the update's id, the
-/// outcome, `1` when the first key must still hold the lock (the commit
-/// point), the record's `PXAT`. With a record, the outcome is written there
-/// in the same step, and a record that already says otherwise changes
-/// nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
+/// outcome, `1` when the first key must still hold the lock (an update of
+/// an earlier version, whose commit point was a settle), the record's
+/// `PXAT`. With a record, the outcome is written there in the same step,
+/// and a record that already says otherwise changes nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
 /// Its first command reads every key (`MGET`), as a prewrite's does.
 const SETTLE: &str = r"
 local function settle_keys(KEYS, ARGV)
@@ -128,7 +185,7 @@ end
 /// `steps.rs`), each run on its own as its one-slot call would run it.
 /// Redis 7's flag lets the script touch keys of every slot the node serves;
 /// it declares no key, so the node never redirects the call. `ARGV`: per
-/// step, `P` (a prewrite) or `S` (a settle), how many keys and how many
+/// step, `P` (a prewrite), `C` (a commit) or `S` (a settle), how many keys and how many
 /// arguments it has, its keys, its arguments. A step's first command reads
 /// all its keys (all of one slot), and fails if the node does not serve
 /// that slot, or the slot is moving and its keys are not all still there:
@@ -143,7 +200,13 @@ while i <= #ARGV do
   local args = {unpack(ARGV, i + 3 + nk, i + 2 + nk + na)}
   i = i + 3 + nk + na
   local answer, err, ran
-  if kind == 'P' then answer, err, ran = prewrite(keys, args) else answer, err = settle_keys(keys, args) end
+  if kind == 'P' then
+    answer, err, ran = prewrite(keys, args)
+  elseif kind == 'C' then
+    answer, err, ran = commit(keys, args)
+  else
+    answer, err = settle_keys(keys, args)
+  end
   if err then answer = (ran and 'F' or 'E') .. err end
   out[#out + 1] = answer
 end
@@ -157,14 +220,14 @@ if err then return redis.error_reply(err) end
 return answer
 ";
 
-/// Resolves an update for a reader that met its lock, on the primary's slot:
-/// `KEYS`: the primary key, the update's record; `ARGV`: its id, how long a
-/// record of a rollback lives (ms). Answers `{now, 'C'}` or `{now, 'A'}` when
-/// decided; while the primary holds the lock within its lease, `{now, 'W',
-/// ms left}`; past the lease the primary is rolled back and `A` recorded, in
-/// one step, and so is an update whose primary holds no lock and no record
-/// (not prewritten there, or not yet: the record keeps a later prewrite of it
-/// from landing).
+/// Resolves an update for a reader that met its lock past the lock's lease,
+/// on the primary's slot: `KEYS`: the primary key, the update's record;
+/// `ARGV`: its id, how long a record of a rollback lives (ms). Answers
+/// `{now, 'C'}` or `{now, 'A'}` when decided; else `A` is recorded (the
+/// record keeps a later commit of it from landing) and answered. An update
+/// of an earlier version locked its primary key too, with the lease: while
+/// the primary holds such a lock within its lease, `{now, 'W', ms left}`;
+/// past it, the primary is rolled back with the record.
 const RESOLVE: &str = r"
 local rec = redis.call('GET', KEYS[2])
 if rec then return {now, rec} end
@@ -184,6 +247,7 @@ return {now, 'A'}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     Prewrite,
+    Commit,
     Settle,
     Resolve,
 }
@@ -226,6 +290,7 @@ impl Call {
         let scripts = scripts();
         match self.kind {
             Kind::Prewrite => &scripts.prewrite,
+            Kind::Commit => &scripts.commit,
             Kind::Settle => &scripts.settle,
             Kind::Resolve => &scripts.resolve,
         }
@@ -234,8 +299,13 @@ impl Call {
     /// Appends this call to the arguments of a node's call ([`NODE`]): its
     /// kind, its numbers of keys and arguments, its keys and its arguments.
     pub(super) fn push_step(&self, cmd: &mut redis::Cmd) {
-        debug_assert!(self.kind != Kind::Resolve, "a node's call carries prewrites and settles");
-        cmd.arg(if self.kind == Kind::Prewrite { "P" } else { "S" }).arg(self.keys.len()).arg(self.args.len());
+        debug_assert!(self.kind != Kind::Resolve, "a node's call carries prewrites, commits and settles");
+        let kind = match self.kind {
+            Kind::Prewrite => "P",
+            Kind::Commit => "C",
+            Kind::Settle | Kind::Resolve => "S",
+        };
+        cmd.arg(kind).arg(self.keys.len()).arg(self.args.len());
         for key in &self.keys {
             cmd.arg(key);
         }
@@ -289,9 +359,10 @@ impl Call {
 /// The scripts, hashed once per store.
 pub(super) struct TxnScripts {
     prewrite: redis::Script,
+    commit: redis::Script,
     settle: redis::Script,
     resolve: redis::Script,
-    /// Several prewrites and settles on one node ([`NODE`]).
+    /// Several prewrites, commits and settles on one node ([`NODE`]).
     pub(super) node: redis::Script,
 }
 
@@ -300,9 +371,12 @@ impl TxnScripts {
         let one = |body: &str, call: &str| redis::Script::new(&format!("{LOCKS}{body}{call}"));
         TxnScripts {
             prewrite: one(PREWRITE, &format!("local answer, err = prewrite(KEYS, ARGV){ALONE}")),
+            commit: one(COMMIT, &format!("local answer, err = commit(KEYS, ARGV){ALONE}")),
             settle: one(SETTLE, &format!("local answer, err = settle_keys(KEYS, ARGV){ALONE}")),
             resolve: one(RESOLVE, ""),
-            node: redis::Script::new(&format!("#!lua flags=allow-cross-slot-keys\n{LOCKS}{PREWRITE}{SETTLE}{NODE}")),
+            node: redis::Script::new(&format!(
+                "#!lua flags=allow-cross-slot-keys\n{LOCKS}{PREWRITE}{COMMIT}{SETTLE}{NODE}"
+            )),
         }
     }
 }

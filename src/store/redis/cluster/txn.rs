@@ -1,8 +1,10 @@
 //! An update over keys in several hash slots, in the steps `PROTOCOL.md`
 //! argues for: read every key (a script per slot), run `apply`, prewrite a
-//! lock with the new entry on every key (every slot at once), commit at the
-//! primary key, then settle the other slots' locks to their new entries in
-//! the background: the count is answered at the commit.
+//! lock with the new entry on every key outside the primary key's slot
+//! (those slots at once), commit on the primary's slot (its keys checked
+//! and written, and the outcome recorded, in one step), then settle the
+//! other slots' locks to their new entries in the background: the count is
+//! answered at the commit.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,7 +18,7 @@ use super::super::CALL_LIMIT;
 use super::super::{failed, Op, RedisStore, Shared, MAX_TRIES};
 use super::lock::{body, expires_at};
 use super::read::{basis, by_slot};
-use super::resolve::{record, resolve, settle, settle_acked, settle_call};
+use super::resolve::{record, resolve, settle, settle_call};
 use super::scripts::{Call, Kind};
 use crate::bound::FamilyId;
 use crate::error::Unavailable;
@@ -25,8 +27,8 @@ use crate::rules::run_apply;
 use crate::server_clock::{MAX_LAG_MS, MAX_LEAD_MS};
 use crate::{Apply, Millis, StoreError};
 
-/// How long a prewritten update holds its primary key before a reader may
-/// roll it back (ms, on the primary's clock).
+/// How long a lock holds its key before a reader may roll its update back
+/// (ms, on the clock of the key's node).
 pub(super) const LEASE_MS: u64 = 1_000;
 /// The least a lock key lives (ms): it outlives the update's steps even when
 /// both its entries have expired.
@@ -159,64 +161,55 @@ struct Step<'a> {
 
 impl Step<'_> {
     /// One try on `held` at `now`; a `guessed` basis has its clock checked
-    /// by the prewrites.
+    /// by the prewrites and the commit.
     async fn run(&self, held: &[Raw], ops: &[Op], now: Millis, guessed: bool) -> Result<Tried, StoreError> {
         let shared: &Shared = self.shared;
         let primary = &self.names[0];
         let record = record(shared, primary, self.txn);
         let grace = shared.grace;
-        // Each key's lock, and the lock's own PXAT; the record outlives them all.
-        let mut locks = Vec::with_capacity(held.len());
+        let (lead, lag) = if guessed { (MAX_LEAD_MS, MAX_LAG_MS) } else { (-1, -1) };
+        // Each key's new entry and `PXAT` (`None`: it keeps what it holds),
+        // and a lock's `PXAT`: the lock outlives both entries and the steps;
+        // the record outlives every lock.
+        let mut news = Vec::with_capacity(held.len());
+        let mut record_pxat = now;
         for (old, op) in held.iter().zip(ops) {
             let old_pxat = expires_at(old).map_or(0, |at| at.saturating_add(grace));
             let (new, new_pxat) = match op {
-                Op::Keep => (old.clone(), old_pxat),
-                Op::Delete => (Raw::none(), 0),
-                Op::Put { raw, pxat } => (raw.clone(), *pxat),
+                Op::Keep => (None, old_pxat),
+                Op::Delete => (Some(Raw::none()), 0),
+                Op::Put { raw, pxat } => (Some(raw.clone()), *pxat),
             };
-            let pxat = old_pxat.max(new_pxat).max(now.saturating_add(LOCK_LIFE_MS));
-            locks.push((body(primary, old, old_pxat, &new, new_pxat), pxat));
+            let lock_pxat = old_pxat.max(new_pxat).max(now.saturating_add(LOCK_LIFE_MS));
+            record_pxat = record_pxat.max(lock_pxat);
+            news.push((new, new_pxat, old_pxat, lock_pxat));
         }
-        let record_pxat = locks.iter().map(|l| l.1).max().unwrap_or(now).saturating_add(RECORD_MARGIN_MS);
-        let prewrite = |group: &Vec<usize>, first: bool| {
+        let record_pxat = record_pxat.saturating_add(RECORD_MARGIN_MS);
+        let prewrite = |group: &Vec<usize>| {
             let mut call = Call::new(Kind::Prewrite);
             for &i in group {
                 call.key(&self.names[i]);
             }
-            if first {
-                call.key(&record);
-            }
-            call.arg(self.txn).arg(if first { LEASE_MS } else { 0 });
-            let (lead, lag) = if guessed { (MAX_LEAD_MS, MAX_LAG_MS) } else { (-1, -1) };
-            call.arg(now).arg(lead).arg(lag);
+            call.arg(self.txn).arg(LEASE_MS).arg(now).arg(lead).arg(lag);
             for &i in group {
-                call.arg(held[i].as_bytes()).arg(&locks[i].0).arg(locks[i].1);
+                let (new, new_pxat, old_pxat, lock_pxat) = &news[i];
+                let new = new.as_ref().unwrap_or(&held[i]);
+                call.arg(held[i].as_bytes()).arg(body(primary, &held[i], *old_pxat, new, *new_pxat)).arg(*lock_pxat);
             }
-            // The other slots' locks must reach the replicas the store asks
-            // for before the commit point: a failover that lost one would
-            // leave that key's old entry beside a committed update.
-            let replicas = if first { 0 } else { shared.batcher.min_acked };
+            // The locks must reach the replicas the store asks for before
+            // the commit point: a failover that lost one would leave that
+            // key's old entry beside a committed update.
+            let replicas = shared.batcher.min_acked;
             async move {
                 let (answer, acked) = super::steps::send(shared, call, replicas).await?;
                 Ok::<_, redis::RedisError>((redis::from_redis_value::<Vec<redis::Value>>(answer)?, acked))
             }
         };
-        // Every slot at once. A prewrite of the primary's slot that lands
-        // after a reader met a lock of this try elsewhere and wrote `A` finds
-        // that record and writes nothing (`PROTOCOL.md`).
-        let (first, others) = futures_util::future::join(
-            prewrite(&self.groups[0], true),
-            futures_util::future::join_all(self.groups[1..].iter().map(|g| prewrite(g, false))),
-        )
-        .await;
+        // Every slot but the primary's, at once.
+        let others = futures_util::future::join_all(self.groups[1..].iter().map(prewrite)).await;
+        let seen = Instant::now();
         // Whether any slot may hold a lock of this try (a failed call may have).
-        let mut locked = false;
-        let (mut failure, mut missed, mut short) = (None, false, None);
-        match first {
-            Ok((answer, _)) if status(&answer) == Some(1) => locked = true,
-            Ok(_) => missed = true,
-            Err(e) => failure = Some(e),
-        }
+        let (mut locked, mut failure, mut missed, mut short) = (false, None, false, None);
         let mut met = Vec::new();
         for (group, answer) in self.groups[1..].iter().zip(others) {
             match answer {
@@ -230,24 +223,29 @@ impl Step<'_> {
                     missed = true;
                     // Another update's lock on one of these keys: resolve it
                     // after this one is rolled back, so neither waits on the other.
+                    let at = match answer.first() {
+                        Some(redis::Value::Int(at)) => *at,
+                        _ => Millis::MAX,
+                    };
                     for (&i, value) in group.iter().zip(answer.into_iter().skip(2)) {
                         if let redis::Value::BulkString(bytes) = value {
                             let raw = Raw::from_bytes(bytes);
                             if super::is_lock(&raw) {
-                                met.push((self.names[i].clone(), raw));
+                                met.push((self.names[i].clone(), raw, at));
                             }
                         }
                     }
                 }
-                Err(e) => failure = Some(e),
+                Err(e) => {
+                    locked = true;
+                    failure = Some(e);
+                }
             }
         }
-        if failure.is_none() && missed && !locked {
-            // Every slot answered that it wrote nothing: nothing to roll back.
-            return Ok(Tried::Again);
-        }
         if failure.is_some() || missed || short.is_some() {
-            self.abort(&record, record_pxat).await;
+            if locked {
+                self.abort(&record, record_pxat).await;
+            }
             if let Some(e) = failure {
                 return Err(failed(e));
             }
@@ -255,37 +253,50 @@ impl Step<'_> {
                 return Err(unacked(acked, shared.batcher.min_acked));
             }
             let started = Instant::now();
-            for (name, raw) in met {
-                resolve(shared, &name, &raw, started).await?;
+            for (name, raw, at) in met {
+                resolve(shared, &name, &raw, at, seen, started).await?;
             }
             return Ok(Tried::Again);
         }
-        // The commit point: the primary key's lock becomes its new entry and
-        // the record says `C`, in one step on the primary's slot.
-        let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
-        let commit = Some((record.as_str(), record_pxat));
-        let replicas = shared.batcher.min_acked;
-        let acked = match settle_acked(shared, &group(&self.groups[0]), self.txn, "C", commit, replicas).await? {
-            (true, acked) => acked,
-            (false, _) => {
-                // A reader rolled it back (its lease was over): nothing of it stays.
-                self.abort(&record, record_pxat).await;
-                return Ok(Tried::Again);
-            }
-        };
-        // Committed: the other slots' locks become their new entries, in the
-        // next calls to their nodes (the count is answered now; its settles
-        // are queued before, so they usually land before a next update of
-        // these keys from this store), or at the next reader that meets them.
-        for g in &self.groups[1..] {
-            super::steps::leave(self.shared, settle_call(&group(g), self.txn, "C", None));
+        // The commit point: if the primary's slot holds what was read, its
+        // keys take their new entries and the record says `C`, in one step;
+        // if not, the record says `A` there.
+        let mut commit = Call::new(Kind::Commit);
+        for &i in &self.groups[0] {
+            commit.key(&self.names[i]);
         }
-        Ok(Tried::Committed { acked })
+        commit.key(&record).arg(self.txn).arg(now).arg(lead).arg(lag).arg(record_pxat);
+        for &i in &self.groups[0] {
+            commit.arg(held[i].as_bytes());
+            match &news[i] {
+                (Some(new), pxat, _, _) => commit.arg(new.as_bytes()).arg(*pxat),
+                (None, _, _, _) => commit.arg("").arg("K"),
+            };
+        }
+        let (answer, acked) = super::steps::send(shared, commit, shared.batcher.min_acked).await.map_err(failed)?;
+        let answer: Vec<redis::Value> = redis::from_redis_value(answer).map_err(|e| failed(e.into()))?;
+        let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
+        // Decided: the other slots' locks become their new entries (or
+        // their old ones), in the next calls to their nodes (the count is
+        // answered now; its settles are queued before, so they usually land
+        // before a next update of these keys from this store), or at the
+        // next reader that meets them.
+        let outcome = if status(&answer) == Some(1) { "C" } else { "A" };
+        for g in &self.groups[1..] {
+            super::steps::leave(self.shared, settle_call(&group(g), self.txn, outcome, None));
+        }
+        if outcome == "C" {
+            Ok(Tried::Committed { acked })
+        } else {
+            // A key of the primary's slot changed, the clock was out of
+            // bounds, or a reader rolled it back: nothing of it stays.
+            Ok(Tried::Again)
+        }
     }
 
-    /// Rolls this try back: `A` on the primary's slot (which rolls back its
-    /// keys and keeps a late prewrite out), then the other slots. What fails
-    /// here is left to readers: the lease runs out and they roll it back.
+    /// Rolls this try back: `A` on the primary's slot (which keeps a late
+    /// commit out), then the other slots. What fails here is left to
+    /// readers: the locks' leases run out and they roll them back.
     async fn abort(&self, record: &str, record_pxat: Millis) {
         let group = |g: &Vec<usize>| g.iter().map(|&i| self.names[i].clone()).collect::<Vec<_>>();
         let first = settle(self.shared, &group(&self.groups[0]), self.txn, "A", Some((record, record_pxat))).await;
@@ -300,7 +311,7 @@ impl Step<'_> {
     }
 }
 
-/// The status of a prewrite's answer `{now, status, ...}`.
+/// The status of a prewrite's or a commit's answer `{now, status, ...}`.
 fn status(answer: &[redis::Value]) -> Option<i64> {
     match answer.get(1) {
         Some(redis::Value::Int(n)) => Some(*n),
