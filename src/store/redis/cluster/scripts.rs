@@ -153,7 +153,8 @@ end
 /// outcome, `1` when the first key must still hold the lock (an update of
 /// an earlier version, whose commit point was a settle), the record's
 /// `PXAT`. With a record, the outcome is written there in the same step,
-/// and a record that already says otherwise changes nothing. Answers 1 done, 0 not (the lock was gone, or decided otherwise).
+/// and a record that already says otherwise changes nothing. Answers 1
+/// done, 0 not (the lock was gone, or decided otherwise).
 /// Its first command reads every key (`MGET`), as a prewrite's does.
 const SETTLE: &str = r"
 local function settle_keys(KEYS, ARGV)
@@ -185,10 +186,10 @@ end
 /// `steps.rs`), each run on its own as its one-slot call would run it.
 /// Redis 7's flag lets the script touch keys of every slot the node serves;
 /// it declares no key, so the node never redirects the call. `ARGV`: per
-/// step, `P` (a prewrite), `C` (a commit) or `S` (a settle), how many keys and how many
-/// arguments it has, its keys, its arguments. A step's first command reads
-/// all its keys (all of one slot), and fails if the node does not serve
-/// that slot, or the slot is moving and its keys are not all still there:
+/// step, `P` (a prewrite), `C` (a commit) or `S` (a settle), how many keys
+/// and how many arguments it has, its keys, its arguments. A step's first
+/// command reads all its keys (all of one slot), and fails if the node does
+/// not serve that slot, or the slot is moving and its keys are not all still there:
 /// that step is answered `E<error>`, nothing of it written; a step that
 /// failed after it may have written is answered `F<error>`. The answer is
 /// `{now, answer of each step...}`, each as its one-slot call answers.
