@@ -48,9 +48,10 @@
 //! Run everything with `bash bench/redis.sh`, or `cargo bench --bench redis
 //! --features redis -- [--secs 4] [--warmup 1] [--rounds 2] [--callers 1,8,32]
 //! [--fresh] [--remember N] [--threads N] [--no-node] [--no-limitador] [--no-incr]
-//! [--cluster URL] [--replicated URL] [--bare-cluster URL] [--min-acked N] [--stats]`
-//! (N: `min_replicas_acked` of the stores on the cluster and on the
-//! replicated server, 0 by default). Server: `LIMIT_STORE_BENCH_REDIS`
+//! [--cluster URL] [--replicated URL] [--bare-cluster URL] [--min-acked N] [--stats]
+//! [--only TEXT]` (N: `min_replicas_acked` of the stores on the cluster and on the
+//! replicated server, 0 by default; TEXT: only the rows whose name holds it,
+//! as for a profile of one contender). Server: `LIMIT_STORE_BENCH_REDIS`
 //! (default redis://127.0.0.1:6379). Every key the bench writes has an
 //! expiry; only `redis-benchmark`'s `lsbench:incr:*` keys have none, and
 //! bench/redis.sh removes them after the run.
@@ -124,6 +125,8 @@ pub(crate) struct Opts {
     pub(crate) min_acked: u32,
     /// `--stats`: each store point's figures per count (stats.rs).
     pub(crate) stats: bool,
+    /// `--only TEXT`: only the rows whose name holds it.
+    pub(crate) only: Option<String>,
 }
 
 impl Opts {
@@ -142,6 +145,7 @@ impl Opts {
             bare_cluster: None,
             min_acked: 0,
             stats: false,
+            only: None,
         };
         parse_args(&mut o.timing, |flag, value| {
             match flag {
@@ -156,11 +160,17 @@ impl Opts {
                 "--bare-cluster" => o.bare_cluster = Some(value()?),
                 "--min-acked" => o.min_acked = value()?.parse()?,
                 "--stats" => o.stats = true,
+                "--only" => o.only = Some(value()?),
                 _ => return Ok(false),
             }
             Ok(true)
         })?;
         Ok(o)
+    }
+
+    /// Whether the row `name` runs (`--only`).
+    pub(crate) fn runs(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| name.contains(only))
     }
 }
 
@@ -213,7 +223,7 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
         rows.extend([(BARE1, url.as_str(), false, keys, false), (BARE2, url.as_str(), true, keys, false)]);
     }
     let mut out = Vec::new();
-    for (name, url, two, one, replicated) in rows {
+    for (name, url, two, one, replicated) in rows.into_iter().filter(|row| o.runs(row.0)) {
         eprintln!("{name}: connecting, counting every key once");
         let acked = if replicated { o.min_acked } else { 0 };
         let store = builder(url).min_replicas_acked(acked).connect().await;
@@ -233,7 +243,7 @@ async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, ro
             },
         });
     }
-    if o.node {
+    if o.node && o.runs(RLF_CLUSTER) {
         eprintln!("rate-limiter-flexible on the cluster: starting, consuming every key once");
         let dir = root.join("bench").join("node");
         let n = KEY_COUNT.to_string();
@@ -294,58 +304,60 @@ fn main() -> Result<()> {
         let keys = Arc::new(keys(KEY_COUNT));
         let mut contenders = Vec::new();
 
-        eprintln!("limit-store: connecting, counting every key once");
-        // Keys under a prefix of the bench's own; a bound no run reaches (the
-        // new-key contender adds an entry per count).
-        let mut builder =
-            RedisStore::builder(&o.url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
-        if let Some(n) = o.remember {
-            builder = builder.remember(n);
-        }
-        let store = Arc::new(builder.clone().connect().await?);
-        let bare: Arc<dyn LimitStore> = store.clone();
-        prefill(bare.clone(), keys.clone(), Keys::Live).await.context("limit-store's fill")?;
-        contenders.push(Contender {
-            name: STORE,
-            runner: Runner::Store {
-                store: bare.clone(),
-                redis: store.clone(),
-                keys: Keys::Live,
-                list: None,
-                owned: false,
-                probe: probe(&o, &o.url).await?,
-            },
-        });
-        let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
-        contenders.push(Contender {
-            name: GUARDED,
-            runner: Runner::Store {
-                store: guarded,
-                redis: store.clone(),
-                keys: Keys::Live,
-                list: None,
-                owned: true,
-                probe: probe(&o, &o.url).await?,
-            },
-        });
-        if o.fresh {
-            // A store of its own: the new keys it remembers would otherwise
-            // push the live keys out of the other rows' store's memory, and
-            // their counts would take two round trips.
-            let fresh = Arc::new(builder.connect().await?);
+        if [STORE, GUARDED].iter().any(|name| o.runs(name)) || (o.fresh && o.runs(FRESH)) {
+            eprintln!("limit-store: connecting, counting every key once");
+            // Keys under a prefix of the bench's own; a bound no run reaches (the
+            // new-key contender adds an entry per count).
+            let mut builder =
+                RedisStore::builder(&o.url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
+            if let Some(n) = o.remember {
+                builder = builder.remember(n);
+            }
+            let store = Arc::new(builder.clone().connect().await?);
+            let bare: Arc<dyn LimitStore> = store.clone();
+            prefill(bare.clone(), keys.clone(), Keys::Live).await.context("limit-store's fill")?;
             contenders.push(Contender {
-                name: FRESH,
+                name: STORE,
                 runner: Runner::Store {
-                    store: fresh.clone(),
-                    redis: fresh,
-                    keys: Keys::Fresh,
+                    store: bare.clone(),
+                    redis: store.clone(),
+                    keys: Keys::Live,
                     list: None,
                     owned: false,
                     probe: probe(&o, &o.url).await?,
                 },
             });
+            let guarded: Arc<dyn LimitStore> = Arc::new(Guarded::new(store.clone()));
+            contenders.push(Contender {
+                name: GUARDED,
+                runner: Runner::Store {
+                    store: guarded,
+                    redis: store.clone(),
+                    keys: Keys::Live,
+                    list: None,
+                    owned: true,
+                    probe: probe(&o, &o.url).await?,
+                },
+            });
+            if o.fresh {
+                // A store of its own: the new keys it remembers would otherwise
+                // push the live keys out of the other rows' store's memory, and
+                // their counts would take two round trips.
+                let fresh = Arc::new(builder.connect().await?);
+                contenders.push(Contender {
+                    name: FRESH,
+                    runner: Runner::Store {
+                        store: fresh.clone(),
+                        redis: fresh,
+                        keys: Keys::Fresh,
+                        list: None,
+                        owned: false,
+                        probe: probe(&o, &o.url).await?,
+                    },
+                });
+            }
         }
-        if o.node {
+        if o.node && o.runs(RLF) {
             eprintln!("rate-limiter-flexible: starting, consuming every key once");
             let dir = root.join("bench").join("node");
             if !dir.join("node_modules").exists() {
@@ -359,7 +371,7 @@ fn main() -> Result<()> {
                 &["rlf.js", "--db", "redis", "--url", &o.url, "--keys", &n],
             )?);
         }
-        if o.limitador {
+        if o.limitador && o.runs(LIMITADOR) {
             eprintln!("limitador: starting, counting every key once");
             let dir = root.join("bench").join("limitador");
             let bin = dir.join("target").join("release").join("limit-store-bench-limitador");
@@ -368,9 +380,10 @@ fn main() -> Result<()> {
             }
             contenders.push(Contender::child(LIMITADOR, &dir, bin.to_str().context("path")?, &["--url", &o.url])?);
         }
-        if o.incr {
+        if o.incr && o.runs(INCR) {
             contenders.push(Contender { name: INCR, runner: Runner::Incr });
         }
+        contenders.retain(|k| o.runs(k.name));
         // Rounds: for each caller count, every contender in turn, so a slow
         // spell of the shared machine hits all of them.
         let mut res: Vec<Point> = Vec::new();

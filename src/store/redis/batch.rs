@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
@@ -201,11 +201,10 @@ impl Batcher {
 
     /// One call of the keys' script for `batch`.
     async fn send_keys(&self, batch: Vec<Pending>) {
-        let cmd = self.command(&batch, Keys::Declared);
-        let mut reply = self.call_keys(&cmd).await;
+        let mut reply = self.call_keys(&batch).await;
         if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
             reply = match self.script.load_async(&mut self.link.conn()).await {
-                Ok(_) => self.call_keys(&cmd).await,
+                Ok(_) => self.call_keys(&batch).await,
                 Err(e) => Err(e),
             };
         }
@@ -257,24 +256,48 @@ impl Batcher {
         again
     }
 
-    /// Sends `cmd`, routed by its keys, as [`call`](Self::call); on a
-    /// cluster on a connection of writes, sent again only while a node
-    /// answers that it ran nothing of it (`cluster/once.rs`).
-    async fn call_keys(&self, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
+    /// Sends the keys' script call of `batch`, routed by its keys, as
+    /// [`call`](Self::call); on a cluster on a connection of writes, sent
+    /// again only while a node answers that it ran nothing of it
+    /// (`cluster/once.rs`). Each send builds the call anew: the cluster
+    /// client takes it whole, and a send again is rare.
+    async fn call_keys(&self, batch: &[Pending]) -> redis::RedisResult<(Value, u64)> {
         let Some(once) = self.once() else {
             let mut conn = if self.min_acked == 0 { self.link.conn() } else { self.link.waiting_conn() };
-            return self.call(&mut conn, cmd).await;
+            return self.call(&mut conn, &self.command(batch, Keys::Declared)).await;
         };
         super::cluster::once::send(|to| {
-            let mut conn = once.clone();
+            let (mut conn, cmd) = (once.clone(), self.command(batch, Keys::Declared));
             async move {
                 match to {
-                    Some(node) => call_node(&mut conn, cmd, &node, self.min_acked, WAIT_MS).await,
-                    None => self.call(&mut Conn::Cluster(conn), cmd).await,
+                    Some(node) => call_node(&mut conn, &cmd, &node, self.min_acked, WAIT_MS).await,
+                    None if self.min_acked == 0 => self.call_slot(conn, batch, cmd).await,
+                    None => self.call(&mut Conn::Cluster(conn), &cmd).await,
                 }
             }
         })
         .await
+    }
+
+    /// Sends `cmd`, the keys' script call of `batch` (of one slot), to the
+    /// slot's primary as the cluster client routes it, handing the call over
+    /// whole; an `ASK` is followed as every call's is (`cluster/ask.rs`).
+    async fn call_slot(
+        &self,
+        mut conn: ClusterConnection,
+        batch: &[Pending],
+        cmd: redis::Cmd,
+    ) -> redis::RedisResult<(Value, u64)> {
+        let slot = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
+        let route = RoutingInfo::SingleNode(slot);
+        match conn.route_command(cmd, route).await.and_then(Value::extract_error) {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {}
+            answer => return answer.map(|value| (value, u64::MAX)),
+        }
+        // Rare: the slot is moving; the call ran nowhere, and goes again
+        // the way every call follows an `ASK`.
+        let cmd = self.command(batch, Keys::Declared);
+        Ok((super::cluster::ask::command(&mut conn, &cmd).await?, u64::MAX))
     }
 
     /// On a cluster, a connection of writes, which sends nothing again by

@@ -78,13 +78,23 @@ impl<T: Waiting> Turn<T> {
 /// known) names for their slots, a group per slot for the others, and each
 /// group in calls of at most [`MAX_CALL`], in the items' order.
 pub(super) fn calls<T: Waiting>(items: Vec<T>, nodes: Option<&[u16]>) -> Vec<Vec<T>> {
-    let mut groups: Vec<((bool, u16), Vec<T>)> = Vec::new();
-    for item in items {
+    let group_of = |item: &T| {
         let slot = item.slot();
-        let group = match nodes.and_then(|nodes| node(nodes, slot)) {
+        match nodes.and_then(|nodes| node(nodes, slot)) {
             Some(node) => (true, node),
             None => (false, slot),
-        };
+        }
+    };
+    // One group that fits one call: the items go as they are.
+    if let Some(first) = items.first().filter(|_| items.len() <= MAX_CALL) {
+        let group = group_of(first);
+        if items[1..].iter().all(|item| group_of(item) == group) {
+            return vec![items];
+        }
+    }
+    let mut groups: Vec<((bool, u16), Vec<T>)> = Vec::new();
+    for item in items {
+        let group = group_of(&item);
         match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, members)) => members.push(item),
             None => groups.push((group, vec![item])),
