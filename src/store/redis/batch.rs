@@ -342,7 +342,9 @@ pub(super) fn unacked(acked: u64, wanted: u32) -> StoreError {
     StoreError::unavailable(
         crate::error::Unavailable::StoreFailed,
         format!(
-            "the count was written on the Redis primary but only {acked} of the {wanted} replicas that              min_replicas_acked asks for acknowledged it in time: a failover now could lose it, so it is not              acknowledged (check the replicas, or lower min_replicas_acked)"
+            "the count was written on the Redis primary but only {acked} of the {wanted} replicas that \
+             min_replicas_acked asks for acknowledged it in time: a failover now could lose it, so it is not \
+             acknowledged (check the replicas, or lower min_replicas_acked)"
         ),
     )
 }
