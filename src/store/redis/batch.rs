@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
@@ -271,33 +271,16 @@ impl Batcher {
             async move {
                 match to {
                     Some(node) => call_node(&mut conn, &cmd, &node, self.min_acked, WAIT_MS).await,
-                    None if self.min_acked == 0 => self.call_slot(conn, batch, cmd).await,
+                    None if self.min_acked == 0 => {
+                        let again = || self.command(batch, Keys::Declared);
+                        let answer = super::cluster::ask::command_to_slot(&mut conn, cmd, batch[0].slot, again).await;
+                        answer.map(|value| (value, u64::MAX))
+                    }
                     None => self.call(&mut Conn::Cluster(conn), &cmd).await,
                 }
             }
         })
         .await
-    }
-
-    /// Sends `cmd`, the keys' script call of `batch` (of one slot), to the
-    /// slot's primary as the cluster client routes it, handing the call over
-    /// whole; an `ASK` is followed as every call's is (`cluster/ask.rs`).
-    async fn call_slot(
-        &self,
-        mut conn: ClusterConnection,
-        batch: &[Pending],
-        cmd: redis::Cmd,
-    ) -> redis::RedisResult<(Value, u64)> {
-        let slot = SingleNodeRoutingInfo::SpecificNode(Route::new(batch[0].slot, SlotAddr::Master));
-        let route = RoutingInfo::SingleNode(slot);
-        match conn.route_command(cmd, route).await.and_then(Value::extract_error) {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {}
-            answer => return answer.map(|value| (value, u64::MAX)),
-        }
-        // Rare: the slot is moving; the call ran nowhere, and goes again
-        // the way every call follows an `ASK`.
-        let cmd = self.command(batch, Keys::Declared);
-        Ok((super::cluster::ask::command(&mut conn, &cmd).await?, u64::MAX))
     }
 
     /// On a cluster, a connection of writes, which sends nothing again by

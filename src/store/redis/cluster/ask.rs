@@ -14,7 +14,7 @@
 //! before it runs anything of the command (`once.rs` relies on it too).
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 /// Sends `cmd`; if it fails with `ASK`, once more after `ASKING` in one
@@ -30,6 +30,24 @@ pub(in crate::store::redis) async fn command(conn: &mut ClusterConnection, cmd: 
     pipe.cmd("ASKING").add_command(cmd.clone());
     let mut answers = conn.route_pipeline(pipe, 1, 1, node).await?;
     answers.pop().ok_or(err)?.extract_error()
+}
+
+/// [`command`] for a `cmd` whose keys are all of `slot`, sent to the slot's
+/// primary as the client routes it and handed over whole (no copy of it, no
+/// second parse of its keys for the route); `again` builds it anew for the
+/// rare send after an `ASK`.
+pub(in crate::store::redis) async fn command_to_slot(
+    conn: &mut ClusterConnection,
+    cmd: redis::Cmd,
+    slot: u16,
+    again: impl FnOnce() -> redis::Cmd,
+) -> RedisResult<Value> {
+    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
+    match conn.route_command(cmd, route).await.and_then(Value::extract_error) {
+        Err(err) if is_ask(&err) => {}
+        answer => return answer,
+    }
+    command(conn, &again()).await
 }
 
 /// Sends the `count` answers of `pipeline` from `offset` on; if it fails
