@@ -243,18 +243,17 @@ impl LimitStore for RedisStore {
         let tags: Vec<Tag> =
             keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k).1).collect();
         let names = self.names(&tags, &hashes);
-        let basis = if shared.cluster {
+        let (now, held) = if shared.cluster {
             // A snapshot across slots, locks of updates in flight seen through.
-            let (now, held) = super::cluster::snapshot(shared, &names).await?;
-            shared.clock.reading(now);
-            Basis { held, now, fresh: true }
+            super::cluster::snapshot(shared, &names).await?
         } else {
-            shared.read_basis(&names).await?
+            let basis = shared.read_basis(&names).await?;
+            (basis.now, basis.held)
         };
-        for (hash, raw) in hashes.iter().zip(&basis.held) {
+        for (hash, raw) in hashes.iter().zip(&held) {
             shared.remember(hash, raw);
         }
-        decode(&basis.held, &hashes, basis.now)
+        decode(&held, &hashes, now)
     }
 
     /// Redis removes expired entries itself (`PXAT`), so there is nothing

@@ -92,15 +92,14 @@ pub(super) async fn resolve(
     // The node's clock was at least `at` when the answer arrived, so the
     // lease is surely over once this much has passed here since then.
     let lease_over = seen + Duration::from_millis(u64::try_from(lock.lease.saturating_sub(at)).unwrap_or(0));
+    let give_up = || {
+        StoreError::unavailable(
+            Unavailable::StoreFailed,
+            "a key of this update is locked by another update that is still within its lease; nothing was written",
+        )
+    };
     let mut pause = Duration::from_millis(1);
     let outcome = loop {
-        let give_up = || {
-            StoreError::unavailable(
-                Unavailable::StoreFailed,
-                "a key of this update is locked by another update that is still within its lease; \
-                 nothing was written",
-            )
-        };
         if Instant::now() < lease_over {
             if let Some(outcome) = peek(shared, &lock).await? {
                 break outcome;
