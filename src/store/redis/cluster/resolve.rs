@@ -46,12 +46,11 @@ fn parse(name: &str, raw: &Raw) -> Result<Lock, StoreError> {
     })
 }
 
-/// The outcome recorded for the update that holds `lock` (`"C"` or `"A"`),
-/// or `None` while it has none; reads only.
-async fn peek(shared: &Shared, lock: &Lock) -> Result<Option<&'static str>, StoreError> {
-    let record = record(shared, &lock.primary, &lock.txn);
+/// The outcome in an update's `record` (`"C"` or `"A"`), or `None` while
+/// it has none; reads only.
+async fn peek(shared: &Shared, record: &str) -> Result<Option<&'static str>, StoreError> {
     let held: Option<Vec<u8>> =
-        redis::cmd("GET").arg(&record).query_async(&mut shared.link.conn()).await.map_err(failed)?;
+        redis::cmd("GET").arg(record).query_async(&mut shared.link.conn()).await.map_err(failed)?;
     match held.as_deref() {
         None => Ok(None),
         Some(b"C") => Ok(Some("C")),
@@ -69,7 +68,7 @@ async fn peek(shared: &Shared, lock: &Lock) -> Result<Option<&'static str>, Stor
 /// commit writes its record in the step that makes it).
 pub(super) async fn seen_through(shared: &Shared, name: &str, raw: &Raw) -> Result<Raw, StoreError> {
     let lock = parse(name, raw)?;
-    Ok(match peek(shared, &lock).await? {
+    Ok(match peek(shared, &record(shared, &lock.primary, &lock.txn)).await? {
         Some("C") => lock.new,
         _ => lock.old,
     })
@@ -89,6 +88,7 @@ pub(super) async fn resolve(
     started: Instant,
 ) -> Result<(), StoreError> {
     let lock = parse(name, raw)?;
+    let record = record(shared, &lock.primary, &lock.txn);
     // The node's clock was at least `at` when the answer arrived, so the
     // lease is surely over once this much has passed here since then.
     let lease_over = seen + Duration::from_millis(u64::try_from(lock.lease.saturating_sub(at)).unwrap_or(0));
@@ -101,7 +101,7 @@ pub(super) async fn resolve(
     let mut pause = Duration::from_millis(1);
     let outcome = loop {
         if Instant::now() < lease_over {
-            if let Some(outcome) = peek(shared, &lock).await? {
+            if let Some(outcome) = peek(shared, &record).await? {
                 break outcome;
             }
             if started.elapsed() > CALL_LIMIT {
@@ -111,7 +111,6 @@ pub(super) async fn resolve(
             pause = (pause * 2).min(POLL_MAX);
             continue;
         }
-        let record = record(shared, &lock.primary, &lock.txn);
         let mut call = Call::new(Kind::Resolve);
         call.key(&lock.primary).key(&record).arg(&lock.txn).arg(ABORTED_MS);
         let answer: Vec<Value> = call.invoke(&mut shared.link.conn()).await.map_err(failed)?;
