@@ -339,4 +339,29 @@ pub(super) mod tests {
         let after = trips(&store);
         assert_eq!((after.0 - before.0, after.1 - before.1), (2, 1), "a and c in one round trip, b in two");
     }
+
+    /// A two-key update whose second key holds no string (something else
+    /// wrote it) fails, and its first key holds nothing of it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_key_holding_no_string_fails_the_update_whole() {
+        let Ok(url) = std::env::var("LIMIT_STORE_TEST_REDIS") else { return };
+        let prefix = format!("lst-type-{}", std::process::id());
+        let store = RedisStore::builder(&url).secret(&"s".repeat(40)).prefix(&prefix).connect().await.unwrap();
+        // A clock to guess on: the update's first try is its write (`a`
+        // and `b` were never seen), not a read, which would fail first.
+        add_one(&store, "c").await;
+        let shared = &store.shared;
+        let name =
+            store.name(shared.families.of(shared.bound.counts(), &shared.secret, "b").1, &shared.secret.key_hash("b"));
+        let _: i64 =
+            redis::cmd("HSET").arg(&name).arg("f").arg("v").query_async(&mut shared.link.conn()).await.unwrap();
+        let answer = update_with(&store, &["a", "b"], |_, now| {
+            let put = || Write::Put(Entry { value: 1.into(), expires_at: now + 60_000 });
+            (vec![put(), put()], ())
+        })
+        .await;
+        let _: i64 = redis::cmd("DEL").arg(&name).query_async(&mut shared.link.conn()).await.unwrap();
+        assert!(answer.is_err(), "{answer:?}");
+        assert_eq!(store.read(&["a"]).await.unwrap(), [None], "the other key holds nothing of it");
+    }
 }

@@ -46,7 +46,8 @@ return out
 /// keys and claims, and one `SET` per key written. `MGET` reads a key that
 /// holds no string as none; a put on a key read as none is `SET ... NX`,
 /// which fails on such a key, and the update is answered `3, WRONGTYPE`
-/// with nothing written, as a `GET` of it would have failed.
+/// with nothing written, as a `GET` of it would have failed (an update of
+/// several keys asks `EXISTS` of each such key before it writes any).
 ///
 /// Each call of this script is its updates' one try: the store never sends
 /// it again after a failure that may have come after it ran (a lost
@@ -103,7 +104,17 @@ while a < na do
       if mode == '1' then
         for i = 1, n do redis.pcall('SET', K[base + n + i], token, 'PX', 100) end
       end
-    elseif status == 1 then
+    elseif status == 1 and n > 1 then
+      -- A put's `NX` fails on a key holding no string: find that before
+      -- any key is written.
+      for i = 1, n do
+        local op = ARGV[a + n + i]
+        if got[i] == '' and op ~= 'K' and op ~= 'D' and redis.call('EXISTS', K[base + i]) == 1 then
+          err = 'WRONGTYPE the key holds a value that is not a string'
+        end
+      end
+    end
+    if status == 1 and ok and not err then
       for i = 1, n do
         local op, r = ARGV[a + n + i], nil
         if op == 'D' then
