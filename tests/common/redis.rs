@@ -154,3 +154,41 @@ impl Drop for Stopped {
         let _ = Command::new("kill").args(["-CONT", &self.0]).status();
     }
 }
+
+/// The store's secret, to name keys as the store does: HMAC-SHA-256 of
+/// the key under it.
+pub struct Secret(hmac::Hmac<sha2::Sha256>);
+
+impl Secret {
+    pub fn new(secret: &str) -> Result<Self, hmac::digest::InvalidLength> {
+        <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(secret.as_bytes()).map(Secret)
+    }
+
+    fn key_hash(&self, key: &str) -> [u8; 32] {
+        hmac::Mac::finalize(hmac::Mac::chain_update(self.0.clone(), key)).into_bytes().into()
+    }
+}
+
+/// The hash tag of the keys named for `name` on a cluster: their hash.
+pub fn tag_of(secret: &Secret, name: &str) -> String {
+    use std::fmt::Write as _;
+    let mut tag = String::with_capacity(66);
+    tag.push('{');
+    for byte in secret.key_hash(name) {
+        write!(tag, "{byte:02x}").unwrap();
+    }
+    tag.push('}');
+    tag
+}
+
+/// The slot of the keys named for `name` on a cluster.
+pub fn slot_of(secret: &Secret, name: &str) -> redis::cluster_routing::Slot {
+    redis::cluster_routing::Slot::for_key(tag_of(secret, name))
+}
+
+/// Names `{label}-{i}` whose keys, hashed under `secret`, lie in `slots`,
+/// `n` of them.
+pub fn names_in(secret: &Secret, label: &str, slots: std::ops::Range<u16>, n: usize) -> Vec<String> {
+    let slots: Vec<_> = slots.map(|s| redis::cluster_routing::Slot::new(s).unwrap()).collect();
+    (0..).map(|i| format!("{label}-{i}")).filter(|name| slots.contains(&slot_of(secret, name))).take(n).collect()
+}

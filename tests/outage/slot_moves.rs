@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::redis_cluster::Topology;
-use redis::cluster_routing::Slot;
+
+pub(crate) use crate::common::redis::{names_in, slot_of, Secret};
 
 /// How long a slot's move pauses at each step.
 const PAUSE: Duration = Duration::from_millis(10);
@@ -13,39 +14,6 @@ const PAUSE: Duration = Duration::from_millis(10);
 /// A connection to one node of the topology.
 fn node(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().unwrap()
-}
-
-/// The store's secret, to name keys as the store does: HMAC-SHA-256 of
-/// the key under it.
-pub(crate) struct Secret(hmac::Hmac<sha2::Sha256>);
-
-impl Secret {
-    pub(crate) fn new(secret: &str) -> Result<Self, hmac::digest::InvalidLength> {
-        <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(secret.as_bytes()).map(Secret)
-    }
-
-    fn key_hash(&self, key: &str) -> [u8; 32] {
-        hmac::Mac::finalize(hmac::Mac::chain_update(self.0.clone(), key)).into_bytes().into()
-    }
-}
-
-/// The slot of the keys named for `name`: their hash is their hash tag.
-pub(crate) fn slot_of(secret: &Secret, name: &str) -> Slot {
-    use std::fmt::Write as _;
-    let mut tag = String::with_capacity(66);
-    tag.push('{');
-    for byte in secret.key_hash(name) {
-        write!(tag, "{byte:02x}").unwrap();
-    }
-    tag.push('}');
-    Slot::for_key(tag)
-}
-
-/// Names `{label}-{i}` whose keys, hashed under `secret`, lie in `slots`,
-/// `n` of them.
-pub(crate) fn names_in(secret: &Secret, label: &str, slots: std::ops::Range<u16>, n: usize) -> Vec<String> {
-    let slots: Vec<Slot> = slots.map(|s| Slot::new(s).unwrap()).collect();
-    (0..).map(|i| format!("{label}-{i}")).filter(|name| slots.contains(&slot_of(secret, name))).take(n).collect()
 }
 
 /// One slot's move: from the primary on `from` to the one on `to`.
