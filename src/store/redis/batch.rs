@@ -27,6 +27,13 @@
 //! node call the node refuses whole (a replica now, no such script flag
 //! before Redis 7). On a cluster the write script is sent again only after
 //! an answer that says the node ran nothing of it (`cluster/once.rs`).
+//!
+//! An update whose keys lie in several slots of one node (as the map has
+//! it: [`Batcher::one_node`]) goes in that node's call too, checked and
+//! written whole in one step as a one-slot update is (see
+//! `cluster/PROTOCOL.md`). It has no call of its own slot to fall back to:
+//! where the node does not serve all its slots now, or refuses the call
+//! whole, it is answered [`Written::SlotsApart`], nothing of it written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +45,7 @@ use tokio::sync::oneshot;
 
 use super::cluster::call_node;
 use super::cluster::node_script::NodeScript;
-use super::cluster::slots::SlotMap;
+use super::cluster::slots::{node, SlotMap};
 use super::link::{Conn, Link};
 use super::script::{millis, unexpected, WRITE, WRITE_NODE};
 use super::turn::{self, Turn, Waiting};
@@ -53,8 +60,11 @@ pub(super) type Sent = (WriteCall, Result<Written, StoreError>);
 struct Pending {
     call: WriteCall,
     reply: oneshot::Sender<Sent>,
-    /// On a cluster, the slot of every key of the update; 0 on one server.
+    /// On a cluster, the slot of the update's first key (of every key but
+    /// when `apart`); 0 on one server.
     slot: u16,
+    /// The update's keys lie in several slots (of one node, as the map had it).
+    apart: bool,
 }
 
 impl Waiting for Pending {
@@ -138,7 +148,8 @@ impl Batcher {
     pub(super) async fn write(self: &Arc<Self>, call: WriteCall) -> Result<Sent, StoreError> {
         let (reply, answer) = oneshot::channel();
         let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
-        self.waiting.push(Pending { call, reply, slot }, || self.clone().flush());
+        let apart = self.cluster && super::cluster::txn::spans_slots(&call.hashes);
+        self.waiting.push(Pending { call, reply, slot, apart }, || self.clone().flush());
         answer.await.map_err(|_| {
             StoreError::unavailable(
                 crate::error::Unavailable::StoreFailed,
@@ -147,9 +158,20 @@ impl Batcher {
         })
     }
 
+    /// True when a write on the keys of `hashes`, which lie in several
+    /// slots, can go in one node's call: the nodes run its script, and the
+    /// map says one primary serves every slot of them.
+    pub(super) fn one_node(&self, hashes: &[crate::key_hash::KeyHash]) -> bool {
+        let (Some(map), Some(conn)) = (&self.slots, self.link.cluster()) else { return false };
+        let Some(nodes) = map.now(&conn).filter(|_| self.node_script.usable()) else { return false };
+        let mut primaries = hashes.iter().map(|h| node(&nodes, super::cluster::slot(h)));
+        let first = primaries.next().flatten();
+        first.is_some() && primaries.all(|n| n == first)
+    }
+
     /// Sends what waits now: on a cluster a call per node whose slots the
     /// map knows, and per slot for the others (an update sent here has every
-    /// key in one slot).
+    /// key in one slot, or in slots of one node: below).
     async fn flush(self: Arc<Self>) {
         let batch = self.waiting.take();
         let nodes = match (&self.slots, self.link.cluster()) {
@@ -167,7 +189,7 @@ impl Batcher {
             self.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         let slot = batch[0].slot;
-        if self.cluster && batch.iter().any(|p| p.slot != slot) {
+        if self.cluster && batch.iter().any(|p| p.slot != slot || p.apart) {
             self.send_node(slot, batch).await;
         } else {
             self.send_keys(batch).await;
@@ -188,6 +210,10 @@ impl Batcher {
             Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => batch,
             reply => self.answer(batch, reply, true),
         };
+        let (apart, again): (Vec<_>, Vec<_>) = again.into_iter().partition(|p| p.apart);
+        for Pending { call, reply, .. } in apart {
+            let _ = reply.send((call, Ok(Written::SlotsApart)));
+        }
         if again.is_empty() {
             return;
         }
@@ -236,10 +262,10 @@ impl Batcher {
             }
         };
         let (mut readonly, mut again) = (false, Vec::new());
-        for Pending { call, reply, slot } in batch {
+        for Pending { call, reply, slot, apart } in batch {
             let answer = match answer(&mut answers, now, call.hashes.len(), &mut readonly) {
                 Err(Elsewhere(_)) if node => {
-                    again.push(Pending { call, reply, slot });
+                    again.push(Pending { call, reply, slot, apart });
                     continue;
                 }
                 Err(Elsewhere(error)) => Err(refused(error)),

@@ -28,6 +28,10 @@ struct Basis {
     /// True when both came from the server in the last answer; false for a
     /// guess (remembered entries and the estimated clock).
     fresh: bool,
+    /// True when they came from a read of the keys (on a cluster a script
+    /// per slot, so keys of several slots at different instants); false
+    /// from a write's answer (one script) or a guess.
+    read: bool,
 }
 
 impl Shared {
@@ -44,7 +48,7 @@ impl Shared {
             })?
         };
         self.clock.reading(now);
-        Ok(Basis { held, now, fresh: true })
+        Ok(Basis { held, now, fresh: true, read: true })
     }
 
     /// The first basis of an update: a guess when the store guesses and the
@@ -55,6 +59,7 @@ impl Shared {
                 held: hashes.iter().map(|h| self.last_seen.get(h).unwrap_or_default()).collect(),
                 now,
                 fresh: false,
+                read: false,
             }),
             None => self.read_basis(&names()).await,
         }
@@ -110,7 +115,10 @@ impl RedisStore {
             keys.iter().map(|k| shared.families.of(shared.bound.counts(), &shared.secret, k)).unzip();
         let token = shared.token();
         let _locks = shared.lock(&hashes).await;
-        if shared.cluster && super::cluster::txn::spans_slots(&hashes) {
+        // Keys in several slots go by the cross-slot steps, unless one node
+        // serves them all: then one compare-and-set there, as on one slot.
+        let apart = shared.cluster && super::cluster::txn::spans_slots(&hashes);
+        if apart && !shared.batcher.one_node(&hashes) {
             return super::cluster::txn::count(self, &hashes, &tags, &families, apply).await;
         }
         let mut basis = shared.first_basis(&hashes, || self.names(&tags, &hashes)).await?;
@@ -131,8 +139,10 @@ impl RedisStore {
             };
             let writes = run_apply(apply, &entries, basis.now)?;
             let (ops, added, removed) = ops(writes, &basis.held, &families, shared.grace);
-            if basis.fresh && ops.iter().all(|op| matches!(op, Op::Keep)) {
-                // Read in one step and nothing to write: done, as a read.
+            // Read in one step and nothing to write: done, as a read. Keys of
+            // several slots were read at different instants: the write of
+            // nothing but `Keep` checks that view in one step.
+            if basis.fresh && !(apart && basis.read) && ops.iter().all(|op| matches!(op, Op::Keep)) {
                 shared.trips.note(trips);
                 return Ok(());
             }
@@ -176,12 +186,16 @@ impl RedisStore {
                     tokio::time::sleep(CLAIM_WAIT).await;
                     (now, held)
                 }
+                Written::SlotsApart => {
+                    drop(admission);
+                    return super::cluster::txn::count(self, &hashes, &tags, &families, apply).await;
+                }
             };
             shared.clock.reading(now);
             for (hash, raw) in hashes.iter().zip(&held) {
                 shared.remember(hash, raw);
             }
-            basis = Basis { held, now, fresh: true };
+            basis = Basis { held, now, fresh: true, read: false };
         }
         Err(StoreError::unavailable(
             Unavailable::StoreFailed,

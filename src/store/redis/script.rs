@@ -43,7 +43,9 @@ return out
 ///
 /// The script is kept short, since Redis runs it for every count on the
 /// cores the clients share: `TIME` once per call, one `MGET` of an update's
-/// keys and claims, and one `SET` per key written. `MGET` reads a key that
+/// keys and claims (on a cluster node, an update of several of its slots:
+/// one per key and its claim, as a command reads one slot's keys, after the
+/// whole `MGET` failed), and one `SET` per key written. `MGET` reads a key that
 /// holds no string as none; a put on a key read as none is `SET ... NX`,
 /// which fails on such a key, and the update is answered `3, WRONGTYPE`
 /// with nothing written, as a `GET` of it would have failed (an update of
@@ -79,6 +81,17 @@ while a < na do
   a = a + 6
   local base = kb + k
   local got = redis.pcall('MGET', unpack(K, base + 1, base + 2 * n))
+  if got.err and n > 1 then
+    got = {}
+    for i = 1, n do
+      local one = redis.pcall('MGET', K[base + i], K[base + n + i])
+      if one.err then
+        got = one
+        break
+      end
+      got[i], got[n + i] = one[1], one[2]
+    end
+  end
   if got.err then
     out[#out + 1] = 4
     out[#out + 1] = got.err
@@ -159,8 +172,10 @@ pub(super) const WRITE: &str = concat!("local K, kb, a, na = KEYS, 0, 0, #ARGV",
 /// keys (in `KEYS`' order). Redis 7's flag lets one script touch keys of
 /// every slot the node serves; the script declares no key, so the node never
 /// redirects the call, and each update's `MGET` fails alone (`4, error`,
-/// nothing written) if its slot is not served there, or is moving and its
-/// keys are not all still there.
+/// nothing written) if a slot of its keys is not served there, or is moving
+/// and its keys are not all still there. An update's keys may lie in
+/// several slots of the node (`batch.rs`): each key is read with its claim
+/// then, a slot a command.
 pub(super) const WRITE_NODE: &str = concat!(
     "#!lua flags=allow-cross-slot-keys\n",
     "local K, a = ARGV, 1\n",

@@ -53,6 +53,10 @@ pub(super) enum Written {
     Changed { now: Millis, held: Vec<Raw> },
     /// Not tried: another update has claimed a key for its next try.
     Claimed { now: Millis, held: Vec<Raw> },
+    /// Nothing written: an update whose keys lie in several slots went to
+    /// one node's call (`batch.rs`), and that node does not serve all of
+    /// them now; it goes by the steps of `cluster/txn.rs` instead.
+    SlotsApart,
 }
 
 /// Where a batch's keys go in its script call.

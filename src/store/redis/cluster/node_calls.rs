@@ -80,10 +80,17 @@ async fn add_both(store: &RedisStore, keys: &[String; 2]) -> (u64, u64) {
     .unwrap()
 }
 
-/// `n` pairs of keys whose two keys lie in different slots.
-fn two_slot_pairs(store: &RedisStore, n: usize) -> Vec<[String; 2]> {
-    let slot = |key: &str| super::slot(&store.shared.secret.key_hash(key));
-    (0..).map(|i| [format!("a{i}"), format!("b{i}")]).filter(|[a, b]| slot(a) != slot(b)).take(n).collect()
+/// `n` pairs of keys whose two keys lie in different slots, of two
+/// primaries (the cross-slot steps), or of one (`one_node`: one
+/// compare-and-set there), as the store's map has them.
+fn two_slot_pairs(store: &RedisStore, n: usize, one_node: bool) -> Vec<[String; 2]> {
+    let hash = |key: &str| store.shared.secret.key_hash(key);
+    let apart = |a: &str, b: &str| super::slot(&hash(a)) != super::slot(&hash(b));
+    let pairs = (0..).map(|i| [format!("a{i}"), format!("b{i}")]);
+    pairs
+        .filter(|[a, b]| apart(a, b) && store.shared.batcher.one_node(&[hash(a), hash(b)]) == one_node)
+        .take(n)
+        .collect()
 }
 
 /// Counts `pairs` twice, each pair's count of a round ready at once with
@@ -105,7 +112,7 @@ async fn count_pairs_twice(store: &RedisStore, pairs: &[[String; 2]]) {
 #[tokio::test(flavor = "current_thread")]
 async fn two_slot_counts_share_their_nodes_calls() {
     let Some(store) = store("steps").await else { return };
-    let pairs = two_slot_pairs(&store, 24);
+    let pairs = two_slot_pairs(&store, 24, false);
     count_pairs_twice(&store, &pairs).await;
     let (shared, again, calls) = store.shared.steps.as_ref().expect("a cluster store batches steps").counts();
     // Three steps a count (the other slot's prewrite, the commit, a
@@ -115,13 +122,33 @@ async fn two_slot_counts_share_their_nodes_calls() {
     assert_eq!(again, 0, "a known map sends nothing twice");
 }
 
+/// Two-slot counts whose slots one primary serves are one compare-and-set
+/// there each, in that node's calls, and take no step of the cross-slot
+/// protocol. With a stale map (every slot on one node) those the node does
+/// not serve are answered so, nothing written, and take the steps: each
+/// count still lands exactly once.
+#[tokio::test(flavor = "current_thread")]
+async fn two_slot_counts_of_one_primary_take_no_steps() {
+    let Some(store) = store("one-node").await else { return };
+    let pairs = two_slot_pairs(&store, 24, true);
+    count_pairs_twice(&store, &pairs).await;
+    let steps = store.shared.steps.as_ref().unwrap();
+    assert_eq!(steps.counts(), (0, 0, 0), "no step");
+    let (across, again) = store.shared.batcher.across();
+    assert!(across >= 48 && again == 0, "every count in a node's call: {across}, {again}");
+    let pairs = two_slot_pairs(&store, 24, false);
+    store.shared.batcher.slot_map().unwrap().set_all(0);
+    count_pairs_twice(&store, &pairs).await;
+    assert!(steps.counts().2 > 0, "those the node did not serve took the steps");
+}
+
 /// With a stale map (every slot on one node), the steps of the other nodes'
 /// slots are answered "not here" there, with nothing written, and sent
 /// again alone by their keys: each count still lands exactly once.
 #[tokio::test(flavor = "current_thread")]
 async fn two_slot_steps_a_node_does_not_serve_go_again_alone() {
     let Some(store) = store("steps-stale").await else { return };
-    let pairs = two_slot_pairs(&store, 24);
+    let pairs = two_slot_pairs(&store, 24, false);
     store.shared.batcher.slot_map().unwrap().set_all(0);
     count_pairs_twice(&store, &pairs).await;
     let (shared, again, _) = store.shared.steps.as_ref().unwrap().counts();
@@ -134,31 +161,38 @@ async fn two_slot_steps_a_node_does_not_serve_go_again_alone() {
 #[tokio::test(flavor = "current_thread")]
 async fn two_slot_steps_go_on_after_the_nodes_lose_their_scripts() {
     let Some(store) = store("steps-flush").await else { return };
-    let pairs = two_slot_pairs(&store, 12);
+    let pairs = two_slot_pairs(&store, 12, false);
     let mut conn = store.shared.link.cluster().unwrap();
     let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
     count_pairs_twice(&store, &pairs).await;
 }
 
 /// A key of a two-slot update that holds no string (something else wrote
-/// it) fails the prewrite of its slot: the update is answered an error, and
-/// rolled back, so the other key holds nothing of it.
+/// it) fails the update: on two primaries the prewrite of its slot fails
+/// and the update is rolled back; on one, the compare-and-set finds it
+/// before it writes. Either way the other key holds nothing of it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_key_holding_no_string_fails_the_update_and_nothing_of_it_stays() {
     let Some(store) = store("steps-type").await else { return };
-    let [a, b] = two_slot_pairs(&store, 1).pop().unwrap();
+    for one_node in [false, true] {
+        let [a, b] = two_slot_pairs(&store, 1, one_node).pop().unwrap();
+        no_string_fails(&store, &a, &b).await;
+    }
+}
+
+/// Counts `a` and `b` while `b` holds a hash: an error, and `a` untouched.
+async fn no_string_fails(store: &RedisStore, a: &str, b: &str) {
     let shared = &store.shared;
-    let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, &b);
-    let name = store.name(tag, &shared.secret.key_hash(&b));
+    let (_, tag) = shared.families.of(shared.bound.counts(), &shared.secret, b);
+    let name = store.name(tag, &shared.secret.key_hash(b));
     let mut conn = shared.link.cluster().unwrap();
     let _: i64 = redis::cmd("HSET").arg(&name).arg("f").arg("v").query_async(&mut conn).await.unwrap();
-    let keys = [a.as_str(), b.as_str()];
-    let answer = update_with(&store, &keys, |_, now| {
+    let answer = update_with(store, &[a, b], |_, now| {
         let put = || Write::Put(Entry { value: 1.into(), expires_at: now + 60_000 });
         (vec![put(), put()], ())
     })
     .await;
     let _: i64 = redis::cmd("DEL").arg(&name).query_async(&mut conn).await.unwrap();
     assert!(answer.is_err(), "{answer:?}");
-    assert_eq!(store.read(&[a.as_str()]).await.unwrap(), [None], "the other key holds nothing of it");
+    assert_eq!(store.read(&[a]).await.unwrap(), [None], "the other key holds nothing of it");
 }
