@@ -148,7 +148,7 @@ impl Batcher {
     pub(super) async fn write(self: &Arc<Self>, call: WriteCall) -> Result<Sent, StoreError> {
         let (reply, answer) = oneshot::channel();
         let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
-        let apart = self.cluster && super::cluster::txn::spans_slots(&call.hashes);
+        let apart = self.cluster && call.hashes.iter().any(|h| super::cluster::slot(h) != slot);
         self.waiting.push(Pending { call, reply, slot, apart }, || self.clone().flush());
         answer.await.map_err(|_| {
             StoreError::unavailable(
