@@ -57,6 +57,9 @@ use crate::StoreError;
 /// A compare-and-set back from its batch, with its answer.
 pub(super) type Sent = (WriteCall, Result<Written, StoreError>);
 
+/// An update's answer, ready to hand over.
+type Answered = (oneshot::Sender<Sent>, Sent);
+
 struct Pending {
     call: WriteCall,
     reply: oneshot::Sender<Sent>,
@@ -204,16 +207,15 @@ impl Batcher {
         let Some(mut conn) = self.once() else { return answer_all(batch, &not_cluster()) };
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
         let reply = self.node_script.call(&mut conn, &cmd, &route, self.min_acked, WAIT_MS).await;
-        let again = match reply {
+        let (mut answered, again) = match reply {
             // The node refused the call whole (a replica now, a cluster
             // down): nothing of it ran; each slot's call is routed anew.
-            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => batch,
+            Err(e) if !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) => (Vec::new(), batch),
             reply => self.answer(batch, reply, true),
         };
         let (apart, again): (Vec<_>, Vec<_>) = again.into_iter().partition(|p| p.apart);
-        for Pending { call, reply, .. } in apart {
-            let _ = reply.send((call, Ok(Written::SlotsApart)));
-        }
+        answered.extend(apart.into_iter().map(|p| (p.reply, (p.call, Ok(Written::SlotsApart)))));
+        answer_now(answered);
         if again.is_empty() {
             return;
         }
@@ -234,34 +236,47 @@ impl Batcher {
                 Err(e) => Err(e),
             };
         }
-        let again = self.answer(batch, reply, false);
+        let (answered, again) = self.answer(batch, reply, false);
         debug_assert!(again.is_empty(), "a call by keys answers every update");
+        if self.cluster {
+            // At once: a cluster's counts already overlap across its nodes'
+            // calls, and answers handed over one by one lowered its rates.
+            answer_now(answered);
+        } else {
+            turn::hand_over(answered).await;
+        }
     }
 
-    /// Answers each update of `batch` from `reply`; those a node script
-    /// answered "not here" (`node`) come back, to be sent again.
-    fn answer(&self, batch: Vec<Pending>, reply: redis::RedisResult<(Value, u64)>, node: bool) -> Vec<Pending> {
+    /// The answer of each update of `batch` from `reply`, to hand over;
+    /// those a node script answered "not here" (`node`) come back, to be
+    /// sent again. A call that failed whole is answered here.
+    fn answer(
+        &self,
+        batch: Vec<Pending>,
+        reply: redis::RedisResult<(Value, u64)>,
+        node: bool,
+    ) -> (Vec<Answered>, Vec<Pending>) {
         let (mut answers, acked) = match reply {
             Ok((Value::Array(items), acked)) => (items.into_iter(), acked),
             Ok((other, _)) => {
                 let e = unexpected(format!("the write script answered {other:?}"));
                 answer_all(batch, &e);
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
             Err(e) => {
                 self.link.trouble(false, Some(&e));
                 answer_all(batch, &e);
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
         };
         let now = match millis(answers.next()) {
             Ok(now) => now,
             Err(e) => {
                 answer_all(batch, &e);
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
         };
-        let (mut readonly, mut again) = (false, Vec::new());
+        let (mut readonly, mut answered, mut again) = (false, Vec::with_capacity(batch.len()), Vec::new());
         for Pending { call, reply, slot, apart } in batch {
             let answer = match answer(&mut answers, now, call.hashes.len(), &mut readonly) {
                 Err(Elsewhere(_)) if node => {
@@ -274,12 +289,12 @@ impl Batcher {
                 }
                 Ok(answer) => answer,
             };
-            let _ = reply.send((call, answer));
+            answered.push((reply, (call, answer)));
         }
         if readonly {
             self.link.trouble(true, None);
         }
-        again
+        (answered, again)
     }
 
     /// Sends the keys' script call of `batch`, routed by its keys, as
@@ -356,6 +371,13 @@ pub(super) fn unacked(acked: u64, wanted: u32) -> StoreError {
              acknowledged (check the replicas, or lower min_replicas_acked)"
         ),
     )
+}
+
+/// Hands every caller its answer at once.
+fn answer_now(answered: Vec<Answered>) {
+    for (reply, sent) in answered {
+        let _ = reply.send(sent);
+    }
 }
 
 /// Every update of `batch` answered with the failure of their call.

@@ -16,6 +16,14 @@
 //!   answers an item of a slot it does not serve "not here", nothing of it
 //!   written, and its sender sends it again alone by its keys, on the
 //!   client's route.
+//! - **The first answer first.** On one server, a call's first answer is
+//!   handed to its caller, and that caller's task let run, before the
+//!   others ([`hand_over`]): its next count goes out while this process
+//!   handles the rest of the answers, so Redis runs one call while this
+//!   process reads the last. Handed all at once, on one thread, the next
+//!   counts all wait for the last answer, and Redis and this process take
+//!   turns instead (BENCHMARKS.md). The rest go at once, so that counts
+//!   ready together still share a call.
 
 use std::future::Future;
 
@@ -111,6 +119,22 @@ pub(super) fn calls<T: Waiting>(items: Vec<T>, nodes: Option<&[u16]>) -> Vec<Vec
     calls
 }
 
+/// Hands each caller its answer: the first alone, then, once its caller's
+/// task has run (and sent its next count), the rest at once.
+pub(super) async fn hand_over<T>(answers: Vec<(tokio::sync::oneshot::Sender<T>, T)>) {
+    let mut answers = answers.into_iter();
+    // Nobody waits for an answer whose caller gave up.
+    if let Some((reply, answer)) = answers.next() {
+        let _ = reply.send(answer);
+        if answers.len() > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    for (reply, answer) in answers {
+        let _ = reply.send(answer);
+    }
+}
+
 /// Runs `calls` at once, until the last is answered.
 pub(super) async fn all<F: Future<Output = ()>>(mut calls: Vec<F>) {
     match calls.len() {
@@ -150,6 +174,28 @@ mod tests {
         let many = (0..2 * MAX_CALL + 1).map(|_| Item(0, false)).collect();
         let lens: Vec<usize> = calls(many, None).iter().map(Vec::len).collect();
         assert_eq!(lens, [MAX_CALL, MAX_CALL, 1]);
+    }
+
+    /// On one thread, the first answered caller runs before the others are
+    /// handed their answers.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_first_caller_runs_before_the_others_are_answered() {
+        let ran = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut answers = Vec::new();
+        for i in 0..3 {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let ran = ran.clone();
+            tokio::spawn(async move {
+                let answer = rx.await.unwrap();
+                ran.lock().push(answer);
+            });
+            answers.push((tx, i));
+        }
+        tokio::task::yield_now().await;
+        super::hand_over(answers).await;
+        assert_eq!(*ran.lock(), [0], "the first ran before the others were handed theirs");
+        tokio::task::yield_now().await;
+        assert_eq!(*ran.lock(), [0, 1, 2]);
     }
 
     #[tokio::test(flavor = "current_thread")]
