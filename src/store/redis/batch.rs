@@ -151,7 +151,7 @@ impl Batcher {
     pub(super) async fn write(self: &Arc<Self>, call: WriteCall) -> Result<Sent, StoreError> {
         let (reply, answer) = oneshot::channel();
         let slot = if self.cluster { call.hashes.first().map_or(0, super::cluster::slot) } else { 0 };
-        let apart = self.cluster && call.hashes.iter().any(|h| super::cluster::slot(h) != slot);
+        let apart = self.cluster && call.hashes.iter().skip(1).any(|h| super::cluster::slot(h) != slot);
         self.waiting.push(Pending { call, reply, slot, apart }, || self.clone().flush());
         answer.await.map_err(|_| {
             StoreError::unavailable(
