@@ -140,8 +140,8 @@ pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use store::redis::{RedisInfo, RedisStore, RedisStoreBuilder, RoundTrips};
 pub use store::{
-    update_with, Apply, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, Millis, OwnedApply,
-    StoreStats, Write,
+    update_with, Apply, AsyncIntegerCounter, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore,
+    Millis, OwnedApply, StoreStats, Write,
 };
 pub use transaction::in_transaction;
 

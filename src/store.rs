@@ -13,7 +13,7 @@ pub mod redis;
 
 use crate::StoreError;
 
-pub use integer_counts::{GcraCounted, GcraStep, IntegerCounter, IntegerCounts};
+pub use integer_counts::{AsyncIntegerCounter, GcraCounted, GcraStep, IntegerCounter, IntegerCounts};
 
 /// Milliseconds since the Unix epoch, on the store's own clock.
 pub type Millis = i64;
@@ -89,11 +89,11 @@ pub trait LimitStore: Send + Sync {
     }
 
     /// The store's [integer counts](IntegerCounts), when it offers them: a
-    /// count whose state is one integer (a GCRA's), here and now, with no
-    /// JSON. `None` (the default): every count goes through
-    /// [`update`](Self::update). Offered only by a store that
-    /// [answers at once](Self::answers_at_once); see [`IntegerCounts`] for
-    /// which stores should.
+    /// count whose state is one integer (a GCRA's), with no JSON: here and
+    /// now on a store that [answers at once](Self::answers_at_once), through
+    /// a future on one that waits. `None` (the default): every count goes
+    /// through [`update`](Self::update). See [`IntegerCounts`] for which
+    /// stores should offer them.
     fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
         None
     }

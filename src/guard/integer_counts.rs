@@ -1,47 +1,94 @@
 //! The guard's rules on a store's [integer counts](crate::IntegerCounts).
 //!
-//! Offered only for a store that answers at once: its counts never wait, so
-//! the deadline and the in-flight cap have nothing to act on (as for its
-//! `update_now`). What the guard still does to each count: a panic is
-//! answered unavailable, not carried into the caller, and an unavailable
-//! answer is logged, once a minute per reason, as any call's is.
+//! - **Here and now** (a store that answers at once): its counts never wait,
+//!   so the deadline and the in-flight cap have nothing to act on (as for
+//!   its `update_now`). A panic is answered unavailable, not carried into
+//!   the caller, and an unavailable answer is logged, once a minute per
+//!   reason, as any call's is.
+//! - **Through a future** (a store that waits): as an owned update, a count
+//!   takes an in-flight place, runs in the caller's task, and is handed to a
+//!   task of its own if the caller stops waiting or the deadline passes
+//!   (`handoff.rs`); the caller is then answered unavailable. A count has
+//!   no `apply` to gate: the store writes it whole or not at all.
 
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
+use super::handoff::Cell;
 use super::{log, Guarded, Logs};
 use crate::error::Unavailable;
-use crate::{GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, StoreError};
+use crate::{AsyncIntegerCounter, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, StoreError};
 
 impl<S: LimitStore + ?Sized + 'static> IntegerCounts for Guarded<S> {
-    fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
-        let inner = self.inner.integer_counts().map(|counts| counts.counter(prefix));
-        Box::new(GuardedCounter { inner, logs: self.logs.clone() })
+    fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
+        if !self.inner.answers_at_once() {
+            return None;
+        }
+        let inner = self.inner.integer_counts()?.counter(prefix)?;
+        Some(Box::new(GuardedCounter { inner, logs: self.logs.clone() }))
+    }
+
+    fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
+        let inner = self.inner.integer_counts()?.async_counter(prefix)?;
+        let guard = Guarded {
+            inner: self.inner.clone(),
+            deadline: self.deadline,
+            max_in_flight: self.max_in_flight,
+            in_flight: self.in_flight.clone(),
+            logs: self.logs.clone(),
+        };
+        Some(Box::new(GuardedAsyncCounter { guard, inner: Arc::from(inner) }))
     }
 }
 
 /// The inner store's counter, under the guard's rules.
 struct GuardedCounter {
-    /// `None` for an inner store that offers no integer counts (the guard
-    /// then offers none either, so only a caller that kept a counter made
-    /// before could meet it).
-    inner: Option<Box<dyn IntegerCounter>>,
+    inner: Box<dyn IntegerCounter>,
     logs: Arc<Logs>,
 }
 
 impl IntegerCounter for GuardedCounter {
     fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
-        let error = match &self.inner {
-            Some(inner) => match catch_unwind(AssertUnwindSafe(|| inner.count(rest, step))) {
-                // What was counted, on its own: the usual answer moves no error's room.
-                Ok(Ok(counted)) => return Ok(counted),
-                Ok(Err(e)) => e,
-                Err(_panic) => failed("the store call panicked"),
-            },
-            None => failed("the store offers no integer counts"),
+        let error = match catch_unwind(AssertUnwindSafe(|| self.inner.count(rest, step))) {
+            // What was counted, on its own: the usual answer moves no error's room.
+            Ok(Ok(counted)) => return Ok(counted),
+            Ok(Err(e)) => e,
+            Err(_panic) => failed("the store call panicked"),
         };
         log(&self.logs, &error);
         Err(error)
+    }
+}
+
+/// The inner store's counter through a future, under the guard's rules:
+/// the guard's deadline, cap and logs, shared with the store's guard.
+struct GuardedAsyncCounter<S: LimitStore + ?Sized + 'static> {
+    guard: Guarded<S>,
+    inner: Arc<dyn AsyncIntegerCounter>,
+}
+
+impl<S: LimitStore + ?Sized + 'static> AsyncIntegerCounter for GuardedAsyncCounter<S> {
+    fn count<'a>(
+        &'a self,
+        rest: &'a str,
+        step: GcraStep,
+    ) -> Pin<Box<dyn Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>> {
+        Box::pin(async move {
+            let guard = &self.guard;
+            let slot = guard.slot()?;
+            let until = Instant::now() + guard.deadline;
+            let (inner, rest) = (self.inner.clone(), rest.to_owned());
+            guard
+                .owned(Cell::new(), until, async move {
+                    let _slot = slot;
+                    inner.count(&rest, step).await
+                })
+                .await
+        })
     }
 }
 
@@ -55,8 +102,8 @@ mod tests {
 
     use crate::error::Unavailable;
     use crate::{
-        Apply, Entry, GcraCounted, GcraStep, Guarded, IntegerCounter, IntegerCounts, LimitStore, MemoryStore,
-        StoreError,
+        Apply, AsyncIntegerCounter, Entry, GcraCounted, GcraStep, Guarded, IntegerCounter, IntegerCounts, LimitStore,
+        MemoryStore, StoreError,
     };
 
     /// A memory store whose integer counter panics on the key `"panics"`.
@@ -85,8 +132,8 @@ mod tests {
     }
 
     impl IntegerCounts for Panicking {
-        fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
-            Box::new(PanickingCounter(self.0.counter(prefix)))
+        fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
+            Some(Box::new(PanickingCounter(self.0.counter(prefix)?)))
         }
     }
 
@@ -105,12 +152,84 @@ mod tests {
     async fn a_guarded_count_answers_a_panic_unavailable() {
         let store = Arc::new(Panicking(MemoryStore::with_max_entries(1)));
         let guarded = Guarded::new(store.clone());
-        let counter = guarded.integer_counts().expect("offered for a store that answers at once").counter("l:p:");
+        let counter =
+            guarded.integer_counts().expect("offered for a store that answers at once").counter("l:p:").unwrap();
         let step = GcraStep::new(10, 60_000, 1);
         assert!(counter.count("a", step).unwrap().allowed);
         let panicked = counter.count("panics", step).unwrap_err();
         assert_eq!(panicked.unavailable_reason(), Some(Unavailable::StoreFailed));
         let full = counter.count("b", step).unwrap_err();
         assert_eq!(full.unavailable_reason(), Some(Unavailable::Full));
+    }
+
+    /// A memory store that answers through futures, whose integer counter
+    /// panics on the key `"panics"` and never answers on `"slow"`.
+    struct Waiting(MemoryStore);
+
+    #[async_trait::async_trait]
+    impl LimitStore for Waiting {
+        fn shared(&self) -> bool {
+            false
+        }
+        fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
+            Some(self)
+        }
+        async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+            self.0.update(keys, apply).await
+        }
+        async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
+            self.0.read(keys).await
+        }
+        async fn sweep(&self) -> Result<u64, StoreError> {
+            self.0.sweep().await
+        }
+    }
+
+    impl IntegerCounts for Waiting {
+        fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
+            Some(Box::new(WaitingCounter(self.0.counter(prefix)?)))
+        }
+    }
+
+    struct WaitingCounter(Box<dyn IntegerCounter>);
+
+    type Counting<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
+
+    impl AsyncIntegerCounter for WaitingCounter {
+        fn count<'a>(&'a self, rest: &'a str, step: GcraStep) -> Counting<'a> {
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                assert_ne!(rest, "panics", "a store that panics");
+                if rest == "slow" {
+                    std::future::pending::<()>().await;
+                }
+                self.0.count(rest, step)
+            })
+        }
+    }
+
+    /// Through a future, a guarded count keeps the guard's rules: a panic
+    /// is answered unavailable, a count past the deadline is answered in
+    /// time, and it holds its in-flight place while it still runs, so that
+    /// past the cap a count is answered overloaded without reaching the store.
+    #[tokio::test]
+    async fn a_guarded_count_through_a_future_keeps_the_deadline_and_the_cap() {
+        let store = Arc::new(Waiting(MemoryStore::new()));
+        let guarded = Guarded::with_limits(store, std::time::Duration::from_millis(100), 1);
+        let counts = guarded.integer_counts().expect("offered for a store that waits");
+        assert!(counts.counter("l:p:").is_none(), "nothing here and now for a store that waits");
+        let counter = counts.async_counter("l:p:").unwrap();
+        let step = GcraStep::new(10, 60_000, 1);
+        assert!(counter.count("a", step).await.unwrap().allowed);
+        let panicked = counter.count("panics", step).await.unwrap_err();
+        assert_eq!(panicked.unavailable_reason(), Some(Unavailable::StoreFailed));
+        let started = std::time::Instant::now();
+        let late = counter.count("slow", step).await.unwrap_err();
+        assert_eq!(late.unavailable_reason(), Some(Unavailable::Timeout));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "answered at the deadline");
+        assert_eq!(guarded.in_flight(), 1, "the late count still runs, in its place");
+        let over = counter.count("a", step).await.unwrap_err();
+        assert_eq!(over.unavailable_reason(), Some(Unavailable::Overloaded));
     }
 }

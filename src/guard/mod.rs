@@ -275,11 +275,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         self.inner.stats()
     }
 
-    /// The inner store's, when it answers at once, each count under the
-    /// guard's rules: see `integer_counts.rs`.
+    /// The inner store's, each count under the guard's rules: see
+    /// `integer_counts.rs`.
     fn integer_counts(&self) -> Option<&dyn crate::IntegerCounts> {
-        let offered = self.inner.answers_at_once() && self.inner.integer_counts().is_some();
-        offered.then_some(self as &dyn crate::IntegerCounts)
+        self.inner.integer_counts().is_some().then_some(self as &dyn crate::IntegerCounts)
     }
 
     /// The inner store's own `update_now`, with a panic answered unavailable.

@@ -82,6 +82,31 @@ impl CompiledLimit {
         Some(counter.count(rest, step))
     }
 
+    /// [`gcra_counted`](Self::gcra_counted) through the store's integer
+    /// counter that answers through a future (Redis), for an attempt of
+    /// `cost`: its decision, or `None` for a call the general path answers.
+    pub(super) async fn gcra_later(&self, given: Given<'_>, cost: u64) -> Option<Result<Decision, LimitError>> {
+        let (step, counter) = (self.only_gcra?, self.integer_later.as_deref()?);
+        let step = if cost == 1 { step } else { step.with_cost(cost) };
+        let normalized = self.usual_value(given)?;
+        let KeyOf::Plain(rest) = key_of(&self.stems[0], &normalized) else { return None };
+        let answered = counter.count(rest, step).await;
+        Some(self.gcra_decision(step, answered))
+    }
+
+    /// The value of the usual attempt (one part, one value), as its part
+    /// makes values one; `None` for any other call, and for a value its
+    /// part refuses (the general path answers those).
+    #[inline]
+    fn usual_value<'g>(&self, given: Given<'g>) -> Option<Cow<'g, str>> {
+        let [part] = &self.limit.parts[..] else { return None };
+        match given {
+            Given::Normal(value) => Some(Cow::Borrowed(value)),
+            Given::Parts([(name, value)]) if *name == part.name => self.rules.apply(part.normalize, value).ok(),
+            Given::Parts(_) => None,
+        }
+    }
+
     /// [`attempt_now`](Self::attempt_now) through the store's (guarded) `update_now`.
     fn attempt_guarded_now<A: AnswerNow>(&self, store: &dyn LimitStore, given: Given<'_>, cost: u64) -> A {
         let mut keys = CallKeys::new();
@@ -124,8 +149,11 @@ impl CompiledLimit {
     /// The decision of an attempt that [`gcra_counted`](Self::gcra_counted)
     /// counted by `step`, or the store's error. Each answer returned from a
     /// branch of its own: one shared with the refusal's call met it in a
-    /// temporary, copied out.
-    #[inline]
+    /// temporary, copied out. Always inlined: with a second caller
+    /// (`gcra_later`) the compiler left it out of line, and the usual
+    /// attempt on the memory store took 14 instructions more (callgrind,
+    /// BENCHMARKS.md's memory section).
+    #[inline(always)]
     fn gcra_decision(&self, step: GcraStep, answered: Result<GcraCounted, StoreError>) -> Result<Decision, LimitError> {
         match answered {
             Ok(counted) => {

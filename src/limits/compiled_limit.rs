@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Unavailable;
 use crate::log::Throttle;
-use crate::{GcraStep, IntegerCounter, Millis, StoreError};
+use crate::{AsyncIntegerCounter, GcraStep, IntegerCounter, Millis, StoreError};
 
 use super::algorithm::{Algorithm, Verdict};
 use super::answers::Answers;
@@ -48,6 +48,9 @@ pub(super) struct CompiledLimit {
     /// [integer counter](crate::IntegerCounts) of its keys, when the store
     /// offers one.
     pub(super) integer: Option<Box<dyn IntegerCounter>>,
+    /// For such a limit on a store whose integer counts answer through a
+    /// future (Redis), its counter of the limit's keys.
+    pub(super) integer_later: Option<Box<dyn AsyncIntegerCounter>>,
     /// What it answered, shared with the limits a reload builds.
     pub(super) answers: Arc<Answers>,
     /// Values with budgets of their own; a limit with any counts through
@@ -85,9 +88,12 @@ impl CompiledLimit {
             },
             _ => None,
         };
-        let integer = match only_gcra {
-            Some(_) => backend.integer_counts().map(|counts| counts.counter(&store_key::prefix(&stems[0]))),
-            None => None,
+        let counts = only_gcra.and(backend.integer_counts());
+        let prefix = || store_key::prefix(&stems[0]);
+        let integer = counts.and_then(|counts| counts.counter(&prefix()));
+        let integer_later = match &integer {
+            Some(_) => None,
+            None => counts.and_then(|counts| counts.async_counter(&prefix())),
         };
         CompiledLimit {
             rules,
@@ -95,6 +101,7 @@ impl CompiledLimit {
             names: limit.parts.iter().map(|p| super::name::interned(&p.name)).collect(),
             only_gcra,
             integer,
+            integer_later,
             stems,
             limit,
             backend,
@@ -110,6 +117,7 @@ impl CompiledLimit {
     pub(super) fn with_overrides(mut self, overrides: Option<Overrides>) -> Self {
         if overrides.is_some() {
             self.integer = None;
+            self.integer_later = None;
             self.only_gcra = None;
         }
         self.overrides = overrides;

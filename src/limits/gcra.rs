@@ -57,8 +57,9 @@ pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Milli
 
 /// The answer of a limit of this one part to what `step` counted: the
 /// attempts left, when it next has budget, and for a refusal how long to
-/// wait. The usual cost of 1 inline; any other out of its way.
-#[inline]
+/// wait. The usual cost of 1 inline; any other out of its way. Always
+/// inlined, as `gcra_decision` is (`at_once.rs`): it has two callers.
+#[inline(always)]
 pub(crate) fn verdict(step: GcraStep, counted: GcraCounted) -> Verdict {
     if step.cost() != 1 {
         return verdict_cost(step, counted);
@@ -219,7 +220,7 @@ mod tests {
     fn count(store: &crate::MemoryStore, typed: bool, budget: u64, window: Millis) -> Seen {
         use futures_util::FutureExt;
         let verdict = if typed {
-            let counter = crate::IntegerCounts::counter(store, "api:client:");
+            let counter = crate::IntegerCounts::counter(store, "api:client:").unwrap();
             let step = GcraStep::new(budget, window, 1);
             counter.count("k", step).map(|counted| verdict(step, counted))
         } else {

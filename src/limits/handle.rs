@@ -66,15 +66,19 @@ impl Limits {
         compiled.attempt_now(given, cost)
     }
 
-    /// [`attempt_cost`](Self::attempt_cost) on `compiled` through a future,
-    /// by the limit's backend (after [`attempt_at_once`](Self::attempt_at_once)
-    /// answered `Pending`).
+    /// [`attempt_cost`](Self::attempt_cost) on `compiled` through a future
+    /// (after [`attempt_at_once`](Self::attempt_at_once) answered
+    /// `Pending`): the usual one through the store's integer counts, when
+    /// they answer through a future; any other by the limit's backend.
     pub(super) async fn attempt_later(
         &self,
         compiled: &CompiledLimit,
         parts: &[(&str, &str)],
         cost: u64,
     ) -> Result<Decision, LimitError> {
+        if let Some(decided) = compiled.gcra_later(Given::Parts(parts), cost).await {
+            return decided;
+        }
         let mut keys = CallKeys::new();
         compiled.keys(parts, PartsNeeded::All, &mut keys)?;
         let overridden = compiled.algorithms_for(&keys);

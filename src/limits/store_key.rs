@@ -225,10 +225,12 @@ mod tests {
     type Noted = Arc<parking_lot::Mutex<Vec<String>>>;
 
     /// A store of the site's own, in memory, that notes each key it is
-    /// asked about; it offers integer counts when `integers`.
+    /// asked about; it offers integer counts when `integers`, and answers
+    /// through futures only (its integer counts too) when `later`.
     struct Noting {
         memory: MemoryStore,
         integers: bool,
+        later: bool,
         noted: Noted,
     }
 
@@ -238,14 +240,16 @@ mod tests {
             false
         }
         fn answers_at_once(&self) -> bool {
-            true
+            !self.later
         }
         fn update_now(&self, keys: &[&str], apply: &mut Apply<'_>) -> Option<Result<(), StoreError>> {
             self.noted.lock().extend(keys.iter().map(|k| (*k).to_owned()));
-            self.memory.update_now(keys, apply)
+            self.memory.update_now(keys, apply).filter(|_| !self.later)
         }
         async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
-            self.noted.lock().extend(keys.iter().map(|k| (*k).to_owned()));
+            // Through futures with integer counts, which path counted is noted too.
+            let by = if self.later && self.integers { " by update" } else { "" };
+            self.noted.lock().extend(keys.iter().map(|k| format!("{k}{by}")));
             self.memory.update(keys, apply).await
         }
         async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
@@ -260,9 +264,13 @@ mod tests {
     }
 
     impl IntegerCounts for Noting {
-        fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
-            let inner = self.memory.counter(prefix);
-            Box::new(NotingCounter { prefix: prefix.to_owned(), inner, noted: self.noted.clone() })
+        fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
+            let inner = self.memory.counter(prefix).filter(|_| !self.later)?;
+            Some(Box::new(NotingCounter { prefix: prefix.to_owned(), inner, noted: self.noted.clone() }))
+        }
+        fn async_counter(&self, prefix: &str) -> Option<Box<dyn crate::AsyncIntegerCounter>> {
+            let inner = self.memory.counter(prefix).filter(|_| self.later)?;
+            Some(Box::new(NotingCounter { prefix: prefix.to_owned(), inner, noted: self.noted.clone() }))
         }
     }
 
@@ -279,18 +287,34 @@ mod tests {
         }
     }
 
+    type Counting<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
+
+    impl crate::AsyncIntegerCounter for NotingCounter {
+        fn count<'a>(&'a self, rest: &'a str, step: GcraStep) -> Counting<'a> {
+            Box::pin(std::future::ready(IntegerCounter::count(self, rest, step)))
+        }
+    }
+
     /// The keys one attempt on `value` asked a store for, through the
     /// integer count when the store offers it and `integers`, else through
     /// `update_now`; and the text of the key `CallKeys` writes for it.
     async fn asked(normalize: Normalize, value: &str, integers: bool) -> (Vec<String>, String) {
-        asked_as(normalize, value, integers, false).await
+        asked_as(normalize, value, integers, false, false).await
     }
 
     /// [`asked`], the value handed over as an address (it must be one)
     /// through a [`LimitHandle`](crate::limits::LimitHandle) when `as_address`.
-    async fn asked_as(normalize: Normalize, value: &str, integers: bool, as_address: bool) -> (Vec<String>, String) {
+    /// Through futures only when `later`.
+    async fn asked_as(
+        normalize: Normalize,
+        value: &str,
+        integers: bool,
+        as_address: bool,
+        later: bool,
+    ) -> (Vec<String>, String) {
         let noted = Noted::default();
-        let store = Noting { memory: MemoryStore::new(), integers, noted: noted.clone() };
+        let store = Noting { memory: MemoryStore::new(), integers, later, noted: noted.clone() };
         let part = Part::new("who", Algorithm::gcra(5, std::time::Duration::from_secs(60))).normalized(normalize);
         let limits = Limits::builder()
             .store(Arc::new(store))
@@ -319,7 +343,8 @@ mod tests {
     }
 
     /// Every path names the same key, byte for byte, for the same limit,
-    /// part and value: the integer count (its prefix and the value), the
+    /// part and value: the integer count (its prefix and the value; here and
+    /// now, or through a future), the
     /// general path (`CallKeys`), a value too long for its key (the hashed
     /// form, on both), and an address given as the address (the layer's)
     /// or as its text, and handed over as the address (as its client's
@@ -337,8 +362,12 @@ mod tests {
         for (normalize, value) in cases {
             let (by_integers, written) = asked(normalize, value, true).await;
             let (by_update, same) = asked(normalize, value, false).await;
+            let (by_integers_later, _) = asked_as(normalize, value, true, false, true).await;
             assert_eq!(written, same);
             assert_eq!(by_integers, std::slice::from_ref(&written), "{normalize:?} {value}");
+            // A value too long for its key goes by update, on every store.
+            let by = if value.len() > 1000 { " by update" } else { "" };
+            assert_eq!(by_integers_later, [format!("{written}{by}")], "{normalize:?} {value}");
             assert_eq!(by_update, std::slice::from_ref(&written), "{normalize:?} {value}");
             assert_eq!(written.starts_with("door:who#"), value.len() > 1000, "{value}");
         }
@@ -346,7 +375,7 @@ mod tests {
         for value in ["192.0.2.7", "::ffff:192.0.2.7", "2001:db8:1:2:aaaa::1"] {
             for normalize in [Normalize::Exact, Normalize::Folded, Normalize::Ip] {
                 for integers in [true, false] {
-                    let (by_address, written) = asked_as(normalize, value, integers, true).await;
+                    let (by_address, written) = asked_as(normalize, value, integers, true, false).await;
                     assert_eq!(by_address, [written], "{normalize:?} {value} {integers}");
                 }
             }

@@ -3,6 +3,9 @@
 //! count is data ([`GcraStep`]) and its rule is here, in one place, so that
 //! any store runs the same one: in this process, or in a script of its own.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::{Millis, StoreError};
 
 /// A store's integer counts: a capability a store may offer beside the contract,
@@ -16,26 +19,56 @@ use crate::{Millis, StoreError};
 /// the same entry (a bare JSON integer), so a store may offer it or not and
 /// the counts read the same either way.
 ///
-/// Which stores offer it:
-/// - the memory store does: a count there is a hash and a short lock, and
-///   the JSON round trip was most of what was left;
-/// - [`Guarded`](crate::Guarded) offers its inner store's, for a store that
-///   answers at once, with its own rules on each count (a panic answered
-///   unavailable, a failure logged);
+/// A store offers one of two counters, by how its counts answer: an
+/// [`IntegerCounter`] here and now (a store that
+/// [answers at once](crate::LimitStore::answers_at_once)), or an
+/// [`AsyncIntegerCounter`] through a future (a store whose counts wait on
+/// the network). Which stores offer them:
+/// - the memory store, here and now: a count there is a hash and a short
+///   lock, and the JSON round trip was most of what was left;
+/// - Redis on one server (or Sentinel's primary), through a future: a
+///   short script runs the step's rule on the integer, where a count
+///   through `update` reads, checks and writes JSON by compare-and-set;
+///   its round trip stays, the script's JSON and its retries go. On a
+///   cluster it offers none (its counts there go by `update`);
+/// - [`Guarded`](crate::Guarded) offers its inner store's, each count
+///   under its own rules (a panic answered unavailable, a failure logged;
+///   through a future, the deadline and the in-flight cap too);
 /// - the database stores should not: a count there is a round trip and a
 ///   commit, beside which the JSON costs nothing, and their rows hold JSON
-///   text that other versions read;
-/// - Redis should, once it counts with a short integer script of its own:
-///   its round trip stays, its script's JSON goes. The step is data, so
-///   such a script runs [`GcraStep::run`]'s rule on the step's three
-///   numbers. Its calls wait on the network, which
-///   [`IntegerCounter::count`] does not: it needs a counterpart that takes
-///   the same step and answers the same [`GcraCounted`] through a future.
+///   text that other versions read.
 pub trait IntegerCounts: Send + Sync {
     /// A counter of the keys that begin with `prefix` (a limit part's
-    /// `{limit}:{part}:`), made once and kept, so that the store may do
-    /// once what every key after it shares (the memory store hashes it).
-    fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter>;
+    /// `{limit}:{part}:`) that answers here and now, made once and kept, so
+    /// that the store may do once what every key after it shares (the
+    /// memory store hashes it). `None` (the default) for a store whose
+    /// counts wait.
+    fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
+        let _ = prefix;
+        None
+    }
+
+    /// A counter of the keys that begin with `prefix` that answers through
+    /// a future, for a store whose counts wait on I/O. `None` (the default)
+    /// for a store that offers none.
+    fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
+        let _ = prefix;
+        None
+    }
+}
+
+/// Counts the keys that begin with one prefix through a future: see
+/// [`IntegerCounts::async_counter`].
+pub trait AsyncIntegerCounter: Send + Sync {
+    /// [`IntegerCounter::count`]'s count, under the same rules, answered
+    /// through a future. As for [`update`](crate::LimitStore::update), the
+    /// future may be dropped at any await: the count is then written whole
+    /// or not at all.
+    fn count<'a>(
+        &'a self,
+        rest: &'a str,
+        step: GcraStep,
+    ) -> Pin<Box<dyn Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
 }
 
 /// Counts the keys that begin with one prefix: see [`IntegerCounts::counter`].

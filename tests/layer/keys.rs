@@ -297,12 +297,12 @@ impl LimitStore for Noting {
 }
 
 impl limit_store::IntegerCounts for Noting {
-    fn counter(&self, prefix: &str) -> Box<dyn limit_store::IntegerCounter> {
-        Box::new(NotingCounter {
+    fn counter(&self, prefix: &str) -> Option<Box<dyn limit_store::IntegerCounter>> {
+        Some(Box::new(NotingCounter {
             prefix: prefix.to_owned(),
-            inner: limit_store::IntegerCounts::counter(&self.memory, prefix),
+            inner: limit_store::IntegerCounts::counter(&self.memory, prefix)?,
             noted: self.noted.clone(),
-        })
+        }))
     }
 }
 

@@ -265,8 +265,8 @@ impl LimitStore for MemoryStore {
 
 /// Each counter holds its prefix hashed once: a count hashes only the rest.
 impl IntegerCounts for MemoryStore {
-    fn counter(&self, prefix: &str) -> Box<dyn IntegerCounter> {
-        Box::new(PrefixCounter { start: self.key_start(prefix), store: self.clone() })
+    fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
+        Some(Box::new(PrefixCounter { start: self.key_start(prefix), store: self.clone() }))
     }
 }
 
