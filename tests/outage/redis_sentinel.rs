@@ -113,6 +113,75 @@ async fn a_sentinel_failover_under_load_loses_no_acknowledged_count() {
     assert_eq!(add_one(&*store, "first").await.unwrap(), 2);
 }
 
+/// `Limits` counting a GCRA through the integer script keeps the same
+/// promises through a `SENTINEL FAILOVER` under load: every attempt is
+/// answered within 2.5 s, counting resumes with no restart, and with
+/// `min_replicas_acked = 1` no acknowledged count is lost. With a 10 s
+/// interval the key's TAT is its first count's clock plus one interval per
+/// count stored, so the TAT says how many were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn integer_counts_through_a_sentinel_failover_lose_no_acknowledged_count() {
+    use limit_store::limits::{Algorithm, Limit, Part};
+    let _alone = crate::alone().await;
+    let Some(topology) = Topology::start() else { return };
+    let old = topology.primary();
+    let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
+    let store = Arc::new(store);
+    let part = Part::new("who", Algorithm::gcra(100_000, Duration::from_secs(1_000_000)));
+    let limits = limit_store::Limits::builder()
+        .store(store.clone())
+        .without_presets()
+        .limit(Limit::new("door").part(part))
+        .build()
+        .unwrap();
+    let first = limits.attempt("door", &[("who", "k")]).await.unwrap();
+    assert!(first.allowed && first.degraded.is_none(), "{first:?}");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (limits, stop) = (limits.clone(), stop.clone());
+            tokio::spawn(async move {
+                let (mut acked, mut failed, mut slowest) = (0u64, 0u64, Duration::ZERO);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let began = Instant::now();
+                    let decided = limits.attempt("door", &[("who", "k")]).await.unwrap();
+                    slowest = slowest.max(began.elapsed());
+                    match decided.degraded {
+                        None => acked += 1,
+                        Some(_) => failed += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (acked, failed, slowest)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
+    let began = Instant::now();
+    while topology.primary() == old {
+        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Counting resumes on the new primary, acknowledged by the old one.
+    let (resumed, mut failed) = (Instant::now(), 0);
+    while limits.attempt("door", &[("who", "k")]).await.unwrap().degraded.is_some() {
+        assert!(resumed.elapsed() < Duration::from_secs(30), "counting never resumed");
+        failed += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acked = 2;
+    for task in tasks {
+        let (a, f, slowest) = task.await.unwrap();
+        assert!(slowest < Duration::from_millis(2_500), "an attempt took {slowest:?}");
+        (acked, failed) = (acked + a, failed + f);
+    }
+    let entry = store.read(&["door:who:k"]).await.unwrap()[0].clone().expect("the key lives on the new primary");
+    let stored = u64::try_from((entry.expires_at - first.now) / 10_000).unwrap();
+    assert!((acked..=acked + failed).contains(&stored), "{stored} stored, {acked} acknowledged, {failed} not");
+}
+
 /// Sentinels (and servers) that require a password are asked with the URL's,
 /// before and after a failover; without it the store is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ mod common;
 mod cluster;
 #[cfg(feature = "testing")]
 mod contract;
+mod integer;
 mod replica;
 mod shares;
 mod store;

@@ -342,18 +342,23 @@ impl Batcher {
         command(hash, batch.iter().map(|p| &p.call), &names, keys)
     }
 
-    /// Sends `cmd`, followed by `WAIT` for the replicas when the store asks
-    /// for them; the script's answer, and how many replicas acknowledged
-    /// (`u64::MAX` when none were asked for).
-    async fn call(&self, conn: &mut super::link::Conn, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
-        if self.min_acked == 0 {
-            return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone()).cmd("WAIT").arg(self.min_acked).arg(WAIT_MS);
-        let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
-        Ok((value, acked))
+    /// [`call`] with this store's replicas to wait for.
+    async fn call(&self, conn: &mut Conn, cmd: &redis::Cmd) -> redis::RedisResult<(Value, u64)> {
+        call(conn, cmd, self.min_acked).await
     }
+}
+
+/// Sends `cmd`, followed by `WAIT` for `min_acked` replicas when there are
+/// any to wait for; the script's answer, and how many replicas acknowledged
+/// (`u64::MAX` when none were asked for).
+pub(super) async fn call(conn: &mut Conn, cmd: &redis::Cmd, min_acked: u32) -> redis::RedisResult<(Value, u64)> {
+    if min_acked == 0 {
+        return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
+    }
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone()).cmd("WAIT").arg(min_acked).arg(WAIT_MS);
+    let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
+    Ok((value, acked))
 }
 
 /// How long a count waits for its replicas (`WAIT`), under the client's

@@ -163,8 +163,11 @@ impl RedisStoreBuilder {
         // Claims lie outside the generation's keys, so that `SCAN` skips them.
         let batcher = Batcher::new(link.clone(), names.clone(), claims, self.min_replicas_acked);
         let steps = batcher.slot_map().map(|map| StepBatcher::new(link.clone(), map.clone()));
+        let grace = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
+        let integers = super::integer::IntegerCalls::new(link.clone(), grace, self.min_replicas_acked);
         let shared = Arc::new(Shared {
             batcher,
+            integers,
             steps,
             link,
             scripts: Scripts::new(),
@@ -184,7 +187,7 @@ impl RedisStoreBuilder {
             trips: super::Trips::default(),
             server: info,
             upkeep: std::sync::OnceLock::new(),
-            grace: i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX),
+            grace,
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         });
         // The first count walks every key of the database: in the background,

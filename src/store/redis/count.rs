@@ -106,7 +106,7 @@ impl Shared {
 }
 
 impl RedisStore {
-    async fn count(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
+    pub(super) async fn count(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         check_keys(keys)?;
         let started = Instant::now();
         let shared = &*self.shared;
@@ -237,6 +237,11 @@ impl LimitStore for RedisStore {
 
     fn stats(&self) -> Option<crate::StoreStats> {
         Some(self.shared.bound.stats())
+    }
+
+    /// On one server (or Sentinel's primary): see `integer/`.
+    fn integer_counts(&self) -> Option<&dyn crate::IntegerCounts> {
+        (!self.shared.cluster).then_some(self as &dyn crate::IntegerCounts)
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {

@@ -15,6 +15,9 @@
 //!   write script checks both, so a wrong guess costs the read it skipped.
 //! - **Counts ready at once share one script call** (`batch.rs`), each
 //!   checked and written on its own in it.
+//! - **A one-part GCRA's count is one short script** on one server
+//!   (`integer/`): the store's [integer counts](crate::IntegerCounts), with
+//!   no `apply`, no guess and no retry.
 //! - **The server's clock.** `now` is Redis's `TIME`; entries are written
 //!   with `PXAT` at their expiry plus a short grace, so Redis drops them
 //!   itself; reads and counts judge expiry by the stored expiry on Redis's
@@ -34,6 +37,7 @@ mod cluster;
 mod count;
 pub(crate) mod entry;
 mod family;
+mod integer;
 mod link;
 mod replica;
 mod script;
@@ -93,6 +97,8 @@ struct Shared {
     scripts: Scripts,
     /// Sends the compare-and-sets, those ready at once together.
     batcher: Arc<Batcher>,
+    /// Sends the integer counts, those ready at once together.
+    integers: Arc<integer::IntegerCalls>,
     /// On a cluster, sends the steps of updates across slots, those ready at
     /// once for one node in one call (`cluster/steps.rs`).
     steps: Option<Arc<cluster::steps::StepBatcher>>,

@@ -6,7 +6,13 @@
 //! - **The first of a turn starts the flush.** It spawns a task that runs
 //!   after the others ready in the same turn and takes everything that waits
 //!   then; a lone item goes alone, a task hop later. Flushes do not wait for
-//!   each other: several may be out at once.
+//!   each other: several may be out at once. A capped turn (the integer
+//!   counts', `integer/`) has at most two out: Redis runs one while this
+//!   process handles the other's answers, and what comes meanwhile waits
+//!   for the next, so its calls are fuller. It pays where a call costs more
+//!   than the counts in it (the integer script's `TIME`, its call, its
+//!   answer); the compare-and-set's cost is mostly per count, and capped it
+//!   measured no different (BENCHMARKS.md).
 //! - **Nobody waiting, nothing sent.** An item whose caller stopped waiting
 //!   before the flush is left out of it.
 //! - **One call per node.** On a cluster the items go in one group per
@@ -28,11 +34,16 @@
 use std::future::Future;
 
 use parking_lot::Mutex;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::cluster::slots::node;
 
 /// The most items one call carries; more that wait go in several calls.
 const MAX_CALL: usize = 64;
+
+/// How many flushes a capped turn has out at once: two, so that Redis runs
+/// one while this process handles the other's answers.
+const OUT: usize = 2;
 
 /// An item waiting for its turn's call.
 pub(super) trait Waiting {
@@ -45,11 +56,31 @@ pub(super) trait Waiting {
 /// The items waiting for the next flush.
 pub(super) struct Turn<T> {
     waiting: Mutex<Vec<T>>,
+    /// With a cap, how many flushes may be out at once (see [`Turn::capped`]).
+    out: Option<Semaphore>,
 }
 
 impl<T: Waiting> Turn<T> {
+    /// Flushes go out as soon as their turn ends, as many at once as there are.
     pub(super) fn new() -> Self {
-        Turn { waiting: Mutex::new(Vec::new()) }
+        Turn { waiting: Mutex::new(Vec::new()), out: None }
+    }
+
+    /// At most [`OUT`] flushes out at once: a flush waits for one to end
+    /// before it takes what waits, and what comes meanwhile goes with it.
+    pub(super) fn capped() -> Self {
+        Turn { waiting: Mutex::new(Vec::new()), out: Some(Semaphore::new(OUT)) }
+    }
+
+    /// [`take`](Self::take), once a flush may go out: the place it holds
+    /// until it is dropped (none without a cap).
+    pub(super) async fn take_when_free(&self) -> (Option<SemaphorePermit<'_>>, Vec<T>) {
+        // The semaphore is never closed.
+        let place = match &self.out {
+            Some(out) => out.acquire().await.ok(),
+            None => None,
+        };
+        (place, self.take())
     }
 
     /// How many items wait now.
