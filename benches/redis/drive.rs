@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use limit_store::{update_with, LimitStore};
+use limit_store::{update_with, LimitStore, Limits};
 
 use super::stats::{per_count, Probe};
 use super::{count, count_all, Opts, Rng, HOUR_MS, MINUTE_MS};
@@ -22,16 +22,53 @@ pub(crate) enum Keys {
     Pair(Arc<Vec<String>>),
 }
 
-/// Runs `callers` tasks, each counting one at a time, for `warmup` then
-/// `secs`; answers counts per second over the measured part and its errors,
-/// and with a `probe` (`--stats`) its figures per count there. With
-/// `owned`, each count goes through `update_owned` with a boxed `apply`, as
-/// `Limits` calls a store; else through `update_with`.
+/// How a store contender counts one key.
+#[derive(Clone)]
+pub(crate) enum How {
+    /// `update_with`, the fixed window's `apply` borrowed.
+    Update,
+    /// `update_owned` with a boxed `apply`, as `Limits` calls a store for
+    /// any limit but a one-part GCRA.
+    Owned,
+    /// `Limits::attempt` on [`LIMIT`]'s one part: a GCRA, whose count
+    /// goes through the store's integer counts.
+    Attempt(Limits),
+}
+
+/// The limit the `Limits` rows count on, with a budget no run reaches.
+pub(crate) const LIMIT: &str = "bench";
+
+/// `Limits` of one limit, [`LIMIT`]: a GCRA of 3,600,000 attempts an hour (one a ms), on `store`.
+pub(crate) fn limits(store: Arc<dyn LimitStore>) -> Result<Limits> {
+    use limit_store::limits::{Algorithm, Limit, Part};
+    let part = Part::new("client", Algorithm::gcra(3_600_000, Duration::from_secs(3600)));
+    Ok(Limits::builder().store(store).without_presets().limit(Limit::new(LIMIT).part(part)).build()?)
+}
+
+/// One count of `key` as `how` says.
+async fn count_one(store: &dyn LimitStore, how: &How, key: &str, window: i64) -> Result<(), String> {
+    match how {
+        How::Update => update_with(store, &[key], |cur, now| count(cur, now, window)).await.map(drop),
+        How::Owned => store.update_owned(&[key], Box::new(move |cur, now| count(cur, now, window).0)).await,
+        How::Attempt(limits) => {
+            return match limits.attempt(LIMIT, &[("client", key)]).await {
+                Ok(decided) if decided.allowed && decided.degraded.is_none() => Ok(()),
+                Ok(decided) => Err(format!("{decided:?}")),
+                Err(e) => Err(e.to_string()),
+            };
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Runs `callers` tasks, each counting one at a time (as `how` says), for
+/// `warmup` then `secs`; answers counts per second over the measured part
+/// and its errors, and with a `probe` (`--stats`) its figures per count there.
 pub(crate) async fn drive(
     store: Arc<dyn LimitStore>,
     keys: Arc<Vec<String>>,
     which: Keys,
-    owned: bool,
+    how: How,
     callers: usize,
     o: &Opts,
     mut probe: Option<&mut Probe>,
@@ -43,7 +80,7 @@ pub(crate) async fn drive(
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..callers)
         .map(|c| {
-            let (store, keys, tag, which) = (store.clone(), keys.clone(), tag.clone(), which.clone());
+            let (store, keys, tag, which, how) = (store.clone(), keys.clone(), tag.clone(), which.clone(), how.clone());
             let (done, errors, stop) = (done.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
                 let mut rng = Rng::for_caller(c);
@@ -60,17 +97,12 @@ pub(crate) async fn drive(
                             let pair = [keys[i].as_str(), seconds[i].as_str()];
                             let counted =
                                 update_with(&*store, &pair, |cur, now| (count_all(cur, now, HOUR_MS), ())).await;
-                            tally(counted, &done, &errors);
+                            tally(counted.map_err(|e| e.to_string()), &done, &errors);
                             continue;
                         }
                     };
                     let window = if matches!(which, Keys::Fresh) { MINUTE_MS } else { HOUR_MS };
-                    let counted = if owned {
-                        store.update_owned(&[key], Box::new(move |cur, now| count(cur, now, window).0)).await
-                    } else {
-                        update_with(&*store, &[key], |cur, now| count(cur, now, window)).await.map(drop)
-                    };
-                    tally(counted, &done, &errors);
+                    tally(count_one(&*store, &how, key, window).await, &done, &errors);
                 }
             })
         })
@@ -98,7 +130,7 @@ pub(crate) async fn drive(
 }
 
 /// A count done, or an error (the first one printed).
-fn tally(counted: Result<(), limit_store::StoreError>, done: &AtomicU64, errors: &AtomicU64) {
+fn tally(counted: Result<(), String>, done: &AtomicU64, errors: &AtomicU64) {
     match counted {
         Ok(()) => {
             done.fetch_add(1, Ordering::Relaxed);
@@ -111,12 +143,14 @@ fn tally(counted: Result<(), limit_store::StoreError>, done: &AtomicU64, errors:
     }
 }
 
-/// Counts every key (or pair, with [`Keys::Pair`]) once, 32 in flight, untimed.
-pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>, which: Keys) -> Result<()> {
+/// Counts every key (or pair, with [`Keys::Pair`]) once, as `how` says (a
+/// pair by `update_with`), 32 in flight, untimed.
+pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>, which: Keys, how: How) -> Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..32)
         .map(|_| {
-            let (store, keys, next, which) = (store.clone(), keys.clone(), next.clone(), which.clone());
+            let (store, keys, next, which, how) =
+                (store.clone(), keys.clone(), next.clone(), which.clone(), how.clone());
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -126,9 +160,7 @@ pub(crate) async fn prefill(store: Arc<dyn LimitStore>, keys: Arc<Vec<String>>, 
                             let pair = [key.as_str(), seconds[i].as_str()];
                             update_with(&*store, &pair, |cur, now| (count_all(cur, now, HOUR_MS), ())).await?;
                         }
-                        _ => {
-                            update_with(&*store, &[key.as_str()], |cur, now| count(cur, now, HOUR_MS)).await?;
-                        }
+                        _ => count_one(&*store, &how, key, HOUR_MS).await.map_err(anyhow::Error::msg)?,
                     }
                 }
                 Ok::<_, anyhow::Error>(())

@@ -13,7 +13,12 @@
 //! - limit-store `RedisStore`: `update` with an `apply` that reads `n` (a bare
 //!   JSON number) and writes `n + 1` with the entry's expiry, or 1 with an
 //!   hour to live (as benches/database counts); bare (`update_with`), and
-//!   through `Guarded` with an owned `apply` (`update_owned`, as `Limits` calls it).
+//!   through `Guarded` with an owned `apply` (`update_owned`, as `Limits` calls it
+//!   for any limit but a one-part GCRA).
+//! - limit-store `Limits::attempt` on a one-part GCRA with a budget no run
+//!   reaches (3,600,000 an hour, one a ms: the finest a GCRA takes), on a
+//!   `RedisStore` of its own: the count a site makes, in one short script on
+//!   the key's integer (the store's integer counts).
 //!   With `--fresh`, also on brand-new keys (unique to the run, a minute to
 //!   live), with a store of its own so that they do not crowd the live keys
 //!   out of the other store's memory of the entries it last wrote.
@@ -58,6 +63,7 @@
 
 #[path = "../common/args.rs"]
 mod args;
+mod cluster;
 mod drive;
 #[path = "../common/figures.rs"]
 mod figures;
@@ -75,7 +81,7 @@ use anyhow::{bail, Context as _, Result};
 use limit_store::{Entry, Guarded, LimitStore, Millis, RedisStore, Write};
 
 use self::args::{parse_args, Timing};
-use self::drive::{prefill, Keys};
+use self::drive::{prefill, How, Keys};
 use self::figures::median;
 use self::keys::keys;
 pub(crate) use self::keys::Rng;
@@ -88,6 +94,7 @@ pub(crate) const HOUR_MS: Millis = 3_600_000;
 pub(crate) const MINUTE_MS: Millis = 60_000;
 pub(crate) const STORE: &str = "limit-store `RedisStore`";
 pub(crate) const GUARDED: &str = "limit-store `Guarded<RedisStore>`";
+pub(crate) const ATTEMPT: &str = "limit-store `Limits::attempt`, GCRA (integer script)";
 pub(crate) const FRESH: &str = "limit-store `RedisStore`, new keys";
 pub(crate) const RLF: &str = "rate-limiter-flexible `RateLimiterRedis`";
 pub(crate) const LIMITADOR: &str = "limitador `AsyncRedisStorage`";
@@ -193,70 +200,6 @@ async fn probe(o: &Opts, url: &str) -> Result<Option<Probe>> {
     Ok(if o.stats { Some(Probe::new(url).await.with_context(|| format!("--stats on {url}"))?) } else { None })
 }
 
-/// The cluster rows: `RedisStore` on `cluster` on one key and on two (keys
-/// of their own, counted once first), the same two-key count on the one
-/// server, and rate-limiter-flexible on the cluster; with `--replicated` and
-/// `--bare-cluster`, the like-for-like rows.
-async fn cluster_contenders(o: &Opts, cluster: &str, keys: &Arc<Vec<String>>, root: &Path) -> Result<Vec<Contender>> {
-    let pairs = Arc::new(keys.iter().map(|k| format!("ip:{k}")).collect::<Vec<_>>());
-    let firsts = Arc::new(keys.iter().map(|k| format!("acct:{k}")).collect::<Vec<_>>());
-    // The one server's one-key count in these rounds: keys other than the
-    // one server's first rows', so that their store's memory stays true.
-    let solo = Arc::new(keys.iter().map(|k| format!("solo:{k}")).collect::<Vec<_>>());
-    let builder = |url: &str| {
-        let b = RedisStore::builder(url).secret(&"x".repeat(40)).prefix("lsbench").max_entries(100_000_000);
-        // A pair store remembers both keys of every pair.
-        b.remember(o.remember.unwrap_or(0).max(2 * KEY_COUNT))
-    };
-    // (row, server, two keys, its keys when one, `min_replicas_acked` applies)
-    type Row<'a> = (&'static str, &'a str, bool, &'a Arc<Vec<String>>, bool);
-    let mut rows: Vec<Row<'_>> = Vec::new();
-    if o.bare_cluster.is_some() {
-        rows.push((ONE_KEY, o.url.as_str(), false, &solo, false));
-    }
-    rows.push((PAIR, o.url.as_str(), true, keys, false));
-    if let Some(url) = &o.replicated {
-        rows.extend([(REPLICATED1, url.as_str(), false, keys, true), (REPLICATED2, url.as_str(), true, keys, true)]);
-    }
-    rows.extend([(CLUSTER1, cluster, false, keys, true), (CLUSTER2, cluster, true, keys, true)]);
-    if let Some(url) = &o.bare_cluster {
-        rows.extend([(BARE1, url.as_str(), false, keys, false), (BARE2, url.as_str(), true, keys, false)]);
-    }
-    let mut out = Vec::new();
-    for (name, url, two, one, replicated) in rows.into_iter().filter(|row| o.runs(row.0)) {
-        eprintln!("{name}: connecting, counting every key once");
-        let acked = if replicated { o.min_acked } else { 0 };
-        let store = builder(url).min_replicas_acked(acked).connect().await;
-        let store = Arc::new(store.with_context(|| format!("connect to {url}"))?);
-        let bare: Arc<dyn LimitStore> = store.clone();
-        let (which, list) = if two { (Keys::Pair(pairs.clone()), firsts.clone()) } else { (Keys::Live, one.clone()) };
-        prefill(bare.clone(), list.clone(), which.clone()).await.with_context(|| format!("{name}'s fill"))?;
-        out.push(Contender {
-            name,
-            runner: Runner::Store {
-                store: bare,
-                redis: store,
-                keys: which,
-                list: Some(list),
-                owned: false,
-                probe: probe(o, url).await?,
-            },
-        });
-    }
-    if o.node && o.runs(RLF_CLUSTER) {
-        eprintln!("rate-limiter-flexible on the cluster: starting, consuming every key once");
-        let dir = root.join("bench").join("node");
-        let n = KEY_COUNT.to_string();
-        out.push(Contender::child(
-            RLF_CLUSTER,
-            &dir,
-            "node",
-            &["rlf.js", "--db", "redis-cluster", "--url", cluster, "--keys", &n],
-        )?);
-    }
-    Ok(out)
-}
-
 /// Every round of `contenders` at each of `callers`, their figures added to `res`.
 async fn rounds(
     contenders: &mut [Contender],
@@ -304,7 +247,7 @@ fn main() -> Result<()> {
         let keys = Arc::new(keys(KEY_COUNT));
         let mut contenders = Vec::new();
 
-        if [STORE, GUARDED].iter().any(|name| o.runs(name)) || (o.fresh && o.runs(FRESH)) {
+        if [STORE, GUARDED, ATTEMPT].iter().any(|name| o.runs(name)) || (o.fresh && o.runs(FRESH)) {
             eprintln!("limit-store: connecting, counting every key once");
             // Keys under a prefix of the bench's own; a bound no run reaches (the
             // new-key contender adds an entry per count).
@@ -315,7 +258,7 @@ fn main() -> Result<()> {
             }
             let store = Arc::new(builder.clone().connect().await?);
             let bare: Arc<dyn LimitStore> = store.clone();
-            prefill(bare.clone(), keys.clone(), Keys::Live).await.context("limit-store's fill")?;
+            prefill(bare.clone(), keys.clone(), Keys::Live, How::Update).await.context("limit-store's fill")?;
             contenders.push(Contender {
                 name: STORE,
                 runner: Runner::Store {
@@ -323,7 +266,7 @@ fn main() -> Result<()> {
                     redis: store.clone(),
                     keys: Keys::Live,
                     list: None,
-                    owned: false,
+                    how: How::Update,
                     probe: probe(&o, &o.url).await?,
                 },
             });
@@ -335,10 +278,27 @@ fn main() -> Result<()> {
                     redis: store.clone(),
                     keys: Keys::Live,
                     list: None,
-                    owned: true,
+                    how: How::Owned,
                     probe: probe(&o, &o.url).await?,
                 },
             });
+            if o.runs(ATTEMPT) {
+                // A store of its own, as a site's `Limits` has: its GCRA's
+                // keys (`bench:client:…`) are not the other rows'.
+                let own = Arc::new(builder.clone().connect().await?);
+                let limits = drive::limits(own.clone())?;
+                let how = How::Attempt(limits);
+                prefill(own.clone(), keys.clone(), Keys::Live, how.clone()).await.context("Limits' fill")?;
+                let runner = Runner::Store {
+                    store: own.clone(),
+                    redis: own,
+                    keys: Keys::Live,
+                    list: None,
+                    how,
+                    probe: probe(&o, &o.url).await?,
+                };
+                contenders.push(Contender { name: ATTEMPT, runner });
+            }
             if o.fresh {
                 // A store of its own: the new keys it remembers would otherwise
                 // push the live keys out of the other rows' store's memory, and
@@ -351,7 +311,7 @@ fn main() -> Result<()> {
                         redis: fresh,
                         keys: Keys::Fresh,
                         list: None,
-                        owned: false,
+                        how: How::Update,
                         probe: probe(&o, &o.url).await?,
                     },
                 });
@@ -392,7 +352,7 @@ fn main() -> Result<()> {
         // work (the bound's first count on every primary) runs on this one
         // thread and would slow the one server's points, a lone caller most.
         if let Some(cluster) = &o.cluster {
-            let mut more = cluster_contenders(&o, cluster, &keys, root).await?;
+            let mut more = cluster::contenders(&o, cluster, &keys, root).await?;
             let many: Vec<usize> = o.timing.callers.iter().copied().filter(|&c| c >= 8).collect();
             rounds(&mut more, &keys, &o, &many, &mut res).await;
             contenders.extend(more);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 use limit_store::{LimitStore, RedisStore};
 
-use super::drive::{drive, Keys};
+use super::drive::{drive, How, Keys};
 use super::stats::Probe;
 use super::{Opts, KEY_COUNT};
 
@@ -23,7 +23,7 @@ pub(crate) enum Runner {
         redis: Arc<RedisStore>,
         keys: Keys,
         list: Option<Arc<Vec<String>>>,
-        owned: bool,
+        how: How,
         probe: Option<Probe>,
     },
     /// A child speaking rlf.js's `--serve 1` protocol: one stdin line "C WARMUP SECS", one JSON line back.
@@ -67,11 +67,11 @@ impl Contender {
     ) -> Result<(f64, u64)> {
         let name = self.name;
         match &mut self.runner {
-            Runner::Store { store, redis, keys: which, list, owned, probe } => {
+            Runner::Store { store, redis, keys: which, list, how, probe } => {
                 let before = redis.info().round_trips;
                 let keys = list.as_ref().unwrap_or(keys);
                 let (rate, errors, stats) =
-                    drive(store.clone(), keys.clone(), which.clone(), *owned, c, o, probe.as_mut()).await;
+                    drive(store.clone(), keys.clone(), which.clone(), how.clone(), c, o, probe.as_mut()).await;
                 let after = redis.info().round_trips;
                 let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
                 let all = (one + two + more).max(1) as f64;

@@ -109,7 +109,7 @@ fn versus(ratio: &dyn Fn(&str, &str, usize) -> String, cols: &[(&str, usize, f64
         .collect();
     println!("| limit-store | {} |", head.join(" | "));
     println!("|---|{}", "---:|".repeat(cols.len()));
-    for ours in [STORE, GUARDED].into_iter().filter(|n| names.contains(n)) {
+    for ours in [STORE, GUARDED, ATTEMPT].into_iter().filter(|n| names.contains(n)) {
         let cells: Vec<String> = cols.iter().map(|(n, c, _)| ratio(ours, n, *c)).collect();
         println!("| {ours} | {} |", cells.join(" | "));
     }
