@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use limit_store::clock::{Clock, SystemClock};
 use limit_store::rules::{check_keys, run_apply};
 use limit_store::testing::{contract, StorePair};
-use limit_store::{Apply, Entry, LimitStore, Millis, StoreError, Write};
+use limit_store::{
+    Apply, AsyncIntegerCounter, Entry, GcraCounted, GcraStep, IntegerCounts, LimitStore, Millis, StoreError, Write,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Defect {
@@ -59,6 +61,10 @@ enum Defect {
     DeleteIgnored,
     /// Stores numbers as f64.
     LossyNumbers,
+    /// Its integer counter reads, lets others run, then writes.
+    RacyIntegers,
+    /// Its integer counter keeps the TAT as the value: not what `update` reads.
+    IntegersKeptAsTat,
 }
 
 struct Naive {
@@ -174,6 +180,10 @@ impl LimitStore for Naive {
         true
     }
 
+    fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
+        Some(self)
+    }
+
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
         self.check(keys)?;
         let now = self.now();
@@ -248,6 +258,51 @@ impl LimitStore for Naive {
             return Ok(expired);
         }
         Ok(if self.defect == Defect::SweepCountsNothing { 0 } else { removed })
+    }
+}
+
+/// Naive's integer counts: the rule of `GcraStep::run` on the key's entry,
+/// under the map's lock, leaving the entry `update` would.
+impl IntegerCounts for Naive {
+    fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
+        let store = Naive { entries: self.entries.clone(), clock_offset: self.clock_offset, defect: self.defect };
+        Some(Box::new(NaiveCounter { store, prefix: prefix.to_owned() }))
+    }
+}
+
+struct NaiveCounter {
+    store: Naive,
+    prefix: String,
+}
+
+type Counting<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
+
+impl AsyncIntegerCounter for NaiveCounter {
+    fn count<'a>(&'a self, rest: &'a str, step: GcraStep) -> Counting<'a> {
+        Box::pin(async move {
+            let (store, key, now) = (&self.store, format!("{}{rest}", self.prefix), self.store.now());
+            let held = |map: &HashMap<String, Entry>| {
+                store.current(map, &[key.as_str()], now)[0]
+                    .as_ref()
+                    .and_then(|e| Some((e.value.as_i64()?, e.expires_at)))
+            };
+            let write = |map: &mut HashMap<String, Entry>, stored| {
+                let (kept, counted) = step.run(stored, now);
+                if let Some((interval, tat)) = kept {
+                    let value = if store.defect == Defect::IntegersKeptAsTat { tat } else { interval };
+                    map.insert(key.clone(), Entry { value: value.into(), expires_at: tat });
+                }
+                counted
+            };
+            if store.defect == Defect::RacyIntegers {
+                let stored = held(&store.lock());
+                tokio::task::yield_now().await;
+                return Ok(write(&mut store.lock(), stored));
+            }
+            let mut map = store.lock();
+            let stored = held(&map);
+            Ok(write(&mut map, stored))
+        })
     }
 }
 
@@ -344,4 +399,6 @@ caught! {
     values_compared_folded_multi_key_history: ComparesFolded by multi_key_histories_are_linearizable;
     handles_not_sharing_history: HandlesDontShare by single_key_histories_are_linearizable;
     handles_not_sharing_multi_key_history: HandlesDontShare by multi_key_histories_are_linearizable;
+    racy_integers: RacyIntegers by integer_counts_from_both_handles_are_exact;
+    integers_kept_as_tat: IntegersKeptAsTat by integer_counts_from_both_handles_are_exact;
 }

@@ -6,6 +6,7 @@ mod concurrent;
 mod entries;
 mod exact_values;
 mod expiry;
+mod integer;
 mod linearizable;
 mod refused;
 
@@ -13,6 +14,7 @@ pub use concurrent::*;
 pub use entries::*;
 pub use exact_values::*;
 pub use expiry::*;
+pub use integer::*;
 pub use linearizable::*;
 pub use refused::*;
 
@@ -48,6 +50,7 @@ macro_rules! __contract_cases {
             overlapping_multi_key_updates_are_exact
             single_key_histories_are_linearizable
             multi_key_histories_are_linearizable
+            integer_counts_from_both_handles_are_exact
         }
     };
 }
