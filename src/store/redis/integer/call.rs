@@ -116,8 +116,14 @@ struct Pending {
     name: String,
     step: GcraStep,
     may_add: bool,
-    reply: oneshot::Sender<Result<Counted, StoreError>>,
+    reply: Reply,
 }
+
+/// Where a count's answer goes.
+type Reply = oneshot::Sender<Result<Counted, StoreError>>;
+
+/// A count's answer, ready to hand over.
+type Answered = (Reply, Result<Counted, StoreError>);
 
 impl Waiting for Pending {
     fn slot(&self) -> u16 {
@@ -207,12 +213,7 @@ impl IntegerCalls {
     }
 
     /// Each count of `batch` with its answer from `reply`.
-    #[allow(clippy::type_complexity)]
-    fn answer(
-        &self,
-        batch: Vec<Pending>,
-        reply: redis::RedisResult<(Value, u64)>,
-    ) -> Vec<(oneshot::Sender<Result<Counted, StoreError>>, Result<Counted, StoreError>)> {
+    fn answer(&self, batch: Vec<Pending>, reply: redis::RedisResult<(Value, u64)>) -> Vec<Answered> {
         let items = match reply {
             Ok((Value::Array(items), acked)) => Ok((items, acked)),
             Ok((other, _)) => Err(unexpected(format!("the integer script answered {other:?}"))),
