@@ -106,43 +106,66 @@ mod tests {
         MemoryStore, StoreError,
     };
 
-    /// A memory store whose integer counter panics on the key `"panics"`.
-    struct Panicking(MemoryStore);
+    /// A memory store whose integer counter panics on the key `"panics"`,
+    /// and, when it answers through futures (`waits`), never answers on
+    /// `"slow"`; it offers here and now counts only when it does not wait.
+    struct Failing {
+        memory: MemoryStore,
+        waits: bool,
+    }
 
     #[async_trait::async_trait]
-    impl LimitStore for Panicking {
+    impl LimitStore for Failing {
         fn shared(&self) -> bool {
             false
         }
         fn answers_at_once(&self) -> bool {
-            true
+            !self.waits
         }
         fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
             Some(self)
         }
         async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
-            self.0.update(keys, apply).await
+            self.memory.update(keys, apply).await
         }
         async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
-            self.0.read(keys).await
+            self.memory.read(keys).await
         }
         async fn sweep(&self) -> Result<u64, StoreError> {
-            self.0.sweep().await
+            self.memory.sweep().await
         }
     }
 
-    impl IntegerCounts for Panicking {
+    impl IntegerCounts for Failing {
         fn counter(&self, prefix: &str) -> Option<Box<dyn IntegerCounter>> {
-            Some(Box::new(PanickingCounter(self.0.counter(prefix)?)))
+            Some(Box::new(FailingCounter(self.memory.counter(prefix).filter(|_| !self.waits)?)))
+        }
+        fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
+            Some(Box::new(FailingCounter(self.memory.counter(prefix).filter(|_| self.waits)?)))
         }
     }
 
-    struct PanickingCounter(Box<dyn IntegerCounter>);
+    struct FailingCounter(Box<dyn IntegerCounter>);
 
-    impl IntegerCounter for PanickingCounter {
+    impl IntegerCounter for FailingCounter {
         fn count(&self, rest: &str, step: GcraStep) -> Result<GcraCounted, StoreError> {
             assert_ne!(rest, "panics", "a store that panics");
             self.0.count(rest, step)
+        }
+    }
+
+    type Counting<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
+
+    impl AsyncIntegerCounter for FailingCounter {
+        fn count<'a>(&'a self, rest: &'a str, step: GcraStep) -> Counting<'a> {
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                if rest == "slow" {
+                    std::future::pending::<()>().await;
+                }
+                IntegerCounter::count(self, rest, step)
+            })
         }
     }
 
@@ -150,7 +173,7 @@ mod tests {
     /// is answered unavailable; a full store's answer comes back as it is.
     #[tokio::test]
     async fn a_guarded_count_answers_a_panic_unavailable() {
-        let store = Arc::new(Panicking(MemoryStore::with_max_entries(1)));
+        let store = Arc::new(Failing { memory: MemoryStore::with_max_entries(1), waits: false });
         let guarded = Guarded::new(store.clone());
         let counter =
             guarded.integer_counts().expect("offered for a store that answers at once").counter("l:p:").unwrap();
@@ -162,60 +185,13 @@ mod tests {
         assert_eq!(full.unavailable_reason(), Some(Unavailable::Full));
     }
 
-    /// A memory store that answers through futures, whose integer counter
-    /// panics on the key `"panics"` and never answers on `"slow"`.
-    struct Waiting(MemoryStore);
-
-    #[async_trait::async_trait]
-    impl LimitStore for Waiting {
-        fn shared(&self) -> bool {
-            false
-        }
-        fn integer_counts(&self) -> Option<&dyn IntegerCounts> {
-            Some(self)
-        }
-        async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {
-            self.0.update(keys, apply).await
-        }
-        async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
-            self.0.read(keys).await
-        }
-        async fn sweep(&self) -> Result<u64, StoreError> {
-            self.0.sweep().await
-        }
-    }
-
-    impl IntegerCounts for Waiting {
-        fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
-            Some(Box::new(WaitingCounter(self.0.counter(prefix)?)))
-        }
-    }
-
-    struct WaitingCounter(Box<dyn IntegerCounter>);
-
-    type Counting<'a> =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>>;
-
-    impl AsyncIntegerCounter for WaitingCounter {
-        fn count<'a>(&'a self, rest: &'a str, step: GcraStep) -> Counting<'a> {
-            Box::pin(async move {
-                tokio::task::yield_now().await;
-                assert_ne!(rest, "panics", "a store that panics");
-                if rest == "slow" {
-                    std::future::pending::<()>().await;
-                }
-                self.0.count(rest, step)
-            })
-        }
-    }
-
     /// Through a future, a guarded count keeps the guard's rules: a panic
     /// is answered unavailable, a count past the deadline is answered in
     /// time, and it holds its in-flight place while it still runs, so that
     /// past the cap a count is answered overloaded without reaching the store.
     #[tokio::test]
     async fn a_guarded_count_through_a_future_keeps_the_deadline_and_the_cap() {
-        let store = Arc::new(Waiting(MemoryStore::new()));
+        let store = Arc::new(Failing { memory: MemoryStore::new(), waits: true });
         let guarded = Guarded::with_limits(store, std::time::Duration::from_millis(100), 1);
         let counts = guarded.integer_counts().expect("offered for a store that waits");
         assert!(counts.counter("l:p:").is_none(), "nothing here and now for a store that waits");
