@@ -57,6 +57,18 @@ impl Topology {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Asks the first Sentinel for a failover, and waits until it names a
+    /// primary other than `old`.
+    async fn fail_over(&self, old: &str) {
+        assert_eq!(self.cli(self.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
+        let began = Instant::now();
+        while self.primary() == old {
+            assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("failed over to {} in {:?}", self.primary(), began.elapsed());
+    }
+
     /// The primary's port, as the first Sentinel names it.
     fn primary(&self) -> String {
         let named = self.cli(self.base + 2, &["SENTINEL", "get-master-addr-by-name", "limit-store"]);
@@ -99,13 +111,7 @@ async fn a_sentinel_failover_under_load_loses_no_acknowledged_count() {
     let load = Load::start(store.clone(), "sentinel");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
-    let began = Instant::now();
-    while topology.primary() == old {
-        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!("failed over to {} in {:?}", topology.primary(), began.elapsed());
+    topology.fail_over(&old).await;
     load.server_is_back();
     let tallies = load.finish().await;
     check_after_outage(&store, &tallies).await;
@@ -157,12 +163,7 @@ async fn integer_counts_through_a_sentinel_failover_lose_no_acknowledged_count()
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
-    let began = Instant::now();
-    while topology.primary() == old {
-        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    topology.fail_over(&old).await;
     // Counting resumes on the new primary, acknowledged by the old one.
     let (resumed, mut failed) = (Instant::now(), 0);
     while limits.attempt("door", &[("who", "k")]).await.unwrap().degraded.is_some() {
@@ -197,12 +198,7 @@ async fn sentinels_that_require_a_password_are_asked_with_the_urls() {
     let store = RedisStore::builder(&topology.url).secret(SECRET).min_replicas_acked(1).connect().await.unwrap();
     assert_eq!(add_one(&store, "first").await.unwrap(), 1, "Sentinel named the primary");
 
-    assert_eq!(topology.cli(topology.base + 2, &["SENTINEL", "FAILOVER", "limit-store"]), "OK");
-    let began = Instant::now();
-    while topology.primary() == old {
-        assert!(began.elapsed() < Duration::from_secs(20), "Sentinel never failed over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    topology.fail_over(&old).await;
     // The store finds the new primary by asking the Sentinels (with the
     // password) or from their `+switch-master` message.
     // Until the old primary is the new one's replica, counts are written but
