@@ -229,6 +229,38 @@ mod tests {
         assert_eq!(*ran.lock(), [0, 1, 2]);
     }
 
+    /// A capped turn has two flushes out at most: the third waits for one
+    /// to end, and takes what was pushed meanwhile, together.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_capped_turn_has_two_flushes_out_and_the_next_takes_what_came_meanwhile() {
+        let turn = std::sync::Arc::new(Turn::capped());
+        let taken = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let ends = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let flush = || {
+            let (turn, taken, ends) = (turn.clone(), taken.clone(), ends.clone());
+            move || async move {
+                let (_out, items) = turn.take_when_free().await;
+                taken.lock().push(items.len());
+                ends.acquire().await.unwrap().forget();
+            }
+        };
+        for pushes in [1, 1, 3] {
+            for _ in 0..pushes {
+                turn.push(Item(0, false), flush());
+            }
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(*taken.lock(), [1, 1], "two out; the third waits");
+        assert_eq!(turn.len(), 3, "what came meanwhile waits for it");
+        ends.add_permits(1);
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*taken.lock(), [1, 1, 3]);
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn the_first_of_a_turn_flushes_and_leaves_out_who_gave_up() {
         let turn = std::sync::Arc::new(Turn::new());
