@@ -172,3 +172,21 @@ async fn a_key_holding_no_string_fails_only_its_count() {
     let good = good.unwrap();
     assert_eq!(good.remaining, 4, "{good:?}");
 }
+
+/// A key this instance saw live is counted without room for a new one; if
+/// it is gone after all (deleted behind its back), the count is sent again
+/// with room and counts it as new, not as a full store.
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_seen_live_but_gone_is_counted_again_with_room() {
+    let Some(url) = server() else { return };
+    let prefix = unique("int-gone");
+    let redis = store(&url, &prefix).await;
+    let limits = door(Arc::new(redis.clone()), 5);
+    assert_eq!(limits.attempt("door", &[("who", "ada")]).await.unwrap().remaining, 4);
+    let mut conn = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys[0]).query_async(&mut conn).await.unwrap();
+    let again = limits.attempt("door", &[("who", "ada")]).await.unwrap();
+    assert_eq!((again.degraded, again.remaining), (None, 4), "{again:?}");
+    assert_eq!(redis.live_entries().await.unwrap(), 1);
+}
