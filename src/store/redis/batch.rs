@@ -47,7 +47,7 @@ use super::cluster::call_node;
 use super::cluster::node_script::NodeScript;
 use super::cluster::slots::{node, SlotMap};
 use super::link::{Conn, Link};
-use super::script::{millis, unexpected, WRITE, WRITE_NODE};
+use super::script::{call, loaded, millis, unexpected, WAIT_MS, WRITE, WRITE_NODE};
 use super::turn::{self, Turn, Waiting};
 use super::write::{answer, command, Elsewhere, Keys, Names};
 pub(super) use super::write::{Op, WriteCall, Written};
@@ -229,13 +229,7 @@ impl Batcher {
 
     /// One call of the keys' script for `batch`.
     async fn send_keys(&self, batch: Vec<Pending>) {
-        let mut reply = self.call_keys(&batch).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-            reply = match self.script.load_async(&mut self.link.conn()).await {
-                Ok(_) => self.call_keys(&batch).await,
-                Err(e) => Err(e),
-            };
-        }
+        let reply = loaded(&self.script, self.link.conn(), || self.call_keys(&batch)).await;
         let (answered, again) = self.answer(batch, reply, false);
         debug_assert!(again.is_empty(), "a call by keys answers every update");
         if self.cluster {
@@ -347,23 +341,6 @@ impl Batcher {
         call(conn, cmd, self.min_acked).await
     }
 }
-
-/// Sends `cmd`, followed by `WAIT` for `min_acked` replicas when there are
-/// any to wait for; the script's answer, and how many replicas acknowledged
-/// (`u64::MAX` when none were asked for).
-pub(super) async fn call(conn: &mut Conn, cmd: &redis::Cmd, min_acked: u32) -> redis::RedisResult<(Value, u64)> {
-    if min_acked == 0 {
-        return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
-    }
-    let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone()).cmd("WAIT").arg(min_acked).arg(WAIT_MS);
-    let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
-    Ok((value, acked))
-}
-
-/// How long a count waits for its replicas (`WAIT`), under the client's
-/// bound on a call.
-pub(super) const WAIT_MS: u64 = 1_000;
 
 /// The answer of a count written on the primary that too few replicas
 /// acknowledged in time.

@@ -6,6 +6,8 @@
 //! loaded again when the server answers `NOSCRIPT` (after a restart or a
 //! failover).
 
+use std::future::Future;
+
 use super::link::Conn;
 use redis::{Script, Value};
 
@@ -233,6 +235,39 @@ impl Scripts {
             call.key(name);
         }
         call.invoke_async(conn).await
+    }
+}
+
+/// How long a count waits for its replicas (`WAIT`), under the client's
+/// bound on a call.
+pub(super) const WAIT_MS: u64 = 1_000;
+
+/// Sends `cmd`, followed by `WAIT` for `min_acked` replicas when there are
+/// any to wait for; the script's answer, and how many replicas acknowledged
+/// (`u64::MAX` when none were asked for).
+pub(super) async fn call(conn: &mut Conn, cmd: &redis::Cmd, min_acked: u32) -> redis::RedisResult<(Value, u64)> {
+    if min_acked == 0 {
+        return Ok((cmd.query_async::<Value>(conn).await?, u64::MAX));
+    }
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone()).cmd("WAIT").arg(min_acked).arg(WAIT_MS);
+    let (value, acked): (Value, u64) = pipe.query_async(conn).await?;
+    Ok((value, acked))
+}
+
+/// `send`'s answer, a call of `script`; when the server no longer held the
+/// script (`NOSCRIPT`, after a restart or a failover: the call ran nothing),
+/// the script loaded on `conn` and the call sent once more.
+pub(super) async fn loaded<T, F>(script: &Script, mut conn: Conn, mut send: impl FnMut() -> F) -> redis::RedisResult<T>
+where
+    F: Future<Output = redis::RedisResult<T>>,
+{
+    match send().await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(&mut conn).await?;
+            send().await
+        }
+        answer => answer,
     }
 }
 

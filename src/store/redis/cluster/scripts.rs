@@ -4,8 +4,8 @@
 //! node's script runs the steps of several updates, each as its own call
 //! would (`steps.rs`).
 
-use super::super::batch::WAIT_MS;
 use super::super::link::Conn;
+use super::super::script::{call, loaded};
 
 /// Parses a lock and puts back its old or its new entry.
 const LOCKS: &str = r"
@@ -329,25 +329,11 @@ impl Call {
         for arg in &self.args {
             cmd.arg(arg);
         }
-        let once = |conn: &mut Conn| {
-            let cmd = &cmd;
-            let mut conn = conn.clone();
-            async move {
-                if replicas == 0 {
-                    return Ok((cmd.query_async::<redis::Value>(&mut conn).await?, u64::MAX));
-                }
-                let mut pipe = redis::pipe();
-                pipe.add_command(cmd.clone()).cmd("WAIT").arg(replicas).arg(WAIT_MS);
-                pipe.query_async::<(redis::Value, u64)>(&mut conn).await
-            }
+        let send = || {
+            let (cmd, mut conn) = (&cmd, conn.clone());
+            async move { call(&mut conn, cmd, replicas).await }
         };
-        match once(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                script.load_async(conn).await?;
-                once(conn).await
-            }
-            answer => answer,
-        }
+        loaded(script, conn.clone(), send).await
     }
 
     /// Sends the call, asking no replica; its answer as a `T`.

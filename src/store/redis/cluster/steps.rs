@@ -41,8 +41,8 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
 use tokio::sync::oneshot;
 
-use super::super::batch::WAIT_MS;
 use super::super::link::Link;
+use super::super::script::WAIT_MS;
 use super::super::turn::{self, Turn, Waiting};
 use super::super::Shared;
 use super::node_script::NodeScript;

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
-use super::super::batch::{call, unacked};
+use super::super::batch::unacked;
 use super::super::link::Link;
-use super::super::script::{millis, unexpected};
+use super::super::script::{call, loaded, millis, unexpected};
 use super::super::turn::{self, Turn, Waiting};
 use super::super::{failed, refused};
 use crate::{GcraCounted, GcraStep, Millis, StoreError};
@@ -188,13 +188,7 @@ impl IntegerCalls {
 
     /// One script call for `batch`, and each count answered.
     async fn send(&self, batch: Vec<Pending>) {
-        let mut reply = self.call(&batch).await;
-        if matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-            reply = match self.script.load_async(&mut self.link.conn()).await {
-                Ok(_) => self.call(&batch).await,
-                Err(e) => Err(e),
-            };
-        }
+        let reply = loaded(&self.script, self.link.conn(), || self.call(&batch)).await;
         turn::hand_over(self.answer(batch, reply)).await;
     }
 
