@@ -190,3 +190,48 @@ async fn a_key_seen_live_but_gone_is_counted_again_with_room() {
     assert_eq!((again.degraded, again.remaining), (None, 4), "{again:?}");
     assert_eq!(redis.live_entries().await.unwrap(), 1);
 }
+
+/// Counts of several kinds in one call (three limits, costs of 1 and 2, new
+/// keys and keys seen live) are each counted on their own step: every key's
+/// allowed attempts and remaining budget are the memory store's.
+#[tokio::test(flavor = "current_thread")]
+async fn counts_of_several_kinds_in_one_call_each_keep_their_own_step() {
+    let Some(url) = server() else { return };
+    let redis = store(&url, &unique("int-kinds")).await;
+    let memory = MemoryStore::new();
+    let limits = |store: Arc<dyn LimitStore>| {
+        let mut builder = Limits::builder().store(store).without_presets();
+        for (name, budget) in [("three", 3), ("five", 5), ("seven", 7)] {
+            let part = Part::new("who", Algorithm::gcra(budget, Duration::from_secs(3600)));
+            builder = builder.limit(Limit::new(name).part(part));
+        }
+        builder.build().unwrap()
+    };
+    let (on_redis, in_memory) = (limits(Arc::new(redis.clone())), limits(Arc::new(memory)));
+    let attempts = |limits: Limits| async move {
+        let mut answers = Vec::new();
+        for round in 0..5 {
+            // All of a round's attempts are ready in one turn of the runtime,
+            // so they go to Redis in one call; a key is new in a round when
+            // its name is, seen live after.
+            let round = (0..12).map(|i| {
+                let (name, cost) = (["three", "five", "seven"][i % 3], 1 + (i / 3 % 2) as u64);
+                let who = format!("k{}", i + 12 * (round % 2));
+                let limits = limits.clone();
+                async move {
+                    let decided = limits.attempt_cost(name, &[("who", &who)], cost).await.unwrap();
+                    assert!(decided.degraded.is_none(), "{decided:?}");
+                    (decided.allowed, decided.remaining)
+                }
+            });
+            answers.push(futures_util::future::join_all(round).await);
+        }
+        answers
+    };
+    let before = redis.info().round_trips.one;
+    let (got, expected) = (attempts(on_redis).await, attempts(in_memory).await);
+    assert_eq!(got, expected);
+    assert!(got.iter().flatten().any(|(allowed, _)| !allowed), "some budget ran out");
+    let trips = redis.info().round_trips.one - before;
+    assert_eq!(trips, 60, "one round trip a count, none by update");
+}

@@ -25,9 +25,15 @@ use super::super::turn::{self, Turn, Waiting};
 use super::super::{failed, refused};
 use crate::{GcraCounted, GcraStep, Millis, StoreError};
 
-/// `KEYS`: the counts' keys. `ARGV`: the grace (ms), then per count its
-/// step's interval, capacity and cost, and `1` when it may add a key
-/// (the bound has room), else `0`.
+/// `KEYS`: the counts' keys. `ARGV`: the grace (ms); the number of kinds
+/// of count in the call; per kind its step's interval, capacity and cost,
+/// and `1` when it may add a key (the bound has room), else `0`; then per
+/// count the number of its kind (from `1`).
+///
+/// A call's counts are of few kinds (one limit, with room or without), and
+/// each argument costs Redis an object and Lua a `strtod` to read as a
+/// number: so a kind's numbers are sent and read once a call, and a count
+/// finds its kind by the text of its number.
 ///
 /// The answer is `{now_ms, one answer per count}`. A count's answer is a
 /// number: `-1` when the script leaves it to the compare-and-set, nothing
@@ -44,12 +50,19 @@ use crate::{GcraCounted, GcraStep, Millis, StoreError};
 const COUNT: &str = r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local grace = ARGV[1]
+local grace = tonumber(ARGV[1])
+local kinds = {}
+for k = 1, tonumber(ARGV[2]) do
+  local a = k * 4 - 1
+  -- interval, capacity, cost, may add a key, the entry's text after the TAT
+  kinds[tostring(k)] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3] == '1', '|' .. ARGV[a]}
+end
+local base = #ARGV - #KEYS
 local out = {now}
 local find, sub = string.find, string.sub
 for i = 1, #KEYS do
-  local a = i * 4 - 2
-  local interval, capacity, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local kind = kinds[ARGV[base + i]]
+  local interval, capacity, cost = kind[1], kind[2], kind[3]
   local answer = -1
   local got = redis.pcall('GET', KEYS[i])
   if got and got.err then
@@ -62,7 +75,7 @@ for i = 1, #KEYS do
       if not at then
         plain = false
       elseif at > now then
-        if sub(got, bar + 1) == ARGV[a] then tat = at else plain = false end
+        if sub(got, bar) == kind[5] then tat = at else plain = false end
       end
     end
     if plain then
@@ -72,7 +85,7 @@ for i = 1, #KEYS do
       if span <= capacity and next - now <= capacity then
         status = 1
         if cost > 0 then
-          if not got and ARGV[a + 3] ~= '1' then
+          if not got and not kind[4] then
             status = 2
           else
             local r = redis.pcall('SET', KEYS[i], string.format('%d|%d', next, interval), 'PXAT', next + grace)
@@ -193,14 +206,29 @@ impl IntegerCalls {
     }
 
     async fn call(&self, batch: &[Pending]) -> redis::RedisResult<(Value, u64)> {
-        let mut cmd = redis::Cmd::with_capacity(4 + 5 * batch.len(), 0);
+        // Each count's kind: its step and whether it may add a key; a call's
+        // counts are of a few kinds, so a scan finds them.
+        let mut kinds: Vec<(GcraStep, bool)> = Vec::new();
+        let mut of_count = Vec::with_capacity(batch.len());
+        for Pending { step, may_add, .. } in batch {
+            let kind = (*step, *may_add);
+            let at = kinds.iter().position(|k| *k == kind).unwrap_or_else(|| {
+                kinds.push(kind);
+                kinds.len() - 1
+            });
+            of_count.push(at + 1);
+        }
+        let mut cmd = redis::Cmd::with_capacity(5 + 2 * batch.len() + 4 * kinds.len(), 0);
         cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(batch.len());
         for pending in batch {
             cmd.arg(&pending.name);
         }
-        cmd.arg(self.grace);
-        for Pending { step, may_add, .. } in batch {
+        cmd.arg(self.grace).arg(kinds.len());
+        for (step, may_add) in &kinds {
             cmd.arg(step.interval()).arg(step.capacity()).arg(step.cost()).arg(u8::from(*may_add));
+        }
+        for kind in of_count {
+            cmd.arg(kind);
         }
         let mut conn = if self.min_acked == 0 { self.link.conn() } else { self.link.waiting_conn() };
         call(&mut conn, &cmd, self.min_acked).await
