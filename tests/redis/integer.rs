@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::redis::{server, SECRET};
+use crate::common::redis::{server, OwnRedis, SECRET};
 use limit_store::error::Unavailable;
 use limit_store::limits::{Algorithm, Limit, Part};
 use limit_store::{update_with, Entry, LimitStore, Limits, MemoryStore, RedisStore, Write};
@@ -171,6 +171,23 @@ async fn a_key_holding_no_string_fails_only_its_count() {
     assert_eq!(bad.unwrap().degraded, Some(Unavailable::StoreFailed));
     let good = good.unwrap();
     assert_eq!(good.remaining, 4, "{good:?}");
+}
+
+/// A write Redis refuses for memory fails its count, unavailable, with
+/// nothing written: once Redis has room again the key counts on from where
+/// it was.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_refused_for_memory_fails_the_count_and_writes_nothing() {
+    let Some(own) = OwnRedis::start(&[]) else { return };
+    let redis = store(&own.url(), "int-oom").await;
+    let limits = door(Arc::new(redis.clone()), 5);
+    assert_eq!(limits.attempt("door", &[("who", "ada")]).await.unwrap().remaining, 4);
+    assert_eq!(own.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    let refused = limits.attempt("door", &[("who", "ada")]).await.unwrap();
+    assert_eq!(refused.degraded, Some(Unavailable::StoreFailed), "{refused:?}");
+    assert_eq!(own.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    let after = limits.attempt("door", &[("who", "ada")]).await.unwrap();
+    assert_eq!((after.degraded, after.remaining), (None, 3), "nothing was written: {after:?}");
 }
 
 /// A key this instance saw live is counted without room for a new one; if

@@ -59,12 +59,12 @@ for k = 1, tonumber(ARGV[2]) do
 end
 local base = #ARGV - #KEYS
 local out = {now}
-local find, sub = string.find, string.sub
+local find, sub, pcall, format = string.find, string.sub, redis.pcall, string.format
 for i = 1, #KEYS do
   local kind = kinds[ARGV[base + i]]
   local interval, capacity, cost = kind[1], kind[2], kind[3]
   local answer = -1
-  local got = redis.pcall('GET', KEYS[i])
+  local got = pcall('GET', KEYS[i])
   if got and got.err then
     answer = got.err
   else
@@ -88,18 +88,16 @@ for i = 1, #KEYS do
           if not got and not kind[4] then
             status = 2
           else
-            local r = redis.pcall('SET', KEYS[i], string.format('%d|%d', next, interval), 'PXAT', next + grace)
+            local r = pcall('SET', KEYS[i], format('%d|%d', next, interval), 'PXAT', next + grace)
             if r.err then
-              status = r.err
+              status, answer = 0, r.err
             elseif not got then
               added = 1
             end
           end
         end
       end
-      if type(status) == 'string' then
-        answer = status
-      else
+      if answer == -1 then
         answer = (tat - now) * 8 + status * 2 + added
       end
     end
