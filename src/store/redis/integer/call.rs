@@ -33,7 +33,8 @@ use crate::{GcraCounted, GcraStep, Millis, StoreError};
 /// A call's counts are of few kinds (one limit, with room or without), and
 /// each argument costs Redis an object and Lua a `strtod` to read as a
 /// number: so a kind's numbers are sent and read once a call, and a count
-/// finds its kind by the text of its number.
+/// finds its kind by the text of its number. A number goes to Redis as text
+/// made with `%d`: Lua would write it with `%.17g`, printf's slow path.
 ///
 /// The answer is `{now_ms, one answer per count}`. A count's answer is a
 /// number: `-1` when the script leaves it to the compare-and-set, nothing
@@ -88,7 +89,7 @@ for i = 1, #KEYS do
           if not got and not kind[4] then
             status = 2
           else
-            local r = pcall('SET', KEYS[i], format('%d|%d', next, interval), 'PXAT', next + grace)
+            local r = pcall('SET', KEYS[i], format('%d|%d', next, interval), 'PXAT', format('%d', next + grace))
             if r.err then
               status, answer = 0, r.err
             elseif not got then
