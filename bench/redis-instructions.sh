@@ -13,15 +13,18 @@
 # bench/redis.sh at full speed, so most counts find their key live). Rows:
 # - limit-store's integer script (`src/store/redis/integer/call.rs`, taken from
 #   the source as it is) with 4 counts a call, as `Limits::attempt` sends them
-#   at 8 callers, of one kind (a GCRA of one a ms, 3,600,000 an hour);
+#   at 8 callers, of one kind (a GCRA of one a ms, 3,600,000 an hour), on keys
+#   of the store's length (90 bytes: prefix, generation, family, the HMAC's 64
+#   hex digits) and again on keys of rate-limiter-flexible's length;
 # - rate-limiter-flexible's `RateLimiterRedis` script (from bench/node's
-#   node_modules), one count a call, as it sends them;
+#   node_modules), one count a call, as it sends them, on keys of its length
+#   in bench/redis.sh (33 bytes: `lsbench:rlf:user:` and 16 hex digits);
 # - for scale: a call's floor (a script that answers at once, 4 keys and the
 #   integer script's arguments) and the least a GCRA on a bare integer can do
 #   (`TIME`, `GET`, `SET ... PXAT` and the rule, no checks).
 # Prints a markdown table of instructions per count. Needs valgrind and
 # redis-benchmark; bench/node's `npm ci` for rate-limiter-flexible's script.
-# About a minute.
+# About a minute and a half.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,7 +65,10 @@ end
 return out
 EOF
 
-k='lsbench:__rand_int__'
+# Keys as each names them in bench/redis.sh (redis-benchmark puts 12 digits
+# in place of __rand_int__).
+ours='lsbench:8fa00e065545:68fb:3e18df3237130807fe066f073d4d567fa0c5f3516ed98d75d407379d__rand_int__'
+theirs='lsbench:rlf:user:8527__rand_int__'
 # name, keys a call, the call's keys and arguments
 run() {
   local name=$1 per_call=$2
@@ -90,9 +96,12 @@ run() {
 
 # The integer script's arguments: the grace, one kind (interval 1 ms,
 # capacity an hour, cost 1, may add a key), then each count's kind.
+k=$ours
 integer=$(run integer 4 4 $k $k $k $k 5000 1 1 3600000 1 1 1 1 1 1)
 floor=$(run floor 4 4 $k $k $k $k 5000 1 1 3600000 1 1 1 1 1 1)
 least=$(run least 4 4 $k $k $k $k 5000 1 3600000)
+k=$theirs
+short=$(run integer 4 4 $k $k $k $k 5000 1 1 3600000 1 1 1 1 1 1)
 # rate-limiter-flexible's: points, seconds to live, then its limiter's points and duration.
 rlflx=$(run rlf 1 1 $k 1 3600 1000000000 3600)
 
@@ -103,5 +112,6 @@ echo "|---|---:|---:|---:|"
 row() { printf '| %s | %s | %s | %.2f |\n' "$1" "$2" "$3" "$(echo "scale=4; $3 / $rlflx" | bc)"; }
 row "limit-store's integer script" 4 "$integer"
 row "rate-limiter-flexible \`RateLimiterRedis\`" 1 "$rlflx"
-row "a call's floor (answers at once)" 4 "$floor"
-row "the least GCRA on a bare integer" 4 "$least"
+row "limit-store's integer script on keys of rate-limiter-flexible's length" 4 "$short"
+row "a call's floor (answers at once; the store's keys)" 4 "$floor"
+row "the least GCRA on a bare integer (the store's keys)" 4 "$least"
