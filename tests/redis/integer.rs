@@ -190,6 +190,29 @@ async fn a_write_refused_for_memory_fails_the_count_and_writes_nothing() {
     assert_eq!((after.degraded, after.remaining), (None, 3), "nothing was written: {after:?}");
 }
 
+/// A grace past what the script counts exactly (Lua's doubles) sends the
+/// counts by the compare-and-set: they count as any other, never failing
+/// on an expiry Redis can't take.
+#[tokio::test(flavor = "current_thread")]
+async fn a_grace_past_the_scripts_numbers_counts_by_update() {
+    let Some(url) = server() else { return };
+    let redis = RedisStore::builder(&url)
+        .secret(SECRET)
+        .prefix(&unique("int-grace"))
+        .expiry_grace(Duration::MAX)
+        .connect()
+        .await;
+    let limits = door(Arc::new(redis.unwrap()), 2);
+    let answers: Vec<_> =
+        [(); 3].iter().map(|_| async { limits.attempt("door", &[("who", "ada")]).await.unwrap() }).collect();
+    let mut got = Vec::new();
+    for answer in answers {
+        let answer = answer.await;
+        got.push((answer.degraded, answer.allowed, answer.remaining));
+    }
+    assert_eq!(got, [(None, true, 1), (None, true, 0), (None, false, 0)]);
+}
+
 /// A key this instance saw live is counted without room for a new one; if
 /// it is gone after all (deleted behind its back), the count is sent again
 /// with room and counts it as new, not as a full store.

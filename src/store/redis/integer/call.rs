@@ -108,9 +108,10 @@ end
 return out
 ";
 
-/// The largest number the script takes: Lua counts in doubles, exact to
-/// 2^53, and a TAT is at most a clock plus a capacity plus a span, an
-/// answer a capacity times 8.
+/// The largest number the script takes (an interval, a capacity, a span, the
+/// grace): Lua counts in doubles, exact to 2^53, and a TAT is at most a clock
+/// plus a capacity plus a span, its expiry that plus the grace, an answer a
+/// capacity times 8.
 pub(super) const EXACT: Millis = 1 << 49;
 
 /// How one integer count went.

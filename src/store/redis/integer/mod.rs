@@ -65,9 +65,12 @@ impl Counter {
         key.push_str(&self.prefix);
         key.push_str(rest);
         check_keys(&[&key])?;
+        // The script counts in Lua's doubles: every number it adds must be
+        // exact there, the store's grace too (its expiry is a TAT plus it).
         let exact = step.interval() <= EXACT
             && step.capacity() <= EXACT
-            && step.interval().saturating_mul(i64::try_from(step.cost()).unwrap_or(i64::MAX)) <= EXACT;
+            && step.interval().saturating_mul(i64::try_from(step.cost()).unwrap_or(i64::MAX)) <= EXACT
+            && self.store.shared.grace <= EXACT;
         if !exact {
             return self.store.count_by_update(&key, step).await;
         }
