@@ -239,9 +239,10 @@ impl LimitStore for RedisStore {
         Some(self.shared.bound.stats())
     }
 
-    /// On one server (or Sentinel's primary): see `integer/`.
+    /// On one server (or Sentinel's primary), with a grace the script takes:
+    /// see `integer/`.
     fn integer_counts(&self) -> Option<&dyn crate::IntegerCounts> {
-        (!self.shared.cluster).then_some(self as &dyn crate::IntegerCounts)
+        super::integer::offered(self).then_some(self as &dyn crate::IntegerCounts)
     }
 
     async fn update(&self, keys: &[&str], apply: &mut Apply<'_>) -> Result<(), StoreError> {

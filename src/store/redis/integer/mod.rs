@@ -33,6 +33,13 @@ use crate::{AsyncIntegerCounter, Entry, GcraCounted, GcraStep, IntegerCounts, Mi
 pub(super) use call::IntegerCalls;
 use call::{Counted, EXACT};
 
+/// True when `store` offers integer counts: on one server (or Sentinel's
+/// primary), with a grace the script adds exactly in Lua's doubles (a TAT's
+/// expiry is the TAT plus the grace).
+pub(super) fn offered(store: &RedisStore) -> bool {
+    !store.shared.cluster && store.shared.grace <= EXACT
+}
+
 impl IntegerCounts for RedisStore {
     fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
         let shared = &self.shared;
@@ -65,12 +72,9 @@ impl Counter {
         key.push_str(&self.prefix);
         key.push_str(rest);
         check_keys(&[&key])?;
-        // The script counts in Lua's doubles: every number it adds must be
-        // exact there, the store's grace too (its expiry is a TAT plus it).
         let exact = step.interval() <= EXACT
             && step.capacity() <= EXACT
-            && step.interval().saturating_mul(i64::try_from(step.cost()).unwrap_or(i64::MAX)) <= EXACT
-            && self.store.shared.grace <= EXACT;
+            && step.interval().saturating_mul(i64::try_from(step.cost()).unwrap_or(i64::MAX)) <= EXACT;
         if !exact {
             return self.store.count_by_update(&key, step).await;
         }
