@@ -236,21 +236,19 @@ impl IntegerCalls {
 
     /// Each count of `batch` with its answer from `reply`.
     fn answer(&self, batch: Vec<Pending>, reply: redis::RedisResult<(Value, u64)>) -> Vec<Answered> {
-        let items = match reply {
-            Ok((Value::Array(items), acked)) => Ok((items, acked)),
+        let read = match reply {
+            Ok((Value::Array(items), acked)) => {
+                let mut items = items.into_iter();
+                millis(items.next()).map(|now| (items, acked, now))
+            }
             Ok((other, _)) => Err(unexpected(format!("the integer script answered {other:?}"))),
             Err(e) => {
                 self.link.trouble(false, Some(&e));
                 Err(e)
             }
         };
-        let (items, acked) = match items {
-            Ok(items) => items,
-            Err(e) => return batch.into_iter().map(|p| (p.reply, Err(failed(e.clone())))).collect(),
-        };
-        let mut items = items.into_iter();
-        let now = match millis(items.next()) {
-            Ok(now) => now,
+        let (mut items, acked, now) = match read {
+            Ok(read) => read,
             Err(e) => return batch.into_iter().map(|p| (p.reply, Err(failed(e.clone())))).collect(),
         };
         let mut readonly = false;
