@@ -64,6 +64,16 @@ async fn two_instances_count_exactly_one_trip_each() {
     assert!((37 * interval - 2_000..=37 * interval).contains(&ahead), "a full bucket's TAT: {ahead} ms ahead");
 }
 
+/// Deletes, behind the store's back, the one key under `prefix`; a
+/// connection of the test's own and the key's name.
+async fn delete_the_only_key(url: &str, prefix: &str) -> (redis::aio::MultiplexedConnection, String) {
+    let mut conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let _: () = redis::cmd("DEL").arg(&keys[0]).query_async(&mut conn).await.unwrap();
+    (conn, keys[0].clone())
+}
+
 /// What each store's count gives for `who`, after `seed` was written there.
 async fn counted_after(
     limits: &Limits,
@@ -162,10 +172,8 @@ async fn a_key_holding_no_string_fails_only_its_count() {
     let redis = store(&url, &prefix).await;
     let limits = door(Arc::new(redis.clone()), 5);
     assert!(limits.attempt("door", &[("who", "warm")]).await.unwrap().degraded.is_none());
-    let mut conn = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("DEL").arg(&keys[0]).query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("HSET").arg(&keys[0]).arg("f").arg("v").query_async(&mut conn).await.unwrap();
+    let (mut conn, key) = delete_the_only_key(&url, &prefix).await;
+    let _: () = redis::cmd("HSET").arg(&key).arg("f").arg("v").query_async(&mut conn).await.unwrap();
     let (bad, good) =
         tokio::join!(limits.attempt("door", &[("who", "warm")]), limits.attempt("door", &[("who", "new")]));
     assert_eq!(bad.unwrap().degraded, Some(Unavailable::StoreFailed));
@@ -203,11 +211,9 @@ async fn a_grace_past_the_scripts_numbers_counts_by_update() {
         .connect()
         .await;
     let limits = door(Arc::new(redis.unwrap()), 2);
-    let answers: Vec<_> =
-        [(); 3].iter().map(|_| async { limits.attempt("door", &[("who", "ada")]).await.unwrap() }).collect();
     let mut got = Vec::new();
-    for answer in answers {
-        let answer = answer.await;
+    for _ in 0..3 {
+        let answer = limits.attempt("door", &[("who", "ada")]).await.unwrap();
         got.push((answer.degraded, answer.allowed, answer.remaining));
     }
     assert_eq!(got, [(None, true, 1), (None, true, 0), (None, false, 0)]);
@@ -223,9 +229,7 @@ async fn a_key_seen_live_but_gone_is_counted_again_with_room() {
     let redis = store(&url, &prefix).await;
     let limits = door(Arc::new(redis.clone()), 5);
     assert_eq!(limits.attempt("door", &[("who", "ada")]).await.unwrap().remaining, 4);
-    let mut conn = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("DEL").arg(&keys[0]).query_async(&mut conn).await.unwrap();
+    delete_the_only_key(&url, &prefix).await;
     let again = limits.attempt("door", &[("who", "ada")]).await.unwrap();
     assert_eq!((again.degraded, again.remaining), (None, 4), "{again:?}");
     assert_eq!(redis.live_entries().await.unwrap(), 1);
