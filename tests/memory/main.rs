@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod broken_store;
 mod contract;
 mod contract_catches_broken;
 mod guard;
