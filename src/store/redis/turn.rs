@@ -29,12 +29,12 @@
 //!   process reads the last. Handed all at once, on one thread, the next
 //!   counts all wait for the last answer, and Redis and this process take
 //!   turns instead (BENCHMARKS.md). The rest go at once, so that counts
-//!   ready together still share a call. In a capped turn the next count
-//!   still waits for a place: a flush keeps its place until its counts are
-//!   handed over, so that the next takes them all. Given back as soon as
-//!   the answer was read, the place went to the first count alone, and
-//!   calls of one or two counts made the integer counts slower at 8 and 32
-//!   callers (BENCHMARKS.md).
+//!   ready together still share a call. In a capped turn that count goes
+//!   out at once only if a place is free; a flush keeps its own place
+//!   until its counts are handed over, so that the next takes them all.
+//!   Given back as soon as the answer was read, the place went to the first
+//!   count alone, and calls of one or two counts made the integer counts
+//!   slower at 8 and 32 callers (BENCHMARKS.md).
 
 use std::future::Future;
 
