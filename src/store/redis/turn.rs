@@ -12,7 +12,7 @@
 //!   for the next, so its calls are fuller. It pays where a call costs more
 //!   than the counts in it (the integer script's `TIME`, its call, its
 //!   answer); the compare-and-set's cost is mostly per count, and capped it
-//!   measured no different (BENCHMARKS.md).
+//!   measured no different (54f7d37).
 //! - **Nobody waiting, nothing sent.** An item whose caller stopped waiting
 //!   before the flush is left out of it.
 //! - **One call per node.** On a cluster the items go in one group per
@@ -28,13 +28,13 @@
 //!   handles the rest of the answers, so Redis runs one call while this
 //!   process reads the last. Handed all at once, on one thread, the next
 //!   counts all wait for the last answer, and Redis and this process take
-//!   turns instead (BENCHMARKS.md). The rest go at once, so that counts
+//!   turns instead (e45fc6e). The rest go at once, so that counts
 //!   ready together still share a call. In a capped turn that count goes
 //!   out at once only if a place is free; a flush keeps its own place
 //!   until its counts are handed over, so that the next takes them all.
 //!   Given back as soon as the answer was read, the place went to the first
 //!   count alone, and calls of one or two counts made the integer counts
-//!   slower at 8 and 32 callers (BENCHMARKS.md).
+//!   slower at 8 and 32 callers (d79693d).
 
 use std::future::Future;
 
