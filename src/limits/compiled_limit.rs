@@ -271,7 +271,7 @@ impl CompiledLimit {
     /// the decision is made, and the decision made only here, so that it is
     /// written once, where the caller wants it: one made before and shared
     /// with the refusal was copied on, with wider loads than the stores
-    /// that wrote it, and the load stalled (BENCHMARKS.md).
+    /// that wrote it, and the load stalled (profiled in 3b00b17).
     #[inline]
     pub(super) fn answer_allowed(&self, verdict: &Verdict, now: Millis, cost: u64) -> Decision {
         if cost != 0 {

@@ -111,7 +111,7 @@ impl Mysql {
                     // with NULLs when the key has none, and its primary-key
                     // lookup is read while the statement is planned, so the
                     // server spends less on it than on the join below, which
-                    // plans a derived table and a range (BENCHMARKS.md).
+                    // plans a derived table and a range (measured in d7cf850).
                     format!(
                         "SELECT {NOW} AS now, MAX(key_hash) AS key_hash, MAX(generation) AS generation, \
                          MAX(CAST(value AS CHAR)) AS value, MAX(expires_at) AS expires_at \
