@@ -67,10 +67,10 @@ impl fmt::Display for Unavailable {
 #[non_exhaustive]
 pub enum RefusedInput {
     /// The call named no keys.
-    #[error("no keys given: pass 1 to {max} keys per call", max = crate::MAX_KEYS)]
+    #[error("no keys given: pass 1 to {max} keys per call", max = crate::call_sizes::MAX_KEYS)]
     NoKeys,
     /// The call named more keys than a store takes at once.
-    #[error("{count} keys given: pass at most {max} keys per call (split the limit's parts)", max = crate::MAX_KEYS)]
+    #[error("{count} keys given: pass at most {max} keys per call (split the limit's parts)", max = crate::call_sizes::MAX_KEYS)]
     TooManyKeys {
         /// How many keys were given.
         count: usize,
@@ -84,13 +84,13 @@ pub enum RefusedInput {
         first: usize,
     },
     /// A key was the empty string.
-    #[error("key #{index} is empty: keys are 1 to {max} bytes", max = crate::MAX_KEY_BYTES)]
+    #[error("key #{index} is empty: keys are 1 to {max} bytes", max = crate::call_sizes::MAX_KEY_BYTES)]
     EmptyKey {
         /// Position of the key.
         index: usize,
     },
     /// A key was longer than the store takes.
-    #[error("key #{index} is {len} bytes: keys are at most {max} bytes (hash long keys first)", max = crate::MAX_KEY_BYTES)]
+    #[error("key #{index} is {len} bytes: keys are at most {max} bytes (hash long keys first)", max = crate::call_sizes::MAX_KEY_BYTES)]
     KeyTooLong {
         /// Position of the key.
         index: usize,
@@ -98,7 +98,7 @@ pub enum RefusedInput {
         len: usize,
     },
     /// A value to write was larger than the store takes.
-    #[error("the value for key #{index} is {size} bytes serialized: values are at most {max} bytes (keep counters compact)", max = crate::MAX_VALUE_BYTES)]
+    #[error("the value for key #{index} is {size} bytes serialized: values are at most {max} bytes (keep counters compact)", max = crate::call_sizes::MAX_VALUE_BYTES)]
     ValueTooLarge {
         /// Position of the key.
         index: usize,

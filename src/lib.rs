@@ -91,6 +91,7 @@
 
 mod ask;
 mod bound;
+mod call_sizes;
 pub mod clock;
 pub mod config;
 pub mod error;

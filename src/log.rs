@@ -61,6 +61,9 @@ pub enum Kind {
     /// Warning: the Redis primary moved (Sentinel) and counting goes on at the
     /// new one.
     RedisFailover,
+    /// Debug: on a cluster, a committed update's locks could not be cleared
+    /// where no caller waited; the next reader of each key settles them.
+    RedisLocksLeft,
     // The layer.
     /// Warning: a limit call in the layer or `layer::attempt` failed for a
     /// reason other than an unavailable store: a refused or corrupt store
@@ -126,6 +129,7 @@ impl Kind {
             Kind::RedisReplica => "limit-store-redis-replica",
             Kind::RedisSentinel => "limit-store-redis-sentinel",
             Kind::RedisFailover => "limit-store-redis-failover",
+            Kind::RedisLocksLeft => "limit-store-redis-locks-left",
             Kind::LayerError => "limit-layer-error",
             Kind::LayerNoPeerAddress => "limit-layer-no-peer-address",
             Kind::Request => "limit-store-request",
@@ -188,7 +192,7 @@ mod tests {
     use super::*;
 
     /// Every kind above, so that none repeats another's text.
-    const ALL: [Kind; 30] = [
+    const ALL: [Kind; 31] = [
         Kind::Degraded,
         Kind::ShadowRefusal,
         Kind::NotShared,
@@ -203,6 +207,7 @@ mod tests {
         Kind::RedisReplica,
         Kind::RedisSentinel,
         Kind::RedisFailover,
+        Kind::RedisLocksLeft,
         Kind::LayerError,
         Kind::LayerNoPeerAddress,
         Kind::Request,

@@ -9,12 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::error::RefusedInput;
 use crate::{Apply, Entry, Millis, StoreError, Write};
 
-/// Most keys one call may name.
-pub const MAX_KEYS: usize = 32;
-/// Longest key, in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
-/// Largest value, in bytes of its JSON serialization.
-pub const MAX_VALUE_BYTES: usize = 4096;
+pub use crate::call_sizes::{MAX_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// Refuses a key list that breaks the contract: 1 to 32 keys, each 1 to 1024
 /// bytes, no key twice.

@@ -235,7 +235,7 @@ pub(super) fn leave(shared: &Arc<Shared>, call: Call) {
 
 /// Notes a settle nobody waited for that failed.
 fn left(e: &redis::RedisError) {
-    tracing::debug!(kind = "limit-store-redis-cluster", error = %e, "a committed update's locks are left for readers to settle");
+    tracing::debug!(kind = crate::log::Kind::RedisLocksLeft.as_str(), error = %e, "a committed update's locks are left for readers to settle");
 }
 
 /// Answers each step of `batch` from the node's answer `{now, answer...}`;
