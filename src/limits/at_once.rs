@@ -149,11 +149,8 @@ impl CompiledLimit {
     /// The decision of an attempt that [`gcra_counted`](Self::gcra_counted)
     /// counted by `step`, or the store's error. Each answer returned from a
     /// branch of its own: one shared with the refusal's call met it in a
-    /// temporary, copied out. Always inlined: with a second caller
-    /// (`gcra_later`) the compiler left it out of line, and the usual
-    /// attempt on the memory store took more instructions (callgrind,
-    /// measured in 77a61a3).
-    #[inline(always)]
+    /// temporary, copied out.
+    #[inline]
     fn gcra_decision(&self, step: GcraStep, answered: Result<GcraCounted, StoreError>) -> Result<Decision, LimitError> {
         match answered {
             Ok(counted) => {

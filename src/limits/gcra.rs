@@ -57,9 +57,8 @@ pub fn check_cost(entry: Option<&Entry>, now: Millis, budget: u64, window: Milli
 
 /// The answer of a limit of this one part to what `step` counted: the
 /// attempts left, when it next has budget, and for a refusal how long to
-/// wait. The usual cost of 1 inline; any other out of its way. Always
-/// inlined, as `gcra_decision` is (`at_once.rs`): it has two callers.
-#[inline(always)]
+/// wait. The usual cost of 1 inline; any other out of its way.
+#[inline]
 pub(crate) fn verdict(step: GcraStep, counted: GcraCounted) -> Verdict {
     if step.cost() != 1 {
         return verdict_cost(step, counted);
