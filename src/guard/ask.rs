@@ -42,10 +42,10 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
     apply: &mut Apply<'_>,
 ) -> Result<(), StoreError> {
     let Ok(runtime) = Handle::try_current() else {
-        return Err(guard.no_runtime());
+        return Err(guard.guard.no_runtime());
     };
-    let deadline = tokio::time::Instant::now() + guard.deadline;
-    let gives_up = Instant::now() + guard.deadline;
+    let deadline = tokio::time::Instant::now() + guard.guard.deadline;
+    let gives_up = Instant::now() + guard.guard.deadline;
     let own_thread = runtime.runtime_flavor() == RuntimeFlavor::CurrentThread;
     let (asks, mut asked) = message::channel::<Entry, Vec<Write>>();
     let (done, outcome) = oneshot::channel::<Outcome>();
@@ -63,7 +63,7 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
         let spawned =
             std::thread::Builder::new().name("limit-store-guard".into()).spawn(move || runtime.block_on(work));
         if let Err(e) = spawned {
-            return Err(guard.unavailable(
+            return Err(guard.guard.unavailable(
                 Unavailable::StoreFailed,
                 "no thread for the store call".into(),
                 Some(e.into()),
@@ -77,18 +77,18 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
         while let Some(ask) = asked.recv().await {
             match catch_unwind(AssertUnwindSafe(|| apply(&ask.rows, ask.now))) {
                 Ok(writes) => ask.answer(writes),
-                Err(_) => return Err(guard.unavailable(Unavailable::StoreFailed, "apply panicked".into(), None)),
+                Err(_) => return Err(guard.guard.unavailable(Unavailable::StoreFailed, "apply panicked".into(), None)),
             }
         }
         // The work dropped its `apply`: it has finished, or is finishing.
         match outcome.await {
-            Ok(out) => guard.settle(out),
-            Err(_) => Err(guard.unavailable(Unavailable::StoreFailed, "the store call was lost".into(), None)),
+            Ok(out) => guard.guard.settle(out),
+            Err(_) => Err(guard.guard.unavailable(Unavailable::StoreFailed, "the store call was lost".into(), None)),
         }
     };
     match tokio::time::timeout_at(deadline, serve).await {
         Ok(result) => result,
-        Err(_) => Err(guard.timed_out()),
+        Err(_) => Err(guard.guard.timed_out()),
     }
 }
 

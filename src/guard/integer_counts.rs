@@ -16,10 +16,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use super::handoff::Cell;
-use super::{log, Guarded, Logs};
+use super::call_guard::{log, CallGuard, Logs};
+use super::Guarded;
 use crate::error::Unavailable;
 use crate::{AsyncIntegerCounter, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore, StoreError};
 
@@ -29,19 +27,12 @@ impl<S: LimitStore + ?Sized + 'static> IntegerCounts for Guarded<S> {
             return None;
         }
         let inner = self.inner.integer_counts()?.counter(prefix)?;
-        Some(Box::new(GuardedCounter { inner, logs: self.logs.clone() }))
+        Some(Box::new(GuardedCounter { inner, logs: self.guard.logs.clone() }))
     }
 
     fn async_counter(&self, prefix: &str) -> Option<Box<dyn AsyncIntegerCounter>> {
         let inner = self.inner.integer_counts()?.async_counter(prefix)?;
-        let guard = Guarded {
-            inner: self.inner.clone(),
-            deadline: self.deadline,
-            max_in_flight: self.max_in_flight,
-            in_flight: self.in_flight.clone(),
-            logs: self.logs.clone(),
-        };
-        Some(Box::new(GuardedAsyncCounter { guard, inner: Arc::from(inner) }))
+        Some(Box::new(GuardedAsyncCounter { guard: self.guard.clone(), inner: Arc::from(inner) }))
     }
 }
 
@@ -66,29 +57,19 @@ impl IntegerCounter for GuardedCounter {
 
 /// The inner store's counter through a future, under the guard's rules:
 /// the guard's deadline, cap and logs, shared with the store's guard.
-struct GuardedAsyncCounter<S: LimitStore + ?Sized + 'static> {
-    guard: Guarded<S>,
+struct GuardedAsyncCounter {
+    guard: CallGuard,
     inner: Arc<dyn AsyncIntegerCounter>,
 }
 
-impl<S: LimitStore + ?Sized + 'static> AsyncIntegerCounter for GuardedAsyncCounter<S> {
+impl AsyncIntegerCounter for GuardedAsyncCounter {
     fn count<'a>(
         &'a self,
         rest: &'a str,
         step: GcraStep,
     ) -> Pin<Box<dyn Future<Output = Result<GcraCounted, StoreError>> + Send + 'a>> {
-        Box::pin(async move {
-            let guard = &self.guard;
-            let slot = guard.slot()?;
-            let until = Instant::now() + guard.deadline;
-            let (inner, rest) = (self.inner.clone(), rest.to_owned());
-            guard
-                .owned(Cell::new(), until, async move {
-                    let _slot = slot;
-                    inner.count(&rest, step).await
-                })
-                .await
-        })
+        let (inner, rest) = (self.inner.clone(), rest.to_owned());
+        Box::pin(self.guard.call(async move { inner.count(&rest, step).await }))
     }
 }
 

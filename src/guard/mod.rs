@@ -25,25 +25,19 @@
 //! caller was answered unavailable: the store finishes what it started.
 
 mod ask;
+mod call_guard;
 mod handoff;
 mod integer_counts;
 mod owned_keys;
 
-use std::any::Any;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::FutureExt;
-
-use crate::error::Unavailable;
-use crate::log::{Kind, Throttle};
 use crate::{Apply, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
-use handoff::{handoff, Cell, Handed};
+pub(crate) use call_guard::CallGuard;
+use call_guard::Slot;
+use handoff::Cell;
 use owned_keys::OwnedKeys;
 use tokio::time::Instant;
 
@@ -69,21 +63,14 @@ pub(crate) fn bounded(deadline: Duration) -> Duration {
 /// [`LimitStore`]; needs a tokio runtime for a store that may wait.
 pub struct Guarded<S: LimitStore + ?Sized + 'static = dyn LimitStore> {
     inner: Arc<S>,
-    deadline: Duration,
-    max_in_flight: usize,
-    in_flight: Arc<AtomicUsize>,
-    logs: Arc<Logs>,
+    guard: CallGuard,
 }
-
-/// The throttles of the guard's warnings, one per reason; shared with the
-/// integer counters it hands out.
-type Logs = [Throttle; 4];
 
 impl<S: LimitStore + ?Sized + 'static> std::fmt::Debug for Guarded<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guarded")
-            .field("deadline", &self.deadline)
-            .field("max_in_flight", &self.max_in_flight)
+            .field("deadline", &self.guard.deadline)
+            .field("max_in_flight", &self.guard.max_in_flight)
             .field("in_flight", &self.in_flight())
             .finish_non_exhaustive()
     }
@@ -100,13 +87,7 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     /// taken between 1 ms and 1 h:
     /// `Duration::ZERO` as 1 ms, `Duration::MAX` as an hour.
     pub fn with_limits(inner: Arc<S>, deadline: Duration, max_in_flight: usize) -> Self {
-        Guarded {
-            inner,
-            deadline: bounded(deadline),
-            max_in_flight: max_in_flight.max(1),
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            logs: Arc::new([Throttle::new(), Throttle::new(), Throttle::new(), Throttle::new()]),
-        }
+        Guarded { inner, guard: CallGuard::new(deadline, max_in_flight) }
     }
 
     /// The guarded store (the service's health probe calls it beneath the
@@ -119,141 +100,12 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
     /// The deadline of each call, as taken (see [`with_limits`](Self::with_limits)).
     #[cfg(feature = "serve")]
     pub(crate) fn deadline(&self) -> Duration {
-        self.deadline
+        self.guard.deadline
     }
 
     /// Store calls running now, including those whose callers stopped waiting.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
-    }
-
-    /// Takes an in-flight place, or answers overloaded past the cap.
-    fn reserve(&self) -> Result<(), StoreError> {
-        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if before >= self.max_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return Err(self.unavailable(
-                Unavailable::Overloaded,
-                format!("{} store calls are still running", self.max_in_flight),
-                None,
-            ));
-        }
-        Ok(())
-    }
-
-    /// A place that work outliving the caller can own.
-    fn slot(&self) -> Result<Slot, StoreError> {
-        self.reserve()?;
-        Ok(Slot(self.in_flight.clone()))
-    }
-
-    /// Builds an unavailable answer and logs it, once a minute per reason.
-    fn unavailable(&self, reason: Unavailable, detail: String, source: Option<crate::error::BoxError>) -> StoreError {
-        let err = StoreError::Unavailable { reason, detail, source };
-        self.log(&err);
-        err
-    }
-
-    fn timed_out(&self) -> StoreError {
-        self.unavailable(Unavailable::Timeout, format!("no answer within {:?}", self.deadline), None)
-    }
-
-    fn no_runtime(&self) -> StoreError {
-        self.unavailable(Unavailable::StoreFailed, "Guarded needs a tokio runtime to run store calls".into(), None)
-    }
-
-    fn log(&self, err: &StoreError) {
-        log(&self.logs, err);
-    }
-
-    /// The answer of a call that ended: its own, or unavailable for a panic.
-    fn settle<T>(&self, outcome: Result<Result<T, StoreError>, Box<dyn Any + Send>>) -> Result<T, StoreError> {
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => {
-                self.log(&err);
-                Err(err)
-            }
-            Err(_panic) => Err(self.unavailable(Unavailable::StoreFailed, "the store call panicked".into(), None)),
-        }
-    }
-
-    /// Runs a call of a store that answers at once in the caller's task, under
-    /// the deadline in case it waits after all.
-    ///
-    /// A call that finishes on its first poll never waited, so it takes no
-    /// in-flight place: it runs within one synchronous poll, so the calls
-    /// doing so are at most the threads polling, and skipping the place
-    /// spares every count two atomic writes on a line all threads share. A
-    /// call that waits after all takes its place then, held by the caller's
-    /// future, and is dropped (answered overloaded) past the cap.
-    async fn at_once<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
-        // Polled once without a timer: the usual case, and no runtime needed.
-        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        let outcome = match first {
-            Poll::Ready(outcome) => outcome,
-            Poll::Pending => {
-                self.reserve()?;
-                let _slot = SlotHere(&self.in_flight);
-                match tokio::time::timeout(self.deadline, call).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => return Err(self.timed_out()),
-                }
-            }
-        };
-        self.settle(outcome)
-    }
-
-    /// Runs one call that owns all it uses, in the caller's task; a task of
-    /// its own takes it over if the caller stops waiting or `until` passes
-    /// (see `handoff.rs`). The call owns its in-flight slot, so the slot is
-    /// freed when the call really ends, not when we stop waiting.
-    async fn owned<T: Send + 'static>(
-        &self,
-        cell: Arc<Cell<T>>,
-        until: Instant,
-        call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        match handoff(cell, Box::pin(AssertUnwindSafe(call).catch_unwind()), until).await {
-            Handed::Ended(outcome) => self.settle(outcome),
-            Handed::Late => Err(self.timed_out()),
-            Handed::NoRuntime => Err(self.no_runtime()),
-        }
-    }
-}
-
-/// Logs `err` when it is an unavailable answer, once a minute per reason.
-fn log(logs: &Logs, err: &StoreError) {
-    if let Some(reason) = err.unavailable_reason() {
-        let throttle = match reason {
-            Unavailable::Timeout => &logs[0],
-            Unavailable::Overloaded => &logs[1],
-            Unavailable::Full => &logs[2],
-            _ => &logs[3],
-        };
-        if throttle.ready() {
-            tracing::warn!(kind = Kind::Unavailable.as_str(), reason = reason.as_str(), error = %err, "limit store call answered unavailable");
-        }
-    }
-}
-
-/// One in-flight place, owned by work that may outlive its caller; given back
-/// when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// One in-flight place held by the caller's own future.
-struct SlotHere<'a>(&'a AtomicUsize);
-
-impl Drop for SlotHere<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.guard.in_flight()
     }
 }
 
@@ -289,8 +141,8 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
         }
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.update_now(keys, apply))) {
             Ok(None) => None,
-            Ok(Some(answer)) => Some(self.settle(Ok(answer))),
-            Err(panic) => Some(self.settle::<()>(Err(panic))),
+            Ok(Some(answer)) => Some(self.guard.settle(Ok(answer))),
+            Err(panic) => Some(self.guard.settle::<()>(Err(panic))),
         }
     }
 
@@ -299,9 +151,9 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             if let Some(answer) = self.update_now(keys, apply) {
                 return answer;
             }
-            return self.at_once(self.inner.update(keys, apply)).await;
+            return self.guard.at_once(self.inner.update(keys, apply)).await;
         }
-        let slot = self.slot()?;
+        let slot = self.guard.slot()?;
         ask::update(self, slot, keys, apply).await
     }
 
@@ -310,10 +162,10 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             if let Some(answer) = self.update_now(keys, &mut *apply) {
                 return answer;
             }
-            return self.at_once(self.inner.update(keys, &mut *apply)).await;
+            return self.guard.at_once(self.inner.update(keys, &mut *apply)).await;
         }
-        let slot = self.slot()?;
-        let until = Instant::now() + self.deadline;
+        let slot = self.guard.slot()?;
+        let until = Instant::now() + self.guard.deadline;
         let cell = Cell::new();
         let caller = cell.clone();
         // Once the caller stops waiting (or the deadline passes), a late call
@@ -330,39 +182,28 @@ impl<S: LimitStore + ?Sized + 'static> LimitStore for Guarded<S> {
             );
         let inner = self.inner.clone();
         let keys = OwnedKeys::new(keys);
-        self.owned(cell, until, async move {
-            let _slot = slot;
-            inner.update_owned(&keys.refs(), gated).await
-        })
-        .await
+        self.guard
+            .owned(cell, until, async move {
+                let _slot = slot;
+                inner.update_owned(&keys.refs(), gated).await
+            })
+            .await
     }
 
     async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Entry>>, StoreError> {
         if self.inner.answers_at_once() {
-            return self.at_once(self.inner.read(keys)).await;
+            return self.guard.at_once(self.inner.read(keys)).await;
         }
-        let slot = self.slot()?;
-        let until = Instant::now() + self.deadline;
         let inner = self.inner.clone();
         let keys = OwnedKeys::new(keys);
-        self.owned(Cell::new(), until, async move {
-            let _slot = slot;
-            inner.read(&keys.refs()).await
-        })
-        .await
+        self.guard.call(async move { inner.read(&keys.refs()).await }).await
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
         if self.inner.answers_at_once() {
-            return self.at_once(self.inner.sweep()).await;
+            return self.guard.at_once(self.inner.sweep()).await;
         }
-        let slot = self.slot()?;
-        let until = Instant::now() + self.deadline;
         let inner = self.inner.clone();
-        self.owned(Cell::new(), until, async move {
-            let _slot = slot;
-            inner.sweep().await
-        })
-        .await
+        self.guard.call(async move { inner.sweep().await }).await
     }
 }

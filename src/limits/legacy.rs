@@ -10,9 +10,10 @@
 //! own ([`value_override`](super::LimitsBuilder::value_override)) counts by
 //! that budget and window.
 //!
-//! Its calls get the same guard as every store: answered within the deadline
-//! (2 s), at most 64 running at once (both settings of the builder), a slow
-//! call keeping its place until it really ends.
+//! Its calls keep the same guard's rules as every store's (`CallGuard`):
+//! answered within the deadline (2 s), at most 64 running at once (both
+//! settings of the builder), a slow call keeping its place until it really
+//! ends.
 //!
 //! [`GuardedLegacy`] is the contract's adapter: a limit's
 //! [`Backend`](super::backend::Backend) like the limit store, so no call
@@ -21,11 +22,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
 use crate::clock::{Clock, SystemClock};
-use crate::error::{BoxError, Unavailable};
-use crate::log::{Kind, Throttle};
+use crate::error::BoxError;
+use crate::guard::CallGuard;
 use crate::{Millis, StoreError, Write};
 
 use super::algorithm::{self, Algorithm, Outcome};
@@ -47,29 +46,22 @@ pub trait RateLimitStore: Send + Sync {
 /// The names of the limits an earlier-contract store keeps serving.
 pub const SERVED: [&str; 2] = [super::presets::SIGN_IN, super::presets::API];
 
-/// A [`RateLimitStore`] behind the deadline and the in-flight cap.
+/// A [`RateLimitStore`] behind the guard's rules, the same as any store's
+/// ([`CallGuard`]): the deadline, the in-flight cap, a panic answered
+/// unavailable, and the unavailable answers logged.
 pub(crate) struct GuardedLegacy {
     store: Arc<dyn RateLimitStore>,
-    slots: Arc<Semaphore>,
-    deadline: Duration,
-    max_in_flight: usize,
-    log: Throttle,
+    guard: CallGuard,
 }
 
 impl GuardedLegacy {
     pub(crate) fn new(store: Arc<dyn RateLimitStore>, deadline: Duration, max_in_flight: usize) -> Self {
-        GuardedLegacy {
-            store,
-            slots: Arc::new(Semaphore::new(max_in_flight.clamp(1, Semaphore::MAX_PERMITS))),
-            deadline,
-            max_in_flight,
-            log: Throttle::new(),
-        }
+        GuardedLegacy { store, guard: CallGuard::new(deadline, max_in_flight) }
     }
 
     async fn increment(&self, key: String, window: Duration) -> Result<(u64, Millis), StoreError> {
         let store = self.store.clone();
-        self.run(async move { store.increment(&key, window).await }).await
+        self.guard.call(async move { store.increment(&key, window).await.map_err(failed) }).await
     }
 
     /// The earlier contract's count: every part's counter incremented in
@@ -92,43 +84,11 @@ impl GuardedLegacy {
         let held = parts::held_of(&outcomes);
         Ok((algorithm::join(outcomes, now).1, held, now))
     }
+}
 
-    /// Runs `call` in a task that holds its slot until the call really ends,
-    /// and answers within the deadline.
-    async fn run<T: Send + 'static>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, BoxError>> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let result = match self.slots.clone().try_acquire_owned() {
-            Err(_) => Err(StoreError::unavailable(
-                Unavailable::Overloaded,
-                format!("{} calls to the RateLimitStore are still running", self.max_in_flight),
-            )),
-            Ok(slot) => {
-                let task = tokio::spawn(async move {
-                    let _slot = slot;
-                    call.await
-                });
-                match tokio::time::timeout(self.deadline, task).await {
-                    Err(_) => Err(StoreError::unavailable(
-                        Unavailable::Timeout,
-                        format!("the RateLimitStore gave no answer within {:?}", self.deadline),
-                    )),
-                    Ok(Err(_join)) => {
-                        Err(StoreError::unavailable(Unavailable::StoreFailed, "the RateLimitStore call panicked"))
-                    }
-                    Ok(Ok(Err(e))) => Err(StoreError::store_failed("the RateLimitStore failed", e)),
-                    Ok(Ok(Ok(value))) => Ok(value),
-                }
-            }
-        };
-        if let Err(e) = &result {
-            if self.log.ready() {
-                tracing::warn!(kind = Kind::Unavailable.as_str(), reason = e.unavailable_reason().map_or("", Unavailable::as_str), error = %e, "RateLimitStore call answered unavailable");
-            }
-        }
-        result
-    }
+/// The earlier contract's error, as the limit store's.
+fn failed(e: BoxError) -> StoreError {
+    StoreError::store_failed("the RateLimitStore failed", e)
 }
 
 /// The earlier contract as a limit's backend: it counts one at a time
@@ -150,9 +110,8 @@ impl Backend for GuardedLegacy {
 
     async fn reset(&self, keys: &CallKeys) -> Result<(), StoreError> {
         for (_, key) in keys.iter() {
-            let store = self.store.clone();
-            let key = key.to_owned();
-            self.run(async move { store.reset(&key).await }).await?;
+            let (store, key) = (self.store.clone(), key.to_owned());
+            self.guard.call(async move { store.reset(&key).await.map_err(failed) }).await?;
         }
         Ok(())
     }
