@@ -72,12 +72,7 @@ impl CompiledLimit {
     #[inline(never)]
     fn gcra_counted(&self, step: GcraStep, given: Given<'_>) -> Option<Result<GcraCounted, StoreError>> {
         let counter = self.integer.as_deref()?;
-        let [part] = &self.limit.parts[..] else { return None };
-        let normalized = match given {
-            Given::Normal(value) => Cow::Borrowed(value),
-            Given::Parts([(name, value)]) if *name == part.name => self.rules.apply(part.normalize, value).ok()?,
-            Given::Parts(_) => return None,
-        };
+        let normalized = self.usual_value(given)?;
         let KeyOf::Plain(rest) = key_of(&self.stems[0], &normalized) else { return None };
         Some(counter.count(rest, step))
     }
