@@ -110,7 +110,10 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                     budget: p.algorithm().budget(),
                     window_ms: p.algorithm().window(),
                     cleared_by_reset: p.resets(),
-                    lock_ms: p.algorithm().lock(),
+                    lock_ms: match *p.algorithm() {
+                        crate::limits::Algorithm::Lockout { lock, .. } => Some(lock),
+                        _ => None,
+                    },
                     normalize: p.normalize().as_str(),
                     overrides: p.override_count(),
                 })
