@@ -207,12 +207,6 @@ impl Part {
         self.overrides.push(ValueOverride { value: value.to_owned(), budget, window });
     }
 
-    /// How many values have a budget of their own.
-    #[cfg(feature = "serve")]
-    pub(crate) fn override_count(&self) -> usize {
-        self.overrides.len()
-    }
-
     /// The algorithm of each value with a budget of its own, by value as given.
     pub fn overrides(&self) -> impl Iterator<Item = (&str, Algorithm)> {
         self.overrides.iter().map(|o| (o.value.as_str(), self.overridden(o)))

@@ -115,7 +115,7 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                         _ => None,
                     },
                     normalize: p.normalize().as_str(),
-                    overrides: p.override_count(),
+                    overrides: p.overrides().count(),
                 })
                 .collect(),
             policy: limit.unavailable_policy().as_str().to_owned(),
