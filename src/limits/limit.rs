@@ -84,9 +84,9 @@ impl Part {
         &self.algorithm
     }
 
-    /// True when [`Limits::reset`](crate::Limits::reset) clears this part.
-    #[cfg(feature = "serve")]
-    pub(crate) fn resets(&self) -> bool {
+    /// True when [`Limits::reset`](crate::Limits::reset) clears this part:
+    /// unless it was [`kept_on_reset`](Self::kept_on_reset).
+    pub fn cleared_by_reset(&self) -> bool {
         self.resets
     }
 }

@@ -109,7 +109,7 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                     algorithm: p.algorithm().to_string(),
                     budget: p.algorithm().budget(),
                     window_ms: p.algorithm().window(),
-                    cleared_by_reset: p.resets(),
+                    cleared_by_reset: p.cleared_by_reset(),
                     lock_ms: match *p.algorithm() {
                         crate::limits::Algorithm::Lockout { lock, .. } => Some(lock),
                         _ => None,
