@@ -204,7 +204,7 @@ impl StoreError {
     }
 
     /// True for the refused-input family.
-    #[cfg(any(feature = "serve", feature = "testing"))]
+    #[cfg(feature = "testing")]
     pub(crate) fn is_refused(&self) -> bool {
         matches!(self, StoreError::Refused(_))
     }

@@ -292,8 +292,9 @@ impl Config {
     /// Opens the configured store behind the guard these settings give it
     /// (`deadline`, `max_in_flight`), to build limits on it with
     /// [`Config::apply`]: a service guards its store once, and builds every
-    /// reload's limits on that guard, keeping its counts.
-    pub(crate) async fn open_store(&self) -> Result<crate::Guarded, LimitError> {
+    /// reload's limits on that guard, keeping its counts (see
+    /// [`LimitsBuilder::counters_from`]).
+    pub async fn open_store(&self) -> Result<crate::Guarded, LimitError> {
         let store: Arc<dyn LimitStore> = match self.store {
             StoreKind::Memory => Arc::new(match self.max_entries {
                 Some(n) => MemoryStore::with_max_entries(n),

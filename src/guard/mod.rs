@@ -90,16 +90,15 @@ impl<S: LimitStore + ?Sized + 'static> Guarded<S> {
         Guarded { inner, guard: CallGuard::new(deadline, max_in_flight) }
     }
 
-    /// The guarded store (the service's health probe calls it beneath the
-    /// guard).
-    #[cfg(feature = "serve")]
-    pub(crate) fn inner(&self) -> &Arc<S> {
+    /// The guarded store, as given: a call on it has no deadline and takes
+    /// no in-flight place (a health probe that must not take one from an
+    /// attempt calls it so, within [`deadline`](Self::deadline)).
+    pub fn inner(&self) -> &Arc<S> {
         &self.inner
     }
 
     /// The deadline of each call, as taken (see [`with_limits`](Self::with_limits)).
-    #[cfg(feature = "serve")]
-    pub(crate) fn deadline(&self) -> Duration {
+    pub fn deadline(&self) -> Duration {
         self.guard.deadline
     }
 

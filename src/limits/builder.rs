@@ -110,10 +110,10 @@ impl LimitsBuilder {
     }
 
     /// Carries on the counters of `previous` (what each limit answered: see
-    /// [`Limits::counters`]) in the limits of the same name, as a reload
-    /// that replaces `previous` wants: answers given on either count in both.
-    #[cfg(any(feature = "serve", test))]
-    pub(crate) fn counters_from(mut self, previous: &Limits) -> Self {
+    /// [`Limits::counters`] and [`Limits::last_hour`]) in the limits of the
+    /// same name, as a reload that replaces `previous` wants: answers given on
+    /// either count in both.
+    pub fn counters_from(mut self, previous: &Limits) -> Self {
         self.previous = Some(previous.clone());
         self
     }

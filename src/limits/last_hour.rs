@@ -19,15 +19,14 @@ pub struct LastHour {
     pub limited: [u64; MINUTES],
 }
 
+#[cfg(test)]
 impl LastHour {
     /// Attempts allowed in the hour.
-    #[cfg(any(test, feature = "serve"))]
     pub(crate) fn allowed_total(&self) -> u64 {
         self.allowed.iter().sum()
     }
 
     /// Attempts refused for lack of budget in the hour.
-    #[cfg(any(test, feature = "serve"))]
     pub(crate) fn limited_total(&self) -> u64 {
         self.limited.iter().sum()
     }

@@ -84,9 +84,9 @@ impl Part {
         &self.algorithm
     }
 
-    /// True when [`Limits::reset`](crate::Limits::reset) clears this part.
-    #[cfg(feature = "serve")]
-    pub(crate) fn resets(&self) -> bool {
+    /// True when [`Limits::reset`](crate::Limits::reset) clears this part:
+    /// unless it was [`kept_on_reset`](Self::kept_on_reset).
+    pub fn cleared_by_reset(&self) -> bool {
         self.resets
     }
 }
@@ -205,12 +205,6 @@ impl Part {
     pub(crate) fn set_override(&mut self, value: &str, budget: u64, window: Option<Millis>) {
         self.overrides.retain(|o| o.value != value);
         self.overrides.push(ValueOverride { value: value.to_owned(), budget, window });
-    }
-
-    /// How many values have a budget of their own.
-    #[cfg(feature = "serve")]
-    pub(crate) fn override_count(&self) -> usize {
-        self.overrides.len()
     }
 
     /// The algorithm of each value with a budget of its own, by value as given.

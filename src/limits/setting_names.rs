@@ -57,16 +57,6 @@ impl Algorithm {
             _ => return None,
         })
     }
-
-    /// How long a lockout locks, in milliseconds; `None` for the others
-    /// (in code: match [`Algorithm::Lockout`]).
-    #[cfg(any(feature = "serve", test))]
-    pub(crate) fn lock(&self) -> Option<crate::Millis> {
-        match *self {
-            Algorithm::Lockout { lock, .. } => Some(lock),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]

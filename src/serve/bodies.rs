@@ -48,7 +48,7 @@ pub struct DecisionBody {
     pub retry_after_ms: Option<u64>,
     /// The store was unavailable and the limit's policy answered: why.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub degraded: Option<&'static str>,
+    pub degraded: Option<String>,
     /// Shadow mode let through an attempt it would have refused.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shadow_refused: bool,
@@ -125,7 +125,7 @@ pub struct PartBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_ms: Option<i64>,
     /// How values are made one before they are counted: `exact`, `folded` or `ip`.
-    pub normalize: &'static str,
+    pub normalize: String,
     /// How many values have a budget of their own (`[...PART.overrides]`).
     pub overrides: usize,
 }

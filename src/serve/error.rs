@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::LimitError;
+use crate::{LimitError, StoreError};
 
 /// An error answer of the service.
 #[derive(Debug)]
@@ -78,8 +78,8 @@ impl From<LimitError> for ApiError {
             LimitError::BadValue { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad-value"),
             LimitError::CostOverBudget { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cost-over-budget"),
             LimitError::CostNotCounted { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cost-not-counted"),
-            LimitError::Store(s) if s.is_unavailable() => (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"),
-            LimitError::Store(s) if s.is_refused() => (StatusCode::UNPROCESSABLE_ENTITY, "refused"),
+            LimitError::Store(StoreError::Unavailable { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"),
+            LimitError::Store(StoreError::Refused(_)) => (StatusCode::UNPROCESSABLE_ENTITY, "refused"),
             LimitError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store-failed"),
             _ => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
         };

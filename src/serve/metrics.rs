@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::error::Unavailable;
 use crate::{Decision, Limits};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,7 +22,7 @@ struct Attempt {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
-    reason: &'static str,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,7 +110,7 @@ impl Metrics {
     /// limited; only a store that could not answer it is counted.
     pub fn decided(&self, limit: &str, d: &Decision, cost: u64) {
         if let Some(reason) = d.degraded {
-            self.unavailable.get_or_create(&Reason { reason: reason.as_str() }).inc();
+            self.unavailable.get_or_create(&Reason { reason: reason.to_string() }).inc();
         }
         if cost == 0 {
             return;
@@ -124,11 +125,10 @@ impl Metrics {
     }
 
     /// The unavailable answers so far, by reason.
-    pub fn unavailable_by_reason(&self) -> Vec<(&'static str, u64)> {
-        use crate::error::Unavailable::{Full, Overloaded, StoreFailed, Timeout};
-        [Timeout, Overloaded, Full, StoreFailed]
+    pub fn unavailable_by_reason(&self) -> Vec<(Unavailable, u64)> {
+        [Unavailable::Timeout, Unavailable::Overloaded, Unavailable::Full, Unavailable::StoreFailed]
             .into_iter()
-            .map(|r| (r.as_str(), self.unavailable.get_or_create(&Reason { reason: r.as_str() }).get()))
+            .map(|r| (r, self.unavailable.get_or_create(&Reason { reason: r.to_string() }).get()))
             .collect()
     }
 

@@ -106,16 +106,19 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                 .iter()
                 .map(|p| PartBody {
                     name: p.name().to_owned(),
-                    algorithm: p.algorithm().name().to_owned(),
+                    algorithm: p.algorithm().to_string(),
                     budget: p.algorithm().budget(),
                     window_ms: p.algorithm().window(),
-                    cleared_by_reset: p.resets(),
-                    lock_ms: p.algorithm().lock(),
-                    normalize: p.normalize().as_str(),
-                    overrides: p.override_count(),
+                    cleared_by_reset: p.cleared_by_reset(),
+                    lock_ms: match *p.algorithm() {
+                        crate::limits::Algorithm::Lockout { lock, .. } => Some(lock),
+                        _ => None,
+                    },
+                    normalize: p.normalize().to_string(),
+                    overrides: p.overrides().count(),
                 })
                 .collect(),
-            policy: limit.unavailable_policy().as_str().to_owned(),
+            policy: limit.unavailable_policy().to_string(),
             shadow: limit.is_shadow(),
             preset: crate::limits::presets::named(limit.name()).is_some(),
         })
@@ -282,7 +285,7 @@ fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
         part: d.part,
         limited_by: d.limited_by,
         retry_after_ms: d.retry_after.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
-        degraded: d.degraded.map(|r| r.as_str()),
+        degraded: d.degraded.map(|r| r.to_string()),
         shadow_refused: d.shadow_refused,
         parts: d
             .parts()

@@ -46,7 +46,7 @@ pub fn render(app: &App) -> String {
                 p = escape(part.name()),
                 b = part.algorithm().budget(),
                 w = window(part.algorithm().window()),
-                pol = if first { limit.unavailable_policy().as_str() } else { "" },
+                pol = if first { limit.unavailable_policy().to_string() } else { String::new() },
             );
             if first {
                 let _ = write!(

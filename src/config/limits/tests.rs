@@ -1,4 +1,5 @@
 use crate::config::Config;
+use crate::limits::Algorithm;
 
 fn refused(text: &str) -> String {
     Config::parse(text).unwrap_err().to_string()
@@ -15,7 +16,7 @@ fn a_limit_of_the_sites_own_is_defined_by_its_table() {
     let limit = config.limits[0].defines.clone().unwrap();
     assert_eq!(limit.part_names(), ["user", "ip"]);
     assert_eq!(limit.parts()[0].algorithm().name(), "fixed-window");
-    assert_eq!(limit.parts()[1].algorithm().lock(), Some(3_600_000));
+    assert!(matches!(limit.parts()[1].algorithm(), Algorithm::Lockout { lock: 3_600_000, .. }));
     assert_eq!(config.limits[0].parts[0].overrides[0].budget, 30);
 }
 

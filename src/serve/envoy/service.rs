@@ -18,7 +18,7 @@ use super::counting::{count, Problem};
 use super::metrics::EnvoyMetrics;
 use super::EnvoyRules;
 use crate::serve::ApiToken;
-use crate::LimitStore;
+use crate::{LimitStore, StoreError};
 
 /// The largest request taken, in bytes: far above any descriptor list envoy sends.
 pub(crate) const MAX_REQUEST: usize = 64 * 1024;
@@ -87,9 +87,9 @@ impl RateLimitService for EnvoyService {
             Err(Problem::Store(e)) => {
                 // The guard logs the store's failure; envoy's failure_mode_deny decides.
                 self.metrics.unavailable();
-                Err(Status::unavailable(match e.unavailable_reason() {
-                    Some(reason) => format!("the limit store is unavailable ({})", reason.as_str()),
-                    None => "the limit store is unavailable".to_owned(),
+                Err(Status::unavailable(match e {
+                    StoreError::Unavailable { reason, .. } => format!("the limit store is unavailable ({reason})"),
+                    _ => "the limit store is unavailable".to_owned(),
                 }))
             }
         }

@@ -30,8 +30,8 @@ pub(super) fn last_hour(name: &str, hour: &LastHour) -> String {
     let said = format!(
         "{}: {} allowed, {} limited in the last hour",
         escape(name),
-        hour.allowed_total(),
-        hour.limited_total()
+        hour.allowed.iter().sum::<u64>(),
+        hour.limited.iter().sum::<u64>()
     );
     let busiest = hour.allowed.iter().zip(&hour.limited).map(|(a, l)| a + l).max().unwrap_or(0);
     let mut svg = String::with_capacity(2048);
