@@ -13,6 +13,11 @@
 //! seconds, `r` what is left, `t` the seconds until it has more. The policy's
 //! name is the limit's, with the part after a `/` when the limit counts more
 //! than one (`"sign-in/ip"`), so a client can tell which ran out.
+//!
+//! [`fields`] writes them whole. An HTTP layer that writes them itself (to
+//! make a limit's name once, not on every answer) takes the name from
+//! [`policy_name`] and each decision's numbers from [`Numbers`], which also
+//! holds the status a refused decision is answered with.
 
 use crate::{Decision, Millis};
 
@@ -32,7 +37,7 @@ pub struct RateLimitFields {
 pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields {
     use std::fmt::Write as _;
     let name = policy_name(limit, parts, decision.part);
-    let Numbers { window, t, retry } = Numbers::of(decision);
+    let Numbers { window, t, retry, .. } = Numbers::from(decision);
     let mut policy = String::with_capacity(name.len() + 24);
     policy.push_str(&name);
     let _ = write!(policy, ";q={};w={window}", decision.budget);
@@ -41,9 +46,11 @@ pub fn fields(limit: &str, parts: usize, decision: &Decision) -> RateLimitFields
     RateLimitFields { policy, ratelimit, retry_after: retry.map(|r| t.max(r).to_string()) }
 }
 
-/// The policy's name, quoted: the limit's, with the part after a `/` when
-/// the limit counts more than one.
-pub(crate) fn policy_name(limit: &str, parts: usize, part: &str) -> String {
+/// The name of the policy of limit `limit`, which counts `parts` parts,
+/// when part `part` answered: a quoted string (`"sign-in"`), the limit's,
+/// with the part after a `/` when the limit counts more than one
+/// (`"sign-in/ip"`). Both fields start with it.
+pub fn policy_name(limit: &str, parts: usize, part: &str) -> String {
     let mut name = String::with_capacity(limit.len() + part.len() + 24);
     name.push('"');
     push_sf(&mut name, limit);
@@ -55,19 +62,28 @@ pub(crate) fn policy_name(limit: &str, parts: usize, part: &str) -> String {
     name
 }
 
-/// The numbers of the fields of one decision, in seconds.
-pub(crate) struct Numbers {
+/// The numbers of the answer to one decision: its fields' numbers in
+/// seconds (whole, rounded up), and the status of a refused one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Numbers {
     /// `w`: the window.
     pub window: i64,
-    /// `t`: until the part has more.
+    /// `t`: until the part has more; for a refused decision, never before
+    /// `Retry-After`.
     pub t: i64,
     /// `Retry-After`, for a decision that is not allowed.
     pub retry: Option<i64>,
+    /// The status of a refused decision: 429 when it ran out of budget, 503
+    /// when the store was unavailable and the limit's policy denies; `None`
+    /// when the attempt may go ahead. With feature `serve` or `axum`.
+    #[cfg(any(feature = "serve", feature = "axum"))]
+    pub refusal: Option<axum::http::StatusCode>,
 }
 
-impl Numbers {
-    /// The numbers of `decision`.
-    pub fn of(decision: &Decision) -> Self {
+/// The numbers of `decision`.
+impl From<&Decision> for Numbers {
+    fn from(decision: &Decision) -> Self {
         let window = seconds_up(decision.window);
         let reset = seconds_up(decision.reset_at.saturating_sub(decision.now));
         let retry = decision.retry_after.map(|d| seconds_up(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
@@ -76,7 +92,13 @@ impl Numbers {
             Some(retry) if !decision.allowed => reset.max(retry),
             _ => reset,
         };
-        Numbers { window, t, retry: retry.filter(|_| !decision.allowed) }
+        Numbers {
+            window,
+            t,
+            retry: retry.filter(|_| !decision.allowed),
+            #[cfg(any(feature = "serve", feature = "axum"))]
+            refusal: refusal_status(decision),
+        }
     }
 }
 
@@ -106,11 +128,9 @@ impl RateLimitFields {
     }
 }
 
-/// The status of a refused decision: 429 when it ran out of budget, 503 when
-/// the store was unavailable and the limit's policy denies; `None` when the
-/// attempt may go ahead.
+/// [`Numbers::refusal`] of `decision`.
 #[cfg(any(feature = "serve", feature = "axum"))]
-pub(crate) fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
+fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
     use axum::http::StatusCode;
     match (decision.allowed, decision.degraded) {
         (true, _) => None,

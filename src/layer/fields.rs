@@ -41,7 +41,7 @@ impl AdmittedFields {
 
     /// The values for an allowed `decision`.
     pub(crate) fn values(&self, decision: &Decision) -> Values {
-        let numbers = Numbers::of(decision);
+        let numbers = Numbers::from(decision);
         let made = || (decision.budget, decision.window, self.policy_value(decision.budget, numbers.window));
         let (budget, window, policy) = self.policy.get_or_init(made);
         let policy = if (*budget, *window) == (decision.budget, decision.window) {

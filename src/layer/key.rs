@@ -3,13 +3,11 @@
 //! address is held as the address, and counted so, its text written only
 //! when asked for.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use arrayvec::ArrayString;
-
-use crate::limits::write_address;
 
 /// The value a request is counted by, as a [`KeyExtractor`](super::KeyExtractor)
 /// finds it: inline up to 48 bytes (any address's text fits), else on the heap.
@@ -21,13 +19,13 @@ pub struct Key(Repr);
 enum Repr {
     Inline(ArrayString<48>),
     Heap(String),
-    /// A client address, and its text ([`write_address`]'s) once asked for.
+    /// A client address, and its text (as `Display` writes it) once asked for.
     Address(IpAddr, OnceLock<ArrayString<48>>),
 }
 
 impl Key {
     /// The client address `ip` (its network, as the extractor counts it):
-    /// its text is [`write_address`]'s, and a limit counts it as that text.
+    /// its text is as `Display` writes it, and a limit counts it as that text.
     pub(crate) fn address(ip: IpAddr) -> Self {
         Key(Repr::Address(ip, OnceLock::new()))
     }
@@ -48,7 +46,7 @@ impl Key {
             Repr::Address(ip, text) => text.get_or_init(|| {
                 let mut text = ArrayString::new();
                 // Any address's text fits in 48 bytes.
-                let _ = write_address(*ip, &mut text);
+                let _ = write!(text, "{ip}");
                 text
             }),
         }

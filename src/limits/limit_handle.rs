@@ -78,10 +78,16 @@ impl LimitHandle {
         compiled.rules.with_address(part.normalize, self.client_network(ip), answer)
     }
 
-    /// The address a client at `ip` counts as (see
-    /// [`attempt_address_now`](Self::attempt_address_now)), for a count
-    /// that goes through the address's text.
-    pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
+    /// The address a client at `ip` counts as on this limit, as
+    /// [`attempt_address_now`](Self::attempt_address_now) counts it: an
+    /// IPv4-mapped IPv6 address as its IPv4 address, another IPv6 address as
+    /// the first address of its network (the limits'
+    /// [`ipv6_prefix`](crate::limits::LimitsBuilder::ipv6_prefix)), IPv4 as
+    /// it is. For a caller that holds a client's address and counts its
+    /// text (on a store that answers through a future, with
+    /// [`attempt`](Self::attempt)): the text of this address counts what
+    /// `attempt_address_now` counts, on a part of any normalization.
+    pub fn client_network(&self, ip: IpAddr) -> IpAddr {
         self.compiled().rules.client_network(ip)
     }
 

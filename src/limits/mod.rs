@@ -64,8 +64,6 @@ pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
 pub use limit::{Limit, Part, Policy};
 pub use limit_handle::LimitHandle;
-#[cfg(feature = "axum")]
-pub(crate) use normalize::write_address;
 pub use normalize::Normalize;
 pub use outcome::Outcome;
 pub(crate) use setting_names::ALGORITHM_NAMES;

@@ -139,10 +139,9 @@ impl KeyRules {
 /// Writes address `ip`'s text to `out`, as `Display` writes it (IPv4
 /// without the formatter): the text a part counts when given the address
 /// rather than text, an [`Exact`](Normalize::Exact) part as it is, an
-/// [`Ip`](Normalize::Ip) part as its network. For code that finds a client's
-/// address (the layer's extractors), so that it counts what a handler given
-/// the address's text counts.
-pub(crate) fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
+/// [`Ip`](Normalize::Ip) part as its network, so that an address counts
+/// as its text would.
+fn write_address<W: std::fmt::Write + ?Sized>(ip: IpAddr, out: &mut W) -> std::fmt::Result {
     match ip {
         // Digits and dots only: always text, and at most 15 bytes.
         IpAddr::V4(v4) => out.write_str(Ipv4Text::new(v4).as_str()),
