@@ -113,7 +113,7 @@ pub enum Kind {
 
 impl Kind {
     /// The text of the `kind` field, `limit-...`: stable (as it prints).
-    pub(crate) const fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Kind::Degraded => "limit-degraded",
             Kind::ShadowRefusal => "limit-shadow-refusal",

@@ -187,7 +187,6 @@ impl std::fmt::Debug for Config {
 /// A settings file that can't be used: where, which key, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}{}{}: {message}", .line.map(|l| format!(" line {l}")).unwrap_or_default(), .key.as_ref().map(|k| format!(", `{k}`")).unwrap_or_default())]
-#[non_exhaustive]
 pub struct ConfigError {
     /// The file (or `limit-store.toml` for text parsed directly).
     pub origin: String,

@@ -269,7 +269,7 @@ impl LimitsBuilder {
                 ))
             })
             .collect::<Result<_, LimitError>>()?;
-        Ok(Limits::new(compiled, store))
+        Ok(Limits::new(compiled))
     }
 }
 

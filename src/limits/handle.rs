@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use crate::transaction::refuse_in_transaction;
-use crate::{LimitStore, Millis};
+use crate::Millis;
 
 use super::answers::Answers;
 use super::backend::CostNotCounted;
@@ -25,9 +25,6 @@ pub(super) type Found<'a> = Result<&'a CompiledLimit, &'a str>;
 #[derive(Clone)]
 pub struct Limits {
     limits: Arc<NameTable<CompiledLimit>>,
-    /// The limit store (guarded), for its stats and health; every limit but
-    /// those an earlier-contract store serves counts in it.
-    store: Arc<dyn LimitStore>,
 }
 
 impl std::fmt::Debug for Limits {
@@ -38,8 +35,8 @@ impl std::fmt::Debug for Limits {
 
 impl Limits {
     /// The limits ready to count, by name, as the builder put them together.
-    pub(super) fn new(limits: Vec<(String, CompiledLimit)>, store: Arc<dyn LimitStore>) -> Self {
-        Limits { limits: Arc::new(NameTable::new(limits)), store }
+    pub(super) fn new(limits: Vec<(String, CompiledLimit)>) -> Self {
+        Limits { limits: Arc::new(NameTable::new(limits)) }
     }
 
     /// An attempt of `cost` on the limit `found` here and now, on a store
@@ -108,11 +105,6 @@ impl Limits {
             return Ok(());
         }
         Ok(compiled.backend.reset(&keys).await?)
-    }
-
-    /// The store's fill and sweeps (see [`LimitStore::stats`](crate::LimitStore::stats)).
-    pub fn store_stats(&self) -> Option<crate::StoreStats> {
-        self.store.stats()
     }
 
     /// The definition of limit `name`, as built (overrides applied).

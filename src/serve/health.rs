@@ -90,10 +90,10 @@ impl Health {
         };
         match (&failure, was) {
             (Some(error), Some(true) | None) => {
-                tracing::warn!(kind = Kind::Health.to_string(), %error, "the store does not answer health checks")
+                tracing::warn!(kind = Kind::Health.as_str(), %error, "the store does not answer health checks")
             }
             (None, Some(false)) => {
-                tracing::info!(kind = Kind::Health.to_string(), "the store answers health checks again")
+                tracing::info!(kind = Kind::Health.as_str(), "the store answers health checks again")
             }
             _ => {}
         }

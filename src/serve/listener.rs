@@ -40,7 +40,7 @@ pub(crate) async fn run(
             Err(_) => {
                 if due(&mut full_logged) {
                     tracing::warn!(
-                        kind = Kind::ConnectionsFull.to_string(),
+                        kind = Kind::ConnectionsFull.as_str(),
                         max_connections = settings.max_connections,
                         "every connection place is taken: new connections wait until one closes (serve.max_connections)"
                     );
@@ -56,7 +56,7 @@ pub(crate) async fn run(
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     if due(&mut failed_logged) {
-                        tracing::warn!(kind = Kind::AcceptFailed.to_string(), %error, "accepting a connection failed");
+                        tracing::warn!(kind = Kind::AcceptFailed.as_str(), %error, "accepting a connection failed");
                     }
                     tokio::select! {
                         () = tokio::time::sleep(AFTER_ACCEPT_ERROR) => continue,
@@ -70,7 +70,7 @@ pub(crate) async fn run(
         let served = graceful.watch(connection(stream, router.clone(), settings.request_timeout));
         tokio::spawn(async move {
             if let Err(error) = served.await {
-                tracing::debug!(kind = Kind::Connection.to_string(), %error, "a connection ended");
+                tracing::debug!(kind = Kind::Connection.as_str(), %error, "a connection ended");
             }
             drop(place);
         });
@@ -78,14 +78,14 @@ pub(crate) async fn run(
     drop(listener);
     let open = graceful.count();
     tracing::info!(
-        kind = Kind::Draining.to_string(),
+        kind = Kind::Draining.as_str(),
         open,
         grace_ms = u64::try_from(settings.shutdown_grace.as_millis()).unwrap_or(u64::MAX),
         "no new connections; the requests in flight have the shutdown grace to finish"
     );
     if tokio::time::timeout(settings.shutdown_grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(
-            kind = Kind::DrainCut.to_string(),
+            kind = Kind::DrainCut.as_str(),
             open = settings.max_connections.saturating_sub(places.available_permits()),
             "the shutdown grace ran out: the connections still open are closed (serve.shutdown_grace)"
         );

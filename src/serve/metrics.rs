@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::error::Unavailable;
-use crate::{Decision, Limits};
+use crate::{Decision, StoreStats};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Attempt {
@@ -138,8 +138,8 @@ impl Metrics {
     }
 
     /// The exposition, with the store's fill read now.
-    pub fn render(&self, limits: &Limits) -> String {
-        if let Some(stats) = limits.store_stats() {
+    pub fn render(&self, stats: Option<StoreStats>) -> String {
+        if let Some(stats) = stats {
             self.live_entries.set(i64::try_from(stats.held).unwrap_or(i64::MAX));
             #[allow(clippy::cast_precision_loss)] // a ratio for a dashboard
             self.fill_ratio.set(stats.held as f64 / stats.max_entries.max(1) as f64);

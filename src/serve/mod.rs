@@ -153,7 +153,7 @@ async fn log_request(State(app): State<App>, request: Request, next: Next) -> Re
     let response = next.run(request).await;
     app.metrics.answered(&route, response.status().as_u16());
     tracing::debug!(
-        kind = crate::log::Kind::Request.to_string(),
+        kind = crate::log::Kind::Request.as_str(),
         %method,
         path,
         status = response.status().as_u16(),

@@ -75,7 +75,7 @@ pub async fn run(
     tracing::info!(
         listen = %listener.local_addr()?,
         store,
-        max_entries = limits.current().store_stats().map(|s| s.max_entries),
+        max_entries = crate::LimitStore::stats(&**limits.store()).map(|s| s.max_entries),
         max_connections = settings.max_connections,
         token = token.is_some(),
         "limit-store serve is listening"
@@ -129,7 +129,7 @@ fn connection_cap(wanted: usize) -> usize {
     }
     let cap = usize::try_from(soft.saturating_sub(OTHER_FILES).max(1)).unwrap_or(usize::MAX);
     tracing::warn!(
-        kind = Kind::ConnectionsCapped.to_string(),
+        kind = Kind::ConnectionsCapped.as_str(),
         max_connections = wanted,
         open_file_limit = soft,
         cap,
@@ -214,7 +214,7 @@ async fn reload(
         loop {
             hangup(&mut signal).await;
             tracing::info!(
-                kind = Kind::ConfigNotReloaded.to_string(),
+                kind = Kind::ConfigNotReloaded.as_str(),
                 "SIGHUP: serve started without a settings file (--config or ./limit-store.toml), so there is \
                  nothing to reload; it serves on as it is"
             );
@@ -238,14 +238,14 @@ async fn reload(
         let config = match Config::load(&path) {
             Ok(config) => config,
             Err(e) => {
-                tracing::error!(kind = Kind::ConfigRefused.to_string(), error = %e, "the changed settings were refused; the running ones stay");
+                tracing::error!(kind = Kind::ConfigRefused.as_str(), error = %e, "the changed settings were refused; the running ones stay");
                 continue;
             }
         };
         let at_start = (config.deadline, config.max_in_flight, config.serve);
         if !same_store(&config, &running) || at_start != (running.deadline, running.max_in_flight, running.serve) {
             tracing::warn!(
-                kind = Kind::ConfigRestart.to_string(),
+                kind = Kind::ConfigRestart.as_str(),
                 "the store's, its guard's (deadline, max_in_flight) or [serve] settings changed: they apply at the \
                  next start; the limits' settings apply now"
             );
@@ -254,12 +254,12 @@ async fn reload(
             Ok(()) => {
                 running = config;
                 tracing::info!(
-                    kind = Kind::ConfigReloaded.to_string(),
+                    kind = Kind::ConfigReloaded.as_str(),
                     "reloaded the limits' settings; the counts and counters are kept"
                 );
             }
             Err(e) => {
-                tracing::error!(kind = Kind::ConfigRefused.to_string(), error = %e, "the changed settings were refused; the running ones stay")
+                tracing::error!(kind = Kind::ConfigRefused.as_str(), error = %e, "the changed settings were refused; the running ones stay")
             }
         }
     }

@@ -151,7 +151,7 @@ pub async fn status(State(app): State<App>) -> axum::response::Html<String> {
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(app): State<App>) -> Response {
-    let text = app.metrics.render(&app.limits.current());
+    let text = app.metrics.render(crate::LimitStore::stats(&**app.limits.store()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

@@ -66,7 +66,7 @@ pub fn render(app: &App) -> String {
         }
     }
     html.push_str("</tbody></table><h2>Store</h2>");
-    match limits.store_stats() {
+    match crate::LimitStore::stats(&**app.limits.store()) {
         Some(s) => {
             #[allow(clippy::cast_precision_loss)] // a percentage for people
             let fill = s.held as f64 * 100.0 / s.max_entries.max(1) as f64;

@@ -64,12 +64,12 @@ impl EnvoyRules {
         let loaded = Rules::load(path).map(|rules| *self.0.write() = Arc::new(rules));
         match loaded {
             Ok(()) => tracing::info!(
-                kind = crate::log::Kind::EnvoyReloaded.to_string(),
+                kind = crate::log::Kind::EnvoyReloaded.as_str(),
                 rules = self.current().len(),
                 "reloaded the Envoy rules; the counts are kept"
             ),
             Err(e) => tracing::error!(
-                kind = crate::log::Kind::EnvoyRefused.to_string(),
+                kind = crate::log::Kind::EnvoyRefused.as_str(),
                 error = %e,
                 "the changed Envoy rules were refused; the running ones stay"
             ),
