@@ -16,8 +16,8 @@
 //!
 //! [`fields`] writes them whole. An HTTP layer that writes them itself (to
 //! make a limit's name once, not on every answer) takes the name from
-//! [`policy_name`] and each decision's numbers from [`Numbers`], which also
-//! holds the status a refused decision is answered with.
+//! [`policy_name`] and each decision's numbers from [`Numbers`]; a refused
+//! decision is answered with [`refusal_status`].
 
 use crate::{Decision, Millis};
 
@@ -62,8 +62,7 @@ pub fn policy_name(limit: &str, parts: usize, part: &str) -> String {
     name
 }
 
-/// The numbers of the answer to one decision: its fields' numbers in
-/// seconds (whole, rounded up), and the status of a refused one.
+/// The numbers of the fields of one decision, in seconds (whole, rounded up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Numbers {
@@ -74,11 +73,6 @@ pub struct Numbers {
     pub t: i64,
     /// `Retry-After`, for a decision that is not allowed.
     pub retry: Option<i64>,
-    /// The status of a refused decision: 429 when it ran out of budget, 503
-    /// when the store was unavailable and the limit's policy denies; `None`
-    /// when the attempt may go ahead. With feature `serve` or `axum`.
-    #[cfg(any(feature = "serve", feature = "axum"))]
-    pub refusal: Option<axum::http::StatusCode>,
 }
 
 /// The numbers of `decision`.
@@ -92,13 +86,7 @@ impl From<&Decision> for Numbers {
             Some(retry) if !decision.allowed => reset.max(retry),
             _ => reset,
         };
-        Numbers {
-            window,
-            t,
-            retry: retry.filter(|_| !decision.allowed),
-            #[cfg(any(feature = "serve", feature = "axum"))]
-            refusal: refusal_status(decision),
-        }
+        Numbers { window, t, retry: retry.filter(|_| !decision.allowed) }
     }
 }
 
@@ -128,9 +116,11 @@ impl RateLimitFields {
     }
 }
 
-/// [`Numbers::refusal`] of `decision`.
+/// The status of a refused decision: 429 when it ran out of budget, 503 when
+/// the store was unavailable and the limit's policy denies; `None` when the
+/// attempt may go ahead.
 #[cfg(any(feature = "serve", feature = "axum"))]
-fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
+pub fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
     use axum::http::StatusCode;
     match (decision.allowed, decision.degraded) {
         (true, _) => None,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::ratelimit_fields::{fields, Numbers, RateLimitFields};
+use crate::ratelimit_fields::{fields, refusal_status, RateLimitFields};
 use crate::{Decision, LimitError};
 
 use crate::log::Kind;
@@ -78,7 +78,7 @@ impl Refusal {
     /// The refusal of `decision` on `limit` (counting `parts` parts), or
     /// `None` when the decision lets the request through.
     pub(crate) fn of_decision(limit: &str, parts: usize, decision: Decision) -> Option<Refusal> {
-        let status = Numbers::from(&decision).refusal?;
+        let status = refusal_status(&decision)?;
         let fields = fields(limit, parts, &decision);
         let (kind, error) = if status == StatusCode::TOO_MANY_REQUESTS {
             let wait = fields.retry_after.as_deref().unwrap_or("1");

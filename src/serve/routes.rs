@@ -17,7 +17,7 @@ use super::bodies::{AttemptBody, ErrorBody, KeysBody};
 use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody, PartLeftBody};
 use super::error::ApiError;
 use super::App;
-use crate::ratelimit_fields::{fields, Numbers};
+use crate::ratelimit_fields::{fields, refusal_status};
 use crate::Decision;
 
 /// The largest body taken, in bytes.
@@ -275,7 +275,7 @@ fn strings(keys: Map<String, Value>) -> Result<Vec<(String, String)>, String> {
 
 /// A decision as the API answers it.
 fn answer(limit: &str, parts: usize, d: &Decision) -> Response {
-    let status = Numbers::from(d).refusal.unwrap_or(StatusCode::OK);
+    let status = refusal_status(d).unwrap_or(StatusCode::OK);
     let unavailable = status == StatusCode::SERVICE_UNAVAILABLE;
     let body = DecisionBody {
         allowed: d.allowed,
