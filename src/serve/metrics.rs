@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -22,7 +22,19 @@ struct Attempt {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
-    reason: String,
+    reason: ReasonLabel,
+}
+
+/// A reason as its label's value: its text, written with no `String` made
+/// for each answer counted.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct ReasonLabel(Unavailable);
+
+impl EncodeLabelValue for ReasonLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write as _;
+        write!(encoder, "{}", self.0)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,7 +122,7 @@ impl Metrics {
     /// limited; only a store that could not answer it is counted.
     pub fn decided(&self, limit: &str, d: &Decision, cost: u64) {
         if let Some(reason) = d.degraded {
-            self.unavailable.get_or_create(&Reason { reason: reason.to_string() }).inc();
+            self.unavailable.get_or_create(&Reason { reason: ReasonLabel(reason) }).inc();
         }
         if cost == 0 {
             return;
@@ -128,7 +140,7 @@ impl Metrics {
     pub fn unavailable_by_reason(&self) -> Vec<(Unavailable, u64)> {
         [Unavailable::Timeout, Unavailable::Overloaded, Unavailable::Full, Unavailable::StoreFailed]
             .into_iter()
-            .map(|r| (r, self.unavailable.get_or_create(&Reason { reason: r.to_string() }).get()))
+            .map(|r| (r, self.unavailable.get_or_create(&Reason { reason: ReasonLabel(r) }).get()))
             .collect()
     }
 
@@ -163,5 +175,30 @@ impl Drop for Call<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.dec();
         self.metrics.store_seconds.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Metrics;
+    use crate::error::Unavailable;
+    use crate::{Limits, MemoryStore};
+
+    /// An answer of an unavailable store is counted under its reason's
+    /// text, the label a dashboard selects on.
+    #[tokio::test]
+    async fn unavailable_answers_are_labelled_by_their_reason() {
+        let limits =
+            Limits::builder().store(Arc::new(MemoryStore::with_max_entries(1))).single_instance(true).build().unwrap();
+        let metrics = Metrics::new();
+        for client in ["c-1", "c-2"] {
+            let d = limits.attempt("api", &[("client", client)]).await.unwrap();
+            metrics.decided("api", &d, 1);
+        }
+        let text = metrics.render(None);
+        assert!(text.contains(r#"reason="full"} 1"#), "{text}");
+        assert!(metrics.unavailable_by_reason().contains(&(Unavailable::Full, 1)));
     }
 }
