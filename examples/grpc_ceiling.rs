@@ -2,7 +2,7 @@
 //! rate limit service that answers every `ShouldRateLimit` with the message
 //! `serve --grpc-listen` gives one descriptor (OK, its limit, what is left,
 //! the time to reset), and counts nothing.
-//! `cargo run --release --example grpc_ceiling --features serve -- ADDR`.
+//! `cargo run --release --example grpc_ceiling --features cli -- ADDR`.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,

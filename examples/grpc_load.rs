@@ -2,7 +2,7 @@
 //! calls of `ShouldRateLimit` kept in flight on one HTTP/2 connection, as one
 //! Envoy worker keeps them, for `SECS` seconds; prints requests per second,
 //! p50 and p99, and how many answers were not OK.
-//! `cargo run --release --example grpc_load --features serve -- ADDR STREAMS SECS`
+//! `cargo run --release --example grpc_load --features cli -- ADDR STREAMS SECS`
 //!
 //! Each stream asks for its own descriptor `client=sN` of domain `bench`.
 

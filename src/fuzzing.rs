@@ -4,7 +4,8 @@
 //!
 //! Everything else the targets drive is public already: [`Config::parse`](crate::config::Config::parse),
 //! [`check_keys`](crate::rules::check_keys), [`Algorithm::check_cost`](crate::limits::Algorithm::check_cost)
-//! and the [`serve`](crate::serve) router.
+//! and, compiled into the target from the program's source (`src/serve/`), the
+//! service's router.
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 /// What the SQL stores (SQLite, PostgreSQL, MariaDB) read from a row with

@@ -14,9 +14,10 @@
 //!   code or in `limit-store.toml` ([`config`]).
 //! - [`testing`] (feature `testing`) is the contract suite: run it against your
 //!   own store with two handles, as two instances of your site would hold it.
-//! - `serve` (feature `serve`) is the HTTP service behind `limit-store serve`,
-//!   and [`ratelimit_fields`] writes the `RateLimit-Policy`/`RateLimit`
-//!   header fields of a [`Decision`] for any HTTP layer.
+//! - [`ratelimit_fields`] writes the `RateLimit-Policy`/`RateLimit` header
+//!   fields of a [`Decision`] for any HTTP layer (the layer's, and those of
+//!   `limit-store serve`, the program's HTTP service, built on this crate's
+//!   public items alone).
 //! - `layer` (feature `axum`) puts a limit in front of an axum router or any
 //!   tower service, and turns a decision into an answer inside a handler.
 //!
@@ -45,8 +46,7 @@
 //! | `redis` | `RedisStore` on Redis or Valkey |
 //! | `axum` | `layer`: the tower layer and the handler helper |
 //! | `testing` | [`testing`]: the contract suite and `contract_tests!`; not API-stable |
-//! | `serve` | `serve`: the HTTP service behind `limit-store serve` |
-//! | `cli` | the program `limit-store` (every store and `serve`, with clap) |
+//! | `cli` | the program `limit-store` and its HTTP service (every store, clap, the HTTP stack); nothing in the library |
 //!
 //! No feature is on by default: the crate is then the contract, the memory
 //! store, the guard and [`Limits`].
@@ -118,9 +118,6 @@ pub mod log;
 pub mod ratelimit_fields;
 pub mod rules;
 pub mod secret;
-#[cfg(feature = "serve")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub mod serve;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 mod server_clock;
 pub mod store;

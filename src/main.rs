@@ -2,6 +2,7 @@
 //! library, map errors to exit codes.
 
 mod cli;
+mod serve;
 
 use std::process::ExitCode;
 

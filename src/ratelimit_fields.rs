@@ -90,7 +90,7 @@ impl From<&Decision> for Numbers {
     }
 }
 
-#[cfg(any(feature = "serve", feature = "axum"))]
+#[cfg(feature = "axum")]
 impl RateLimitFields {
     /// Writes the fields into `headers`. `RateLimit-Policy` and `RateLimit`
     /// are appended, so the answers of stacked limits list every policy;
@@ -119,7 +119,7 @@ impl RateLimitFields {
 /// The status of a refused decision: 429 when it ran out of budget, 503 when
 /// the store was unavailable and the limit's policy denies; `None` when the
 /// attempt may go ahead.
-#[cfg(any(feature = "serve", feature = "axum"))]
+#[cfg(feature = "axum")]
 pub fn refusal_status(decision: &Decision) -> Option<axum::http::StatusCode> {
     use axum::http::StatusCode;
     match (decision.allowed, decision.degraded) {

@@ -2,6 +2,11 @@
 //! `tests/properties/serve_body.rs` on the fuzzer's bytes.
 #![no_main]
 
+// The service is the program's (`src/serve/`), not the library's: compiled
+// here from its source, as the program compiles it.
+#[allow(dead_code, unused_imports)]
+#[path = "../../src/serve/mod.rs"]
+mod serve;
 #[path = "../../tests/properties/serve_body.rs"]
 mod serve_body;
 

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::serve::ApiToken;
 use anyhow::Context;
-use limit_store::serve::ApiToken;
 use limit_store::SecretString;
 
 /// Options of `serve`.
@@ -30,7 +30,7 @@ pub struct ServeArgs {
 }
 
 /// Loads the settings and serves them until SIGTERM or Ctrl-C
-/// ([`limit_store::serve::run`]).
+/// ([`crate::serve::run`]).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let path = args.config.clone().or_else(|| {
         let default = PathBuf::from(super::SETTINGS_FILE);
@@ -42,7 +42,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.single_instance = true;
     }
     let token = token(&args)?;
-    limit_store::serve::run(config, path, args.listen, args.grpc_listen, token).await.map_err(|e| anyhow::anyhow!(e))
+    crate::serve::run(config, path, args.listen, args.grpc_listen, token).await.map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The token from `--token-file`, or else from `LIMIT_STORE_API_TOKEN`,

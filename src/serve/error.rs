@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::{LimitError, StoreError};
+use limit_store::{LimitError, StoreError};
 
 /// An error answer of the service.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::{Guarded, LimitStore};
+use limit_store::{Guarded, LimitStore};
 
 /// How long a probe's answer is reused.
 const REUSE: Duration = Duration::from_secs(1);
@@ -21,7 +21,7 @@ const REUSE: Duration = Duration::from_secs(1);
 const GIVE_UP: Duration = Duration::from_secs(30);
 /// The key a probe reads.
 const KEY: &str = "limit-store:health";
-use crate::log::Kind;
+use limit_store::log::Kind;
 
 /// The store's health, probed one read at a time.
 pub(super) struct Health {

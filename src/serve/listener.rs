@@ -14,9 +14,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::connection::connection;
-use crate::config::ServeSettings;
+use limit_store::config::ServeSettings;
 
-use crate::log::Kind;
+use limit_store::log::Kind;
 
 /// How long to wait before accepting again after an accept fails.
 const AFTER_ACCEPT_ERROR: Duration = Duration::from_millis(100);

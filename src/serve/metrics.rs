@@ -11,8 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::error::Unavailable;
-use crate::{Decision, StoreStats};
+use limit_store::error::Unavailable;
+use limit_store::{Decision, StoreStats};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Attempt {
@@ -183,8 +183,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::Metrics;
-    use crate::error::Unavailable;
-    use crate::{Limits, MemoryStore};
+    use limit_store::error::Unavailable;
+    use limit_store::{Limits, MemoryStore};
 
     /// An answer of an unavailable store is counted under its reason's
     /// text, the label a dashboard selects on.

@@ -1,6 +1,6 @@
 //! `limit-store serve`: the limits as an HTTP JSON service, for apps in any
-//! language (SPEC §9). [`Limits`] counts, [`ratelimit_fields`](crate::ratelimit_fields)
-//! writes the header fields, and the settings ([`Config`](crate::config::Config))
+//! language (SPEC §9). [`Limits`] counts, [`ratelimit_fields`](limit_store::ratelimit_fields)
+//! writes the header fields, and the settings ([`Config`](limit_store::config::Config))
 //! open the store behind one guard.
 //!
 //! - `POST /v1/limits/{name}/attempt` with `{"keys": {"account": "...", "ip": "..."}}`
@@ -30,6 +30,11 @@ mod socket;
 mod status;
 mod token;
 
+// The proptest twin of the `serve_body` fuzz target, with the router it drives.
+#[cfg(test)]
+#[path = "../../tests/properties/fuzz_serve_body.rs"]
+mod fuzz_serve_body;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,10 +47,10 @@ use axum::Router;
 
 use envoy::EnvoyService;
 pub use program::run;
-pub use token::{ApiToken, TokenError};
+pub use token::ApiToken;
 
-use crate::limits::LimitsBuilder;
-use crate::{Guarded, LimitError, Limits};
+use limit_store::limits::LimitsBuilder;
+use limit_store::{Guarded, LimitError, Limits};
 use routes::MAX_BODY;
 
 /// The store the service counts in, behind one guard for as long as the
@@ -100,7 +105,11 @@ pub(crate) struct App {
 
 /// The service's routes over the limits `limits` builds on `store` (the
 /// store set on `limits`, if any, is replaced by `store`, whose guard
-/// `/healthz` reads beneath); with `token`, callers must send it.
+/// `/healthz` reads beneath); with `token`, callers must send it. The
+/// program serves [`router_on`]; this is the router alone, for the request
+/// bodies' properties (`tests/properties/serve_body.rs`: their proptest
+/// twin below, and the fuzz target, which compiles this module in).
+#[allow(dead_code)]
 pub fn router(store: Arc<Guarded>, limits: LimitsBuilder, token: Option<ApiToken>) -> Result<Router, LimitError> {
     Ok(router_on(LimitsHandle::new(store, limits)?, token, None))
 }
@@ -153,7 +162,7 @@ async fn log_request(State(app): State<App>, request: Request, next: Next) -> Re
     let response = next.run(request).await;
     app.metrics.answered(&route, response.status().as_u16());
     tracing::debug!(
-        kind = crate::log::Kind::Request.as_str(),
+        kind = limit_store::log::Kind::Request.as_str(),
         %method,
         path,
         status = response.status().as_u16(),

@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use super::envoy::{run_envoy, EnvoyRules, EnvoyService};
 use super::{listener, router_on, ApiToken, LimitsHandle};
-use crate::config::{Config, StoreKind};
-use crate::log::Kind;
-use crate::{LimitStore, Limits};
+use limit_store::config::{Config, StoreKind};
+use limit_store::log::Kind;
+use limit_store::{LimitStore, Limits};
 
 /// An error of [`run`]: what failed, with its causes, as one message.
 type RunError = Box<dyn Error + Send + Sync>;
@@ -75,7 +75,7 @@ pub async fn run(
     tracing::info!(
         listen = %listener.local_addr()?,
         store,
-        max_entries = crate::LimitStore::stats(&**limits.store()).map(|s| s.max_entries),
+        max_entries = limit_store::LimitStore::stats(&**limits.store()).map(|s| s.max_entries),
         max_connections = settings.max_connections,
         token = token.is_some(),
         "limit-store serve is listening"

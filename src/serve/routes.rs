@@ -17,8 +17,8 @@ use super::bodies::{AttemptBody, ErrorBody, KeysBody};
 use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody, PartLeftBody};
 use super::error::ApiError;
 use super::App;
-use crate::ratelimit_fields::{fields, refusal_status};
-use crate::Decision;
+use limit_store::ratelimit_fields::{fields, refusal_status};
+use limit_store::Decision;
 
 /// The largest body taken, in bytes.
 pub(crate) const MAX_BODY: usize = 16 * 1024;
@@ -111,7 +111,7 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                     window_ms: p.algorithm().window(),
                     cleared_by_reset: p.cleared_by_reset(),
                     lock_ms: match *p.algorithm() {
-                        crate::limits::Algorithm::Lockout { lock, .. } => Some(lock),
+                        limit_store::limits::Algorithm::Lockout { lock, .. } => Some(lock),
                         _ => None,
                     },
                     normalize: p.normalize().to_string(),
@@ -120,7 +120,7 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
                 .collect(),
             policy: limit.unavailable_policy().to_string(),
             shadow: limit.is_shadow(),
-            preset: crate::limits::presets::named(limit.name()).is_some(),
+            preset: limit_store::limits::presets::named(limit.name()).is_some(),
         })
         .collect();
     Json(LimitsBody { limits })
@@ -151,7 +151,7 @@ pub async fn status(State(app): State<App>) -> axum::response::Html<String> {
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(app): State<App>) -> Response {
-    let text = app.metrics.render(crate::LimitStore::stats(&**app.limits.store()));
+    let text = app.metrics.render(limit_store::LimitStore::stats(&**app.limits.store()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use limit_store::clock::{Clock, SystemClock};
 
 use super::App;
 
@@ -66,7 +66,7 @@ pub fn render(app: &App) -> String {
         }
     }
     html.push_str("</tbody></table><h2>Store</h2>");
-    match crate::LimitStore::stats(&**app.limits.store()) {
+    match limit_store::LimitStore::stats(&**app.limits.store()) {
         Some(s) => {
             #[allow(clippy::cast_precision_loss)] // a percentage for people
             let fill = s.held as f64 * 100.0 / s.max_entries.max(1) as f64;

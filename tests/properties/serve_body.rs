@@ -12,8 +12,9 @@ use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use limit_store::clock::ManualClock;
-use limit_store::serve::router;
 use limit_store::{Guarded, LimitStore, Limits, MemoryStore};
+
+use crate::serve::router;
 use serde_json::Value;
 use tower::ServiceExt;
 

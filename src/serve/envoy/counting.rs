@@ -1,5 +1,5 @@
 //! One `ShouldRateLimit` counted: every rule the request's descriptors match
-//! is a part of one atomic [`LimitStore::update`](crate::LimitStore::update)
+//! is a part of one atomic [`LimitStore::update`](limit_store::LimitStore::update)
 //! over their keys, on the store's clock. The request is allowed only when
 //! every rule that enforces (not in shadow mode) has room for its hits; then
 //! each rule counts its hits (a shadow rule only when they fit), else none
@@ -16,8 +16,8 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use sha2::{Digest, Sha256};
 
 use super::rules::{Rule, Rules};
-use crate::limits::{Algorithm, Outcome};
-use crate::{update_with, Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES};
+use limit_store::limits::{Algorithm, Outcome};
+use limit_store::{update_with, Entry, LimitStore, Millis, StoreError, Write, MAX_KEYS, MAX_KEY_BYTES};
 
 /// Why a request can't be counted: its fault, or the store's.
 #[derive(Debug)]
@@ -288,7 +288,7 @@ mod tests {
             "test",
         )
         .unwrap();
-        let store = crate::MemoryStore::new();
+        let store = limit_store::MemoryStore::new();
         let request = |key: &str, hits: u64| RateLimitRequest {
             domain: "site".into(),
             descriptors: vec![RateLimitDescriptor {

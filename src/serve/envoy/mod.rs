@@ -29,7 +29,7 @@ use std::sync::Arc;
 pub(crate) use rules::Rules;
 pub(crate) use service::{run_envoy, EnvoyService};
 
-use crate::config::ConfigError;
+use limit_store::config::ConfigError;
 
 /// The rules the service answers with, which a reload replaces: a call
 /// keeps the ones it started with. Cheap to clone.
@@ -64,12 +64,12 @@ impl EnvoyRules {
         let loaded = Rules::load(path).map(|rules| *self.0.write() = Arc::new(rules));
         match loaded {
             Ok(()) => tracing::info!(
-                kind = crate::log::Kind::EnvoyReloaded.as_str(),
+                kind = limit_store::log::Kind::EnvoyReloaded.as_str(),
                 rules = self.current().len(),
                 "reloaded the Envoy rules; the counts are kept"
             ),
             Err(e) => tracing::error!(
-                kind = crate::log::Kind::EnvoyRefused.as_str(),
+                kind = limit_store::log::Kind::EnvoyRefused.as_str(),
                 error = %e,
                 "the changed Envoy rules were refused; the running ones stay"
             ),

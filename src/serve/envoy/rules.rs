@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
-use crate::limits::Algorithm;
+use limit_store::limits::Algorithm;
 
 /// A rule's unit of time. Envoy's month is 30 days and its year 365.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

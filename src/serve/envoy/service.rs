@@ -18,7 +18,7 @@ use super::counting::{count, Problem};
 use super::metrics::EnvoyMetrics;
 use super::EnvoyRules;
 use crate::serve::ApiToken;
-use crate::{LimitStore, StoreError};
+use limit_store::{LimitStore, StoreError};
 
 /// The largest request taken, in bytes: far above any descriptor list envoy sends.
 pub(crate) const MAX_REQUEST: usize = 64 * 1024;

@@ -13,7 +13,7 @@ use saphyr::{LoadableYamlNode, MarkedYaml, ScalarStyle, YamlData, YamlLoader};
 use saphyr_parser::Parser;
 
 use super::rules::{Node, Rule, Rules, Unit};
-use crate::config::ConfigError;
+use limit_store::config::ConfigError;
 
 const ROOT_KEYS: &str = "domain, descriptors";
 const DESCRIPTOR_KEYS: &str = "key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric";

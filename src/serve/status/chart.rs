@@ -6,8 +6,8 @@
 
 use std::fmt::Write as _;
 
-use crate::limits::LastHour;
-use crate::Millis;
+use limit_store::limits::LastHour;
+use limit_store::Millis;
 
 use super::escape;
 
@@ -98,9 +98,11 @@ mod tests {
     use super::*;
 
     fn hour(allowed: &[(usize, u64)], limited: &[(usize, u64)]) -> LastHour {
-        // The hour up to 1_700_000_000_000 (22:13:20 UTC).
-        let mut hour =
-            LastHour { first_minute: (1_700_000_000_000 / 60_000 - 59) * 60_000, allowed: [0; 60], limited: [0; 60] };
+        // The hour up to 1_700_000_000_000 (22:13:20 UTC), as a limit that
+        // counted nothing has it, then filled in.
+        let limits = limit_store::Limits::builder().single_instance(true).build().expect("the presets build");
+        let mut hour = limits.last_hour("sign-in", 1_700_000_000_000).expect("a preset");
+        assert_eq!(hour.first_minute, (1_700_000_000_000 / 60_000 - 59) * 60_000);
         for &(i, n) in allowed {
             hour.allowed[i] = n;
         }
