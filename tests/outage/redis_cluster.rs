@@ -36,12 +36,23 @@ impl Topology {
             eprintln!("skipped: redis-server is not installed");
             return None;
         }
-        let base = free_ports(6);
-        let dir = std::env::temp_dir().join(format!("lst-cluster-{}-{base}", std::process::id()));
-        let out = Command::new(script()).args(["cluster", dir.to_str().unwrap(), &base.to_string()]).output().unwrap();
-        let topology = Topology { dir, base, url: String::from_utf8(out.stdout).unwrap().trim().to_owned() };
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        Some(topology)
+        // Ports found free can be taken before a node binds them (other tests
+        // run beside this one): a start that fails is stopped and tried
+        // again on other ports, up to three times.
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            let base = free_ports(6);
+            let dir = std::env::temp_dir().join(format!("lst-cluster-{}-{base}", std::process::id()));
+            let out =
+                Command::new(script()).args(["cluster", dir.to_str().unwrap(), &base.to_string()]).output().unwrap();
+            let topology = Topology { dir, base, url: String::from_utf8(out.stdout).unwrap().trim().to_owned() };
+            if out.status.success() {
+                return Some(topology);
+            }
+            failed.push(String::from_utf8_lossy(&out.stderr).into_owned());
+            drop(topology); // stops what did start
+        }
+        panic!("the cluster did not start in three tries: {failed:?}");
     }
 
     pub(crate) fn cli(&self, port: u16, args: &[&str]) -> String {
