@@ -13,7 +13,8 @@
 //! [`run`] is `limit-store serve` whole: it serves these routes from the
 //! settings, with deadlines on slow clients, a cap on connections, reloads,
 //! Envoy's gRPC service beside them, and a bounded drain at shutdown.
-//! [`router`] is the routes alone, to serve inside an app's own axum server.
+//! [`router`] is the routes alone, which the request bodies' properties drive
+//! (the service is the program's: an app embeds the library's layer instead).
 
 mod auth;
 mod bodies;
