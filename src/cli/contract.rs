@@ -45,14 +45,6 @@ async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
 
 /// Runs every case, each on a fresh pair, and reports them one per line.
 pub async fn run(args: ContractArgs) -> anyhow::Result<()> {
-    // One case makes apply panic on purpose; keep that panic out of the report.
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload().downcast_ref::<String>().map(String::as_str);
-        if message != Some(limit_store::testing::DELIBERATE_PANIC) {
-            report(info);
-        }
-    }));
     let (mut passed, mut failed) = (0, 0);
     for case in contract() {
         let started = Instant::now();

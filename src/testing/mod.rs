@@ -112,11 +112,6 @@ impl fmt::Display for ContractViolation {
 
 impl std::error::Error for ContractViolation {}
 
-/// The message of the panic that the case
-/// `panicking_apply_writes_nothing_and_store_keeps_working` causes on purpose:
-/// a runner may keep it out of its output.
-pub const DELIBERATE_PANIC: &str = "limit-store contract: this apply panics on purpose";
-
 /// Every case of the suite, in a stable order.
 pub fn contract() -> Vec<ContractCase> {
     crate::__contract_cases!(__contract_list!())

@@ -9,6 +9,7 @@ mod common;
 
 mod api;
 mod bad_requests;
+mod contract_command;
 #[cfg(feature = "sqlite")]
 mod cost;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]

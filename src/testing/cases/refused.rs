@@ -152,7 +152,9 @@ pub async fn panicking_apply_writes_nothing_and_store_keeps_working(pair: StoreP
         let doomed = refs(&doomed[..2]);
         first
             .update(&doomed, &mut |_: &[Option<Entry>], _: Millis| -> Vec<Write> {
-                panic!("{}", super::super::DELIBERATE_PANIC)
+                // Unwinds as a panic does, past the panic hook: a runner's
+                // output shows no panic the suite caused on purpose.
+                std::panic::resume_unwind(Box::new(String::from("limit-store contract: this apply panics on purpose")))
             })
             .await
     })
