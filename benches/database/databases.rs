@@ -5,7 +5,6 @@ use super::*;
 pub(crate) const STORE: &str = "limit-store `DatabaseStore`";
 /// A new store per point: it remembers only the rows of its own point.
 /// SQLite's counts on the caller's thread.
-pub(crate) const IN_PLACE: &str = "limit-store, `sqlite_in_place(true)`";
 /// Counts with an `apply` the store may keep (`update_owned`), as `Limits` counts.
 pub(crate) const OWNED: &str = "limit-store, `update_owned` (as `Limits` counts)";
 pub(crate) const STORE_NEW: &str = "limit-store, a new store per point";
@@ -57,9 +56,8 @@ pub(crate) async fn run_sqlite(o: &Opts, res: &mut Results, keys: &Arc<Vec<Strin
         })
     });
     let mut contenders = vec![
-        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false, false)),
-        op_contender("SQLite", OWNED, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false, true)),
-        op_contender("SQLite", IN_PLACE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), true, false)),
+        op_contender("SQLite", STORE, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), false)),
+        op_contender("SQLite", OWNED, KEY_COUNT, store_for_run(&url, T_STORE, keys.clone(), true)),
         op_contender("SQLite", "raw sqlx loop, same transaction", KEY_COUNT, raw),
         Contender {
             db: "SQLite",
@@ -142,7 +140,7 @@ async fn store_contenders(db: &'static str, url: &str, keys: &Arc<Vec<String>>) 
         prepare_store_table(url, table, keys).await?;
     }
     Ok(vec![
-        op_contender(db, STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false, false)),
+        op_contender(db, STORE, KEY_COUNT, store_for_run(url, T_STORE, keys.clone(), false)),
         op_contender(db, STORE_NEW, KEY_COUNT, store_make(url, T_STORE_NEW, keys.clone())),
         store_three(db, url, T_STORE_THREE)?,
     ])

@@ -12,10 +12,6 @@ pub(crate) fn count(current: &[Option<Entry>], now: Millis) -> (Vec<Write>, u64)
     (vec![Write::Put(Entry { value: (n + 1).into(), expires_at })], n + 1)
 }
 
-pub(crate) async fn store(url: &str, table: &str, pool: u32, max_entries: u64) -> Result<DatabaseStore> {
-    store_in_place(url, table, pool, max_entries, false).await
-}
-
 /// Whether limit-store's commits wait for the disk in this run, as
 /// rate-limiter-flexible's do (`LIMIT_STORE_BENCH_DURABLE=1`; off by default,
 /// as the store's own default is): see `DatabaseStoreBuilder::durable_commits`.
@@ -24,21 +20,13 @@ pub(crate) fn durable() -> bool {
     std::env::var("LIMIT_STORE_BENCH_DURABLE").is_ok_and(|v| v == "1")
 }
 
-/// [`store`], with SQLite's counts run on the caller's thread or not.
-pub(crate) async fn store_in_place(
-    url: &str,
-    table: &str,
-    pool: u32,
-    max_entries: u64,
-    in_place: bool,
-) -> Result<DatabaseStore> {
+pub(crate) async fn store(url: &str, table: &str, pool: u32, max_entries: u64) -> Result<DatabaseStore> {
     Ok(DatabaseStore::builder(url)
         .table(table)
         .secret(SECRET)
         .max_connections(pool)
         .max_entries(max_entries)
         .sweep_every(None)
-        .sqlite_in_place(in_place)
         .durable_commits(durable())
         .connect()
         .await?)
@@ -72,13 +60,7 @@ pub(crate) fn store_op_owned(s: DatabaseStore, keys: Arc<Vec<String>>) -> Op {
 /// app that has run for a while has; before each point it says how its
 /// counts went so far.
 /// With `owned`, its counts go through [`store_op_owned`].
-pub(crate) fn store_for_run(
-    url: &str,
-    table: &'static str,
-    keys: Arc<Vec<String>>,
-    in_place: bool,
-    owned: bool,
-) -> MakeOp {
+pub(crate) fn store_for_run(url: &str, table: &'static str, keys: Arc<Vec<String>>, owned: bool) -> MakeOp {
     let url = url.to_owned();
     let once = Arc::new(tokio::sync::OnceCell::new());
     Arc::new(move |_| {
@@ -86,7 +68,7 @@ pub(crate) fn store_for_run(
         Box::pin(async move {
             let s: &DatabaseStore = once
                 .get_or_try_init(|| async {
-                    let s = store_in_place(&url, table, 32, 2 * SIZE_BIG, in_place).await?;
+                    let s = store(&url, table, 32, 2 * SIZE_BIG).await?;
                     let next = Arc::new(AtomicUsize::new(0));
                     let tasks: Vec<_> = (0..32)
                         .map(|_| {

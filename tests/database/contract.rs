@@ -53,14 +53,6 @@ mod guarded_mysql {
     limit_store::contract_tests!(factory);
 }
 
-mod guarded_sqlite_in_place {
-    use super::*;
-    async fn factory() -> StorePair {
-        guarded(pair_with(&sqlite_url("contract-in-place"), "limit_store", |b| b.sqlite_in_place(true)).await)
-    }
-    limit_store::contract_tests!(factory);
-}
-
 mod postgres_remembering_nothing {
     use super::*;
     async fn factory() -> Option<StorePair> {

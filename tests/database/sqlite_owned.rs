@@ -13,14 +13,10 @@ use crate::common::db::{add_one, sqlite_url, value, SECRET};
 use limit_store::{DatabaseStore, Entry, LimitStore, Millis, OwnedApply, StoreError, Write};
 use serde_json::json;
 
-async fn open(name: &str, in_place: bool, max_entries: u64) -> (Arc<DatabaseStore>, rusqlite::Connection) {
+async fn open(name: &str, max_entries: u64) -> (Arc<DatabaseStore>, rusqlite::Connection) {
     let url = sqlite_url(name);
     DatabaseStore::builder(&url).migrate().await.unwrap();
-    let db = DatabaseStore::builder(&url)
-        .secret(SECRET)
-        .sweep_every(None)
-        .sqlite_in_place(in_place)
-        .max_entries(max_entries);
+    let db = DatabaseStore::builder(&url).secret(SECRET).sweep_every(None).max_entries(max_entries);
     let other = rusqlite::Connection::open(url.trim_start_matches("sqlite://")).unwrap();
     (Arc::new(db.connect().await.unwrap()), other)
 }
@@ -37,32 +33,30 @@ async fn owned_add_one(db: &DatabaseStore, key: &str) -> Result<(), StoreError> 
     db.update_owned(&[key], plus_one()).await
 }
 
-/// Many callers at once, in batches on the writer's thread or run in place:
-/// every count is there, none lost.
+/// Many callers at once, in batches on the writer's thread: every count is
+/// there, none lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_counts_in_batches_lose_none() {
-    for in_place in [false, true] {
-        let (db, _) = open(&format!("owned-exact-{in_place}"), in_place, 1_000).await;
-        let tasks: Vec<_> = (0..16)
-            .map(|t| {
-                let db = db.clone();
-                tokio::spawn(async move {
-                    for i in 0..40 {
-                        owned_add_one(&db, "shared").await.unwrap();
-                        // Borrowed and owned counts interleave on the same key.
-                        if i % 4 == t % 4 {
-                            add_one(&db, "shared").await;
-                        }
+    let (db, _) = open("owned-exact", 1_000).await;
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let db = db.clone();
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    owned_add_one(&db, "shared").await.unwrap();
+                    // Borrowed and owned counts interleave on the same key.
+                    if i % 4 == t % 4 {
+                        add_one(&db, "shared").await;
                     }
-                })
+                }
             })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(value(&db, "shared").await, Some(16 * 40 + 16 * 10), "in_place: {in_place}");
-        assert!(db.info().await.unwrap().batched > 0, "some counts went together (in_place: {in_place})");
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
     }
+    assert_eq!(value(&db, "shared").await, Some(16 * 40 + 16 * 10));
+    assert!(db.info().await.unwrap().batched > 0, "some counts went together");
 }
 
 /// Starts an owned count of `key` while `other` holds the write lock, polls
@@ -86,7 +80,7 @@ async fn behind_a_write_lock<'a>(
 /// nothing written; the counts after it go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_owned_count_writes_nothing() {
-    let (db, other) = open("owned-dropped", false, 1_000).await;
+    let (db, other) = open("owned-dropped", 1_000).await;
     behind_a_write_lock(&db, &other, "dropped", drop).await;
     owned_add_one(&db, "after").await.unwrap();
     assert_eq!(value(&db, "dropped").await, None, "the dropped count wrote nothing");
@@ -98,7 +92,7 @@ async fn a_dropped_owned_count_writes_nothing() {
 /// caller still waiting would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_owned_count_is_counted_and_crashes_nothing() {
-    let (db, other) = open("owned-leaked", false, 1_000).await;
+    let (db, other) = open("owned-leaked", 1_000).await;
     behind_a_write_lock(&db, &other, "leaked", |call| {
         std::mem::forget(call);
         let _reuse = vec![0xAAu8; 64 * 1024];
@@ -113,7 +107,7 @@ async fn a_leaked_owned_count_is_counted_and_crashes_nothing() {
 /// nothing written, and a delete gives its room back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_counts_keep_the_bound() {
-    let (db, _) = open("owned-bound", false, 2).await;
+    let (db, _) = open("owned-bound", 2).await;
     owned_add_one(&db, "a").await.unwrap();
     owned_add_one(&db, "b").await.unwrap();
     owned_add_one(&db, "a").await.unwrap();
@@ -133,7 +127,7 @@ async fn owned_counts_keep_the_bound() {
 /// refusal; nothing is written and the writer goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_owned_apply_is_refused_and_the_writer_goes_on() {
-    let (db, _) = open("owned-panic", false, 1_000).await;
+    let (db, _) = open("owned-panic", 1_000).await;
     owned_add_one(&db, "k").await.unwrap();
     let panics: Box<OwnedApply> = Box::new(|_: &[Option<Entry>], _| panic!("an apply that panics"));
     let refused = db.update_owned(&["k"], panics).await.unwrap_err();

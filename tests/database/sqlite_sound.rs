@@ -12,10 +12,10 @@ use crate::common::db::{add_one, sqlite_url, value, SECRET};
 use limit_store::{DatabaseStore, Entry, LimitStore, Millis, Write};
 use serde_json::json;
 
-async fn open(in_place: bool) -> (Arc<DatabaseStore>, rusqlite::Connection) {
+async fn open() -> (Arc<DatabaseStore>, rusqlite::Connection) {
     let url = sqlite_url("sound");
     DatabaseStore::builder(&url).migrate().await.unwrap();
-    let db = DatabaseStore::builder(&url).secret(SECRET).sweep_every(None).sqlite_in_place(in_place);
+    let db = DatabaseStore::builder(&url).secret(SECRET).sweep_every(None);
     let other = rusqlite::Connection::open(url.trim_start_matches("sqlite://")).unwrap();
     (Arc::new(db.connect().await.unwrap()), other)
 }
@@ -41,7 +41,7 @@ fn leak_a_count(db: &DatabaseStore, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_count_on_the_writer_thread_writes_nothing() {
-    let (db, other) = open(false).await;
+    let (db, other) = open().await;
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     leak_a_count(&db, "leaked");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -54,10 +54,10 @@ async fn a_leaked_count_on_the_writer_thread_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leaked_count_in_a_batch_run_in_place_writes_nothing() {
-    let (db, other) = open(true).await;
+async fn a_leaked_count_in_a_batch_held_by_another_caller_writes_nothing() {
+    let (db, other) = open().await;
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    // The holder runs the batches on its own runtime thread.
+    // The holder's count runs the batches, the leaked one's among them.
     let holder = tokio::spawn({
         let db = db.clone();
         async move { add_one(&db, "holder").await }

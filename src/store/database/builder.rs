@@ -61,7 +61,6 @@ pub struct DatabaseStoreBuilder {
     max_connections: u32,
     sweep_every: Option<Duration>,
     remember_rows: usize,
-    sqlite_in_place: bool,
     durable_commits: bool,
 }
 
@@ -87,7 +86,6 @@ impl DatabaseStore {
             max_connections: 16,
             sweep_every: Some(SWEEP_EVERY),
             remember_rows: DEFAULT_REMEMBER_ROWS,
-            sqlite_in_place: false,
             durable_commits: false,
         }
     }
@@ -137,20 +135,6 @@ impl DatabaseStoreBuilder {
     /// ignores it.
     pub fn remember_rows(mut self, n: usize) -> Self {
         self.remember_rows = n;
-        self
-    }
-
-    /// SQLite only: a caller that finds the writer idle runs the
-    /// transaction (and up to 4 batches that queue meanwhile) on its own
-    /// runtime thread (tokio's `block_in_place`) instead of handing it to a
-    /// blocking thread and back (default off). That saves the hop, which
-    /// matters to one caller alone and not to 8 or 32 (measured in 33f1fe2).
-    /// The cost: a count stuck on the disk (a stalled write or read) holds
-    /// its caller, and the guard cannot answer it at its 2 s deadline; a wait
-    /// for a locked file is still cut at 1.5 s. Needs a multi-thread runtime;
-    /// on a current-thread runtime counts are handed off as by default.
-    pub fn sqlite_in_place(mut self, in_place: bool) -> Self {
-        self.sqlite_in_place = in_place;
         self
     }
 
@@ -227,9 +211,7 @@ impl DatabaseStoreBuilder {
         let n = self.max_connections;
         Ok(match kind {
             #[cfg(feature = "sqlite")]
-            Kind::Sqlite => Db::Sqlite(
-                super::sqlite::Sqlite::open(&self.url, table, n, self.sqlite_in_place, self.durable_commits).await?,
-            ),
+            Kind::Sqlite => Db::Sqlite(super::sqlite::Sqlite::open(&self.url, table, n, self.durable_commits).await?),
             #[cfg(feature = "postgres")]
             Kind::Postgres => Db::Postgres(Box::new(
                 super::postgres::Postgres::open(&self.url, table, n, self.remember_rows, self.durable_commits).await?,

@@ -17,8 +17,8 @@
 //! on a blocking thread too; they and the writer's batches take their
 //! connections from one [`pool`]; a migration opens a connection of its own.
 //! All are rusqlite connections that open the one file the same way
-//! ([`file`]). With `sqlite_in_place(true)` the caller's runtime thread runs
-//! the transaction (`block_in_place`) instead.
+//! ([`file`]). No count runs on the caller's runtime thread, so a count
+//! stuck on the disk never holds its caller past the guard's deadline.
 
 mod ask;
 mod caller;
@@ -33,7 +33,6 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, params_from_iter, Connection};
 use smallvec::SmallVec;
 
-use self::ask::Own;
 use self::file::DbFile;
 use self::pool::Pool;
 use self::writer::{Queued, Writer};
@@ -79,7 +78,6 @@ impl Sqlite {
         url: &str,
         table: String,
         max_connections: u32,
-        in_place: bool,
         durable: bool,
     ) -> Result<Self, StoreError> {
         let file = DbFile::of_url(url, durable)?;
@@ -101,9 +99,9 @@ impl Sqlite {
             delete: format!("DELETE FROM {t} WHERE key_hash = ?"),
         };
         let sql = Arc::new(sql);
-        let conns = Pool::new(file.clone(), max_connections, in_place);
+        let conns = Pool::new(file.clone(), max_connections);
         let lite = Sqlite {
-            writer: Writer::new(conns.clone(), sql.clone(), in_place),
+            writer: Writer::new(conns.clone(), sql.clone()),
             conns,
             file,
             sql,
@@ -154,10 +152,10 @@ impl Attempts for Sqlite {
 /// One count, on the writer's thread: nothing is written unless its caller
 /// answered the question in time. `BEGIN` and `COMMIT` are cached statements
 /// too, not parsed again on every count.
-fn count(conn: &Connection, sql: &Statements, q: &Queued, own: &mut Option<Own<'_, '_>>) -> Result<(), Failure> {
+fn count(conn: &Connection, sql: &Statements, q: &Queued) -> Result<(), Failure> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let done =
-        read_decide_write(conn, sql, q, own).and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
+        read_decide_write(conn, sql, q).and_then(|()| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
     if done.is_err() && !conn.is_autocommit() {
         // If even this fails, the transaction stays open and the pool closes the connection.
         let _ = conn.prepare_cached("ROLLBACK").and_then(|mut rollback| rollback.execute([]));
@@ -166,17 +164,9 @@ fn count(conn: &Connection, sql: &Statements, q: &Queued, own: &mut Option<Own<'
 }
 
 /// The inside of a count's transaction: read, ask the caller, write.
-fn read_decide_write(
-    conn: &Connection,
-    sql: &Statements,
-    q: &Queued,
-    own: &mut Option<Own<'_, '_>>,
-) -> Result<(), Failure> {
+fn read_decide_write(conn: &Connection, sql: &Statements, q: &Queued) -> Result<(), Failure> {
     let (rows, now) = select(conn, sql, &q.hashes)?;
     let pending = q.ask(&rows, now).ok_or_else(ask::gone)?;
-    if let Some(own) = own {
-        own.serve();
-    }
     let writes = pending.wait(q.until).ok_or_else(ask::gone)?.map_err(Failure::Store)?;
     write(conn, sql, &q.hashes, q.generation, &rows, writes)
 }

@@ -8,9 +8,6 @@
 //! writes back. A caller that is gone answers nothing (its channel is closed,
 //! or it is silent until the count's deadline) and its count writes nothing.
 //!
-//! The caller of a batch run in place (`sqlite_in_place`) is on the writer's
-//! thread itself: it answers its own question there ([`Own`]).
-//!
 //! A count whose `decide` is owned ([`Decider::Owned`]: `update_owned`, as
 //! `Limits` counts) is decided by the writer itself, with no message, while
 //! its caller still waits; a caller that stopped waiting gets nothing written.
@@ -96,22 +93,6 @@ pub(super) fn gone() -> Failure {
 pub(super) fn answer(ask: Ask, decide: &mut Decide<'_>) {
     let decided = decide(&ask.rows, ask.now);
     ask.answer(decided);
-}
-
-/// The holder of a batch run in place: its own count's questions reach the
-/// thread that runs the batch, which is its own, so it answers them there.
-pub(super) struct Own<'a, 'd> {
-    pub(super) asked: &'a mut Asked,
-    pub(super) decide: &'a mut Decide<'d>,
-}
-
-impl Own<'_, '_> {
-    /// Answers the questions sent to the holder so far.
-    pub(super) fn serve(&mut self) {
-        while let Ok(ask) = self.asked.try_recv() {
-            answer(ask, self.decide);
-        }
-    }
 }
 
 /// What the caller's future sees next: a question, or its count's result.

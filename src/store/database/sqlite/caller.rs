@@ -1,6 +1,6 @@
 //! A count's caller at SQLite's writer: it joins the writer's queue, runs
-//! the batch itself when it finds the writer idle (on a blocking thread, or
-//! in place), and waits for the writer's questions, answering each with its
+//! the batch itself when it finds the writer idle (on a blocking thread),
+//! and waits for the writer's questions, answering each with its
 //! own `decide`, until its count's result comes; or, when its `decide` is
 //! owned, only for the result. The writer's side is `writer.rs`.
 
@@ -13,9 +13,9 @@ use tokio::sync::oneshot;
 use super::super::error::Failure;
 use super::super::queue::{Holding, Joined};
 use super::super::row::{Decide, KeyHash, OwnedDecide};
-use super::ask::{self, Asked, Decider, Next, Own};
+use super::ask::{self, Asked, Decider, Next};
 use super::pool::LINGER;
-use super::writer::{Queued, Writer, IN_PLACE_BATCHES};
+use super::writer::{Queued, Writer};
 
 /// How long the only caller waiting for the writer keeps its runtime thread
 /// (no yield) for its answer, before it waits as the others do. Each yield
@@ -67,18 +67,8 @@ impl Writer {
         let mut soon = matches!(joined, Joined::Run(_) | Joined::Waiting(0));
         if let Joined::Run(first) = joined {
             let holding = Holding::new(self.clone(), |w: &Writer| &w.queue);
-            let in_place = self.in_place
-                && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-            if in_place {
-                // No hop to another thread and back: this worker runs the
-                // batch while the runtime moves its other tasks elsewhere,
-                // and answers its own count's question itself.
-                let own = lent.as_mut().map(|(asked, decide)| Own { asked, decide: &mut **decide });
-                tokio::task::block_in_place(|| self.drain(vec![first], holding, Some(IN_PLACE_BATCHES), own));
-            } else {
-                let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(vec![first], holding, None, None));
-            }
+            let writer = self.clone();
+            tokio::task::spawn_blocking(move || writer.drain(vec![first], holding));
         }
         let callers = Callers::enter(&self.callers);
         loop {

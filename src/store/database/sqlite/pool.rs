@@ -37,16 +37,13 @@ pub(super) struct Pool {
     /// One permit per connection in use; a call holds one until its blocking
     /// work ends, even if its caller stopped waiting.
     permits: Arc<Semaphore>,
-    /// Run calls on the caller's thread (`block_in_place`) where the runtime
-    /// allows it; see `DatabaseStoreBuilder::sqlite_in_place`.
-    in_place: bool,
 }
 
 impl Pool {
-    pub(super) fn new(file: DbFile, size: u32, in_place: bool) -> Arc<Self> {
+    pub(super) fn new(file: DbFile, size: u32) -> Arc<Self> {
         let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, Semaphore::MAX_PERMITS);
         let permits = Arc::new(Semaphore::new(size));
-        Arc::new(Pool { file, idle: Mutex::new(Vec::with_capacity(size)), permits, in_place })
+        Arc::new(Pool { file, idle: Mutex::new(Vec::with_capacity(size)), permits })
     }
 
     /// Runs `work` on one connection on a blocking thread. Waits at most
@@ -61,17 +58,9 @@ impl Pool {
                 format!("every SQLite connection of this store stayed in use for {WAIT:?}"),
             ))
         };
-        let in_place = self.in_place
-            && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
         // The semaphore is never closed.
         let waited = tokio::time::timeout(WAIT, self.permits.clone().acquire_owned());
         let Ok(Ok(permit)) = waited.await else { return Err(timed_out()) };
-        if in_place {
-            // No hop to another thread and back: this worker runs the call
-            // while the runtime moves its other tasks to another thread.
-            let _permit = permit;
-            return tokio::task::block_in_place(|| self.call(work));
-        }
         let pool = self.clone();
         // What `work` logs (the bound's lines) goes where the caller's lines go, in its span.
         let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);

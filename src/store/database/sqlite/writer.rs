@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use super::super::error::{is_busy, Failure};
 use super::super::queue::{Holding, Queue};
 use super::super::row::{KeyHash, Stored};
-use super::ask::{self, Decider, Own, Pending};
+use super::ask::{self, Decider, Pending};
 use super::pool::{Pool, LINGER};
 use super::{count, select, write, Statements, WAIT};
 use crate::error::Unavailable;
@@ -86,29 +86,15 @@ pub(super) struct Writer {
     conns: Arc<Pool>,
     sql: Arc<Statements>,
     pub(super) queue: Queue<Queued>,
-    /// Run the first batches on the caller's runtime thread
-    /// (`sqlite_in_place`).
-    pub(super) in_place: bool,
     /// Counts committed in a batch with others.
     batched: AtomicU64,
     /// Counts waiting for their answer now.
     pub(super) callers: AtomicUsize,
 }
 
-/// Batches a caller runs in place before it hands the rest to a blocking
-/// thread, so that its own answer is not held up by a queue that keeps filling.
-pub(super) const IN_PLACE_BATCHES: usize = 4;
-
 impl Writer {
-    pub(super) fn new(conns: Arc<Pool>, sql: Arc<Statements>, in_place: bool) -> Arc<Self> {
-        Arc::new(Writer {
-            conns,
-            sql,
-            queue: Queue::new(),
-            in_place,
-            batched: AtomicU64::new(0),
-            callers: AtomicUsize::new(0),
-        })
+    pub(super) fn new(conns: Arc<Pool>, sql: Arc<Statements>) -> Arc<Self> {
+        Arc::new(Writer { conns, sql, queue: Queue::new(), batched: AtomicU64::new(0), callers: AtomicUsize::new(0) })
     }
 
     /// Counts committed in a batch with others so far.
@@ -117,26 +103,13 @@ impl Writer {
     }
 
     /// Runs `batch` and the batches that wait after it until the queue is
-    /// empty; after `limit` batches, hands the rest to a blocking thread.
-    pub(super) fn drain(
-        self: &Arc<Self>,
-        mut batch: Vec<Queued>,
-        mut holding: Holding<Writer, Queued>,
-        limit: Option<usize>,
-        mut own: Option<Own<'_, '_>>,
-    ) {
-        let mut ran = 0;
+    /// empty (on a blocking thread).
+    pub(super) fn drain(&self, mut batch: Vec<Queued>, mut holding: Holding<Writer, Queued>) {
         loop {
             // After a panic, the batch's replies were dropped, so its callers
             // are answered; its connection, maybe mid-transaction, was closed.
-            let _ = catch_unwind(AssertUnwindSafe(|| self.run(batch, &mut own)));
-            ran += 1;
+            let _ = catch_unwind(AssertUnwindSafe(|| self.run(batch)));
             let Some(next) = self.next_batch(&mut holding) else { return };
-            if limit.is_some_and(|limit| ran >= limit) {
-                let writer = self.clone();
-                tokio::task::spawn_blocking(move || writer.drain(next, holding, None, None));
-                return;
-            }
             batch = next;
         }
     }
@@ -145,29 +118,29 @@ impl Writer {
     /// queue idle) if none came.
     fn next_batch(&self, holding: &mut Holding<Writer, Queued>) -> Option<Vec<Queued>> {
         let start = Instant::now();
-        while !self.in_place && !self.queue.has_waiting() && start.elapsed() < LINGER {
+        while !self.queue.has_waiting() && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
         holding.next(MAX_BATCH, |_, _| false)
     }
 
     /// One batch in one transaction, on a connection of the pool.
-    fn run(&self, batch: Vec<Queued>, own: &mut Option<Own<'_, '_>>) {
+    fn run(&self, batch: Vec<Queued>) {
         let conn = match self.conns.take() {
             Ok(conn) => conn,
             Err(e) => return answer_all(batch, &e),
         };
-        if self.run_on(&conn, batch, own) {
+        if self.run_on(&conn, batch) {
             self.conns.give_back(conn);
         }
     }
 
     /// Runs `batch` on `conn`; false if the connection should not be used again.
-    fn run_on(&self, conn: &Connection, batch: Vec<Queued>, own: &mut Option<Own<'_, '_>>) -> bool {
+    fn run_on(&self, conn: &Connection, batch: Vec<Queued>) -> bool {
         if let [_] = &batch[..] {
             // Alone: the plain transaction, no batch bookkeeping.
             let q = batch.into_iter().next().expect("one count");
-            let done = count(conn, &self.sql, &q, own);
+            let done = count(conn, &self.sql, &q);
             let reusable = keeps_connection(&done);
             let _ = q.reply.send(done);
             return reusable;
@@ -182,14 +155,14 @@ impl Writer {
         while !waiting.is_empty() {
             let (round, later) = one_round(waiting);
             waiting = later;
-            match self.run_round(conn, round, own, &mut written) {
+            match self.run_round(conn, round, &mut written) {
                 Ok(()) => {}
                 Err(again) => {
                     // A database error, maybe after some writes: undo the
                     // batch and run each count on its own.
                     let again = written.into_iter().chain(again).chain(waiting);
                     return match rollback(conn) {
-                        Ok(()) => self.one_by_one(conn, again, own),
+                        Ok(()) => self.one_by_one(conn, again),
                         Err(e) => {
                             answer_all(again.collect(), &e);
                             false
@@ -217,13 +190,7 @@ impl Writer {
     /// One round: reads the rows of every count, asks all their callers, then
     /// writes each answer. The counts written join `written`; on a database
     /// error the counts not yet settled come back to be run again.
-    fn run_round(
-        &self,
-        conn: &Connection,
-        round: Vec<Queued>,
-        own: &mut Option<Own<'_, '_>>,
-        written: &mut Vec<Queued>,
-    ) -> Result<(), Vec<Queued>> {
+    fn run_round(&self, conn: &Connection, round: Vec<Queued>, written: &mut Vec<Queued>) -> Result<(), Vec<Queued>> {
         let mut asked = Vec::with_capacity(round.len());
         let mut round = round.into_iter();
         while let Some(q) = round.next() {
@@ -235,9 +202,6 @@ impl Writer {
                 Some(pending) => asked.push((q, rows, pending)),
                 None => drop(q.reply.send(Err(ask::gone()))),
             }
-        }
-        if let Some(own) = own {
-            own.serve();
         }
         let mut asked = asked.into_iter();
         while let Some((q, rows, pending)) = asked.next() {
@@ -262,15 +226,10 @@ impl Writer {
     }
 
     /// Each count in a transaction of its own.
-    fn one_by_one(
-        &self,
-        conn: &Connection,
-        batch: impl Iterator<Item = Queued>,
-        own: &mut Option<Own<'_, '_>>,
-    ) -> bool {
+    fn one_by_one(&self, conn: &Connection, batch: impl Iterator<Item = Queued>) -> bool {
         let mut reusable = true;
         for q in batch {
-            let done = count(conn, &self.sql, &q, own);
+            let done = count(conn, &self.sql, &q);
             reusable &= keeps_connection(&done);
             let _ = q.reply.send(done);
         }
