@@ -136,7 +136,7 @@ pub use secret::{SecretString, SecretUrl};
 pub use store::database::{DatabaseInfo, DatabaseStore, DatabaseStoreBuilder};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use store::redis::{RedisInfo, RedisStore, RedisStoreBuilder, RoundTrips};
+pub use store::redis::{RedisInfo, RedisStore, RedisStoreBuilder};
 pub use store::{
     update_with, Apply, AsyncIntegerCounter, Entry, GcraCounted, GcraStep, IntegerCounter, IntegerCounts, LimitStore,
     Millis, OwnedApply, StoreStats, Write,

@@ -68,12 +68,16 @@ impl Contender {
         let name = self.name;
         match &mut self.runner {
             Runner::Store { store, redis, keys: which, list, how, probe } => {
-                let before = redis.info().round_trips;
+                let before = redis.info().await?;
                 let keys = list.as_ref().unwrap_or(keys);
                 let (rate, errors, stats) =
                     drive(store.clone(), keys.clone(), which.clone(), how.clone(), c, o, probe.as_mut()).await;
-                let after = redis.info().round_trips;
-                let (one, two, more) = (after.one - before.one, after.two - before.two, after.more - before.more);
+                let after = redis.info().await?;
+                let (one, two, more) = (
+                    after.one_round_trip - before.one_round_trip,
+                    after.two_round_trips - before.two_round_trips,
+                    after.more_round_trips - before.more_round_trips,
+                );
                 let all = (one + two + more).max(1) as f64;
                 eprintln!(
                     "  {name} C={c}: round trips per update: one {:.0}%, two {:.0}%, more {:.0}%",

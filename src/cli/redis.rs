@@ -27,10 +27,9 @@ pub async fn sweep(store: RedisStore) -> anyhow::Result<()> {
 
 /// `limit-store stats` on Redis.
 pub async fn stats(store: RedisStore) -> anyhow::Result<()> {
-    let live = store.live_entries().await?;
-    let max = store.stats().map_or(0, |s| s.max_entries);
+    let info = store.info().await?;
+    let (live, max) = (info.live_entries, store.stats().map_or(0, |s| s.max_entries));
     println!("live entries:  {live} of {max} ({:.1}% full)", live as f64 * 100.0 / max.max(1) as f64);
-    let info = store.info();
     println!("generation:    {} (this secret; keys {}…)", info.generation, info.key_prefix);
     if info.evicts {
         println!(

@@ -137,6 +137,13 @@ pub async fn attempt_both(
     .await
 }
 
+/// The updates `store` did in one round trip, in two, and in more, since it
+/// was made ([`RedisInfo`](limit_store::RedisInfo)).
+pub async fn trips(store: &limit_store::RedisStore) -> (u64, u64, u64) {
+    let info = store.info().await.expect("the store's info");
+    (info.one_round_trip, info.two_round_trips, info.more_round_trips)
+}
+
 /// A process stopped with `SIGSTOP` (a replica gone silent), sent `SIGCONT`
 /// when dropped, even when the test fails.
 pub struct Stopped(String);

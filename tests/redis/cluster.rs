@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
+use crate::common::redis::trips;
 use limit_store::testing::StorePair;
 use limit_store::{Guarded, LimitStore, RedisStore};
 use serde_json::json;
@@ -109,14 +110,14 @@ fn worker() {
             let (g, u) = task.await.unwrap();
             sum = (sum.0 + g, sum.1 + u);
         }
-        let trips = store.info().round_trips;
+        let (one, two, more) = trips(&store).await;
         // The keys lie in two slots of two primaries: every granted update
         // took the protocol's steps (prewrites and commit, after a read
         // unless on a guess), and a refused one (it writes nothing) two
         // agreeing reads. Of one primary: one compare-and-set there, after a
         // read unless on a guess.
         if std::env::var("LST_CLUSTER_ONE_NODE").is_err() {
-            assert!(trips.one == 0 && trips.two + trips.more >= sum.0, "{trips:?}");
+            assert!(one == 0 && two + more >= sum.0, "{:?}", (one, two, more));
         }
         sum
     });
@@ -245,24 +246,24 @@ async fn two_slots_of_one_primary_count_in_one_round_trip() {
     // Until the store has the slots' map (asked for at its first write),
     // such a count takes the cross-slot steps.
     let (mut counted, started) = (0, std::time::Instant::now());
-    while store.info().round_trips.one == 0 {
-        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", store.info().round_trips);
+    while trips(&store).await.0 == 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", trips(&store).await);
         assert!(count(&together).await);
         counted += 1;
     }
-    let before = store.info().round_trips;
+    let before = trips(&store).await;
     for _ in 0..10 {
         assert!(count(&together).await);
     }
-    let after = store.info().round_trips;
-    assert_eq!((after.one - before.one, after.two, after.more), (10, before.two, before.more), "{after:?}");
+    let after = trips(&store).await;
+    assert_eq!((after.0 - before.0, after.1, after.2), (10, before.1, before.2), "{after:?}");
     let apart = two_slots(&url, &format!("{run}-two"), false);
     for _ in 0..10 {
         assert!(count(&apart).await);
     }
-    let last = store.info().round_trips;
-    assert_eq!(last.one, after.one, "{last:?}");
-    assert_eq!(last.two + last.more - after.two - after.more, 10, "{last:?}");
+    let last = trips(&store).await;
+    assert_eq!(last.0, after.0, "{last:?}");
+    assert_eq!(last.1 + last.2 - after.1 - after.2, 10, "{last:?}");
     for (keys, n) in [(&together, counted + 10), (&apart, 10)] {
         let held = store.read(&[&keys[0], &keys[1]]).await.unwrap();
         for entry in held {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::redis::{server, OwnRedis, SECRET};
+use crate::common::redis::{server, trips, OwnRedis, SECRET};
 use limit_store::error::Unavailable;
 use limit_store::limits::{Algorithm, Limit, Part};
 use limit_store::{update_with, Entry, LimitStore, Limits, MemoryStore, RedisStore, Write};
@@ -53,8 +53,7 @@ async fn two_instances_count_exactly_one_trip_each() {
         allowed += task.await.unwrap();
     }
     assert_eq!(allowed, 37);
-    let trips = |s: &RedisStore| (s.info().round_trips.one, s.info().round_trips.two, s.info().round_trips.more);
-    let (a, b) = (trips(&one), trips(&two));
+    let (a, b) = (trips(&one).await, trips(&two).await);
     assert_eq!((a.0 + b.0, a.1 + b.1, a.2 + b.2), (240, 0, 0), "one round trip a count, no retry");
     let entry = one.read(&["door:who:ada"]).await.unwrap()[0].clone().expect("the key holds an entry");
     let interval = 3_600_000 / 37;
@@ -160,7 +159,7 @@ async fn the_bound_refuses_a_new_key_and_counts_held_ones() {
     let held = limits.attempt("door", &[("who", "a")]).await.unwrap();
     assert_eq!((held.degraded, held.remaining), (None, 3), "held keys keep counting");
     assert_eq!(redis.read(&["door:who:c"]).await.unwrap(), [None], "nothing written");
-    assert_eq!(redis.live_entries().await.unwrap(), 2);
+    assert_eq!(redis.info().await.unwrap().live_entries, 2);
 }
 
 /// A key that holds no string fails its count, unavailable, and the count
@@ -232,7 +231,7 @@ async fn a_key_seen_live_but_gone_is_counted_again_with_room() {
     delete_the_only_key(&url, &prefix).await;
     let again = limits.attempt("door", &[("who", "ada")]).await.unwrap();
     assert_eq!((again.degraded, again.remaining), (None, 4), "{again:?}");
-    assert_eq!(redis.live_entries().await.unwrap(), 1);
+    assert_eq!(redis.info().await.unwrap().live_entries, 1);
 }
 
 /// Counts of several kinds in one call (three limits, costs of 1 and 2, new
@@ -272,10 +271,10 @@ async fn counts_of_several_kinds_in_one_call_each_keep_their_own_step() {
         }
         answers
     };
-    let before = redis.info().round_trips.one;
+    let before = redis.info().await.unwrap().one_round_trip;
     let (got, expected) = (attempts(on_redis).await, attempts(in_memory).await);
     assert_eq!(got, expected);
     assert!(got.iter().flatten().any(|(allowed, _)| !allowed), "some budget ran out");
-    let trips = redis.info().round_trips.one - before;
+    let trips = redis.info().await.unwrap().one_round_trip - before;
     assert_eq!(trips, 60, "one round trip a count, none by update");
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::redis::{server, OwnRedis, SECRET};
+use crate::common::redis::{server, trips, OwnRedis, SECRET};
 use limit_store::config::Config;
 use limit_store::error::Unavailable;
 use limit_store::{update_with, Entry, LimitStore, RedisStore, Write};
@@ -44,8 +44,9 @@ async fn keys_are_hmacs_under_a_prefix_with_the_generation() {
     let keys = keys_under(&url, &prefix).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     let name = &keys[0];
-    let tagged =
-        name.strip_prefix(&format!("{prefix}:{:x}:", store.info().generation)).expect("the generation in the name");
+    let tagged = name
+        .strip_prefix(&format!("{prefix}:{:x}:", store.info().await.unwrap().generation))
+        .expect("the generation in the name");
     // The family's tag (hashed too), then the key's hash.
     let (tag, hash) = tagged.split_once(':').expect("a family tag");
     assert!(tag.len() == 4 && tag.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
@@ -68,14 +69,14 @@ async fn a_new_secret_neither_reads_nor_counts_old_entries() {
     add_one(&old, "k").await.unwrap();
     let new_secret = format!("{SECRET}, rotated");
     let new = RedisStore::builder(&url).secret(&new_secret).prefix(&prefix).connect().await.unwrap();
-    assert_ne!(old.info().generation, new.info().generation);
+    assert_ne!(old.info().await.unwrap().generation, new.info().await.unwrap().generation);
     assert_eq!(new.read(&["k"]).await.unwrap(), vec![None]);
-    assert_eq!(new.live_entries().await.unwrap(), 0, "old entries don't count against the new bound");
+    assert_eq!(new.info().await.unwrap().live_entries, 0, "old entries don't count against the new bound");
     assert_eq!(add_one(&new, "k").await.unwrap(), 1, "the new generation counts afresh");
     // The old generation keeps counting during a rolling deploy, and its
     // entries expire by their own TTL, not sooner.
     assert_eq!(add_one(&old, "k").await.unwrap(), 3);
-    assert_eq!(old.live_entries().await.unwrap(), 1);
+    assert_eq!(old.info().await.unwrap().live_entries, 1);
     assert_eq!(new.sweep().await.unwrap(), 0);
     assert_eq!(keys_under(&url, &prefix).await.len(), 2);
 }
@@ -129,15 +130,15 @@ async fn a_server_that_may_evict_is_reported() {
     let Some(own) = OwnRedis::start(&["--maxmemory-policy", "volatile-lru"]) else { return };
     let logs = crate::common::capture_logs();
     let store = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap();
-    assert!(store.info().evicts);
-    assert_eq!(store.info().eviction_policy, "volatile-lru");
+    assert!(store.info().await.unwrap().evicts);
+    assert_eq!(store.info().await.unwrap().eviction_policy, "volatile-lru");
     let lines = logs.lines_of_kind(&limit_store::log::Kind::RedisEvicts.to_string());
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("ERROR") && lines[0].contains("noeviction"), "{}", lines[0]);
     drop(logs);
     let safe = OwnRedis::start(&[]).unwrap();
     let logs = crate::common::capture_logs();
-    assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().info().evicts);
+    assert!(!RedisStore::builder(&safe.url()).secret(SECRET).connect().await.unwrap().info().await.unwrap().evicts);
     assert!(logs.lines_of_kind(&limit_store::log::Kind::RedisEvicts.to_string()).is_empty());
 }
 
@@ -211,18 +212,14 @@ async fn a_count_takes_one_round_trip_when_the_guess_holds_and_two_when_not() {
     for store in [&a, &b, &plain] {
         store.read(&["warm"]).await.unwrap();
     }
-    let trips = |s: &RedisStore| {
-        let t = s.info().round_trips;
-        (t.one, t.two, t.more)
-    };
     assert_eq!(add_one(&a, "k").await.unwrap(), 1);
     assert_eq!(add_one(&a, "k").await.unwrap(), 2);
-    assert_eq!(trips(&a), (2, 0, 0), "a new key, then one this store wrote last");
+    assert_eq!(trips(&a).await, (2, 0, 0), "a new key, then one this store wrote last");
     assert_eq!(add_one(&b, "k").await.unwrap(), 3);
-    assert_eq!(trips(&b), (0, 1, 0), "another instance's key: the guess of none missed");
+    assert_eq!(trips(&b).await, (0, 1, 0), "another instance's key: the guess of none missed");
     assert_eq!(add_one(&a, "k").await.unwrap(), 4);
-    assert_eq!(trips(&a), (2, 1, 0), "what this store remembered was stale");
+    assert_eq!(trips(&a).await, (2, 1, 0), "what this store remembered was stale");
     assert_eq!(add_one(&plain, "k").await.unwrap(), 5);
     assert_eq!(add_one(&plain, "k").await.unwrap(), 6);
-    assert_eq!(trips(&plain), (0, 2, 0), "remember(0): always read, then write");
+    assert_eq!(trips(&plain).await, (0, 2, 0), "remember(0): always read, then write");
 }

@@ -309,8 +309,9 @@ pub(super) mod tests {
     }
 
     fn trips(store: &RedisStore) -> (u64, u64) {
-        let t = store.info().round_trips;
-        (t.one, t.two)
+        use std::sync::atomic::Ordering::Relaxed;
+        let t = &store.shared.trips;
+        (t.one.load(Relaxed), t.two.load(Relaxed))
     }
 
     /// A guess made on a clock estimate outside [estimate - 2 ms, estimate +

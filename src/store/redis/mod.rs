@@ -149,25 +149,25 @@ impl RedisStore {
         RedisStoreBuilder::new(url)
     }
 
-    /// Live entries of this generation, counted now with `SCAN` (one pass
-    /// over the server's keys, in steps: for `stats`, not for requests).
-    pub async fn live_entries(&self) -> Result<u64, StoreError> {
-        self.shared.count_live().await
-    }
-
     /// What the store found when it connected (the server's eviction
-    /// policy, this store's generation and key prefix), and the round trips
-    /// its updates took since: for `stats`, and a look at how it counts.
-    pub fn info(&self) -> RedisInfo {
+    /// policy, this store's generation and key prefix), the round trips its
+    /// updates took since, and its live entries, counted now with `SCAN`
+    /// (one pass over the server's keys, in steps, on every primary of a
+    /// cluster): for `stats`, not for requests.
+    pub async fn info(&self) -> Result<RedisInfo, StoreError> {
         use std::sync::atomic::Ordering::Relaxed;
+        let live_entries = self.shared.count_live().await?;
         let t = &self.shared.trips;
-        RedisInfo {
+        Ok(RedisInfo {
             eviction_policy: self.shared.server.policy.clone(),
             evicts: self.shared.server.evicts(),
             generation: self.shared.secret.generation(),
             key_prefix: self.shared.names.clone(),
-            round_trips: RoundTrips { one: t.one.load(Relaxed), two: t.two.load(Relaxed), more: t.more.load(Relaxed) },
-        }
+            live_entries,
+            one_round_trip: t.one.load(Relaxed),
+            two_round_trips: t.two.load(Relaxed),
+            more_round_trips: t.more.load(Relaxed),
+        })
     }
 
     /// The key of the entry of `hash`, of the family tagged `tag`.
@@ -181,8 +181,11 @@ impl RedisStore {
     }
 }
 
-/// A [`RedisStore`]'s server and secret as it connected, and its round
-/// trips since, from [`RedisStore::info`].
+/// A [`RedisStore`]'s server and secret as it connected, its live entries,
+/// and its round trips since, from [`RedisStore::info`]. The round trips
+/// count updates by how many trips to the server each took: one (the guess
+/// held, see [`RedisStoreBuilder::remember`]), two (read, then write; or a
+/// guess that missed), or more (other instances changed the keys).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisInfo {
@@ -195,22 +198,14 @@ pub struct RedisInfo {
     pub generation: i64,
     /// The prefix of every key of this store's generation.
     pub key_prefix: String,
-    /// How many round trips this store's updates took, since it was made.
-    pub round_trips: RoundTrips,
-}
-
-/// Updates answered, by the round trips to the server they took: one (the
-/// guess held, see [`RedisStoreBuilder::remember`]), two (read, then write;
-/// or a guess that missed), or more (other instances changed the keys).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RoundTrips {
-    /// Updates done in one round trip.
-    pub one: u64,
+    /// Live entries of this generation, counted by the call.
+    pub live_entries: u64,
+    /// Updates done in one round trip, since the store was made.
+    pub one_round_trip: u64,
     /// Updates done in two.
-    pub two: u64,
+    pub two_round_trips: u64,
     /// Updates that took three or more.
-    pub more: u64,
+    pub more_round_trips: u64,
 }
 
 #[derive(Debug, Default)]
