@@ -158,7 +158,7 @@ impl<S, K> LimitService<S, K> {
         // now takes it.
         let key = key.ip().map_or(key, |ip| Key::address(layer.handle.client_network(ip)));
         Box::pin(async move {
-            let counted = layer.handle.attempt(&[(&layer.part, key.as_str())]).await;
+            let counted = layer.handle.attempt(&[(&layer.part, key.as_str())], 1).await;
             match layer.answer(Some(counted)) {
                 Answer::Pass(fields) => LimitFuture::inner(inner.call(request), fields).await,
                 Answer::Refuse(response) => Ok(response),

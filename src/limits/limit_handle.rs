@@ -37,20 +37,16 @@ impl Limits {
 }
 
 impl LimitHandle {
-    /// [`Limits::attempt`] on this limit.
-    pub fn attempt<'a>(&'a self, parts: &'a [(&'a str, &'a str)]) -> Attempt<'a> {
-        self.attempt_cost(parts, 1)
-    }
-
-    /// [`Limits::attempt_cost`] on this limit.
-    pub fn attempt_cost<'a>(&'a self, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
+    /// [`Limits::attempt_cost`] on this limit: an attempt of `cost` (1 for
+    /// one request, as [`Limits::attempt`] counts).
+    pub fn attempt<'a>(&'a self, parts: &'a [(&'a str, &'a str)], cost: u64) -> Attempt<'a> {
         Attempt::new(&self.limits, Which::Found(self.compiled()), parts, cost)
     }
 
-    /// [`attempt_cost`](Self::attempt_cost) answered here and now, with no
+    /// [`attempt`](Self::attempt) answered here and now, with no
     /// future, on a store that [answers at once](crate::LimitStore::answers_at_once)
     /// (the memory store, guarded or not); `None` on a store that answers
-    /// through a future, and then nothing was counted: await `attempt_cost`
+    /// through a future, and then nothing was counted: await `attempt`
     /// instead. For a caller that answers without a future of its own (a
     /// tower service's `call`, as the [layer](crate::layer)'s), holding the
     /// handle it found once.
@@ -116,7 +112,7 @@ mod tests {
         assert!(limits.handle("no-such-limit").is_none());
         let api = limits.handle("api").unwrap();
         let ip = "192.0.2.7";
-        assert_eq!(api.attempt(&[("client", ip)]).await.unwrap().remaining, 2);
+        assert_eq!(api.attempt(&[("client", ip)], 1).await.unwrap().remaining, 2);
         assert_eq!(api.attempt_now(&[("client", ip)], 1).unwrap().unwrap().remaining, 1);
         assert_eq!(api.attempt_address_now(ip.parse().unwrap(), 1).unwrap().unwrap().remaining, 0);
         assert!(!limits.attempt("api", &[("client", ip)]).await.unwrap().allowed);
