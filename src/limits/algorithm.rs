@@ -64,14 +64,10 @@ pub(crate) fn millis(d: Duration) -> Millis {
 }
 
 impl Algorithm {
-    /// A fixed window of `budget` attempts per `window`.
+    /// A fixed window of `budget` attempts per `window`, with no cooldown
+    /// (one with a cooldown is [`Algorithm::FixedWindow`] written out).
     pub fn fixed_window(budget: u64, window: Duration) -> Self {
         Algorithm::FixedWindow { budget, window: millis(window), cooldown: 0 }
-    }
-
-    /// A fixed window with at least `cooldown` between two allowed attempts.
-    pub fn fixed_window_with_cooldown(budget: u64, window: Duration, cooldown: Duration) -> Self {
-        Algorithm::FixedWindow { budget, window: millis(window), cooldown: millis(cooldown) }
     }
 
     /// A sliding window of `budget` (at most 256) attempts in any `window`
@@ -285,11 +281,11 @@ mod tests {
         let ms = Duration::from_millis;
         prop_oneof![
             (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::fixed_window(b, ms(w))),
-            (1u64..12, 1u64..5_000, 1u64..2_000).prop_map(move |(b, w, c)| Algorithm::fixed_window_with_cooldown(
-                b,
-                ms(w),
-                ms(c)
-            )),
+            (1u64..12, 1i64..5_000, 1i64..2_000).prop_map(|(budget, window, cooldown)| Algorithm::FixedWindow {
+                budget,
+                window,
+                cooldown
+            }),
             (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::sliding_window(b, ms(w))),
             (1u64..12, 1u64..5_000, 1u64..8_000).prop_map(move |(b, w, l)| Algorithm::lockout(b, ms(w), ms(l))),
             (1u64..12, 12u64..5_000).prop_map(move |(b, w)| Algorithm::gcra(b, ms(w))),

@@ -42,7 +42,7 @@ pub(crate) fn all() -> Vec<Limit> {
             .policy(Policy::Allow),
         Limit::new(CODE_SENT)
             .part(
-                Part::new("destination", Algorithm::fixed_window_with_cooldown(5, 60 * MINUTE, MINUTE))
+                Part::new("destination", Algorithm::FixedWindow { budget: 5, window: 3_600_000, cooldown: 60_000 })
                     .normalized(Normalize::Folded),
             )
             .policy(Policy::Deny),

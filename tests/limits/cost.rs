@@ -35,11 +35,11 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
     let ms = Duration::from_millis;
     prop_oneof![
         (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::fixed_window(b, ms(w))),
-        (1u64..12, 1u64..5_000, 1u64..2_000).prop_map(move |(b, w, c)| Algorithm::fixed_window_with_cooldown(
-            b,
-            ms(w),
-            ms(c)
-        )),
+        (1u64..12, 1i64..5_000, 1i64..2_000).prop_map(|(budget, window, cooldown)| Algorithm::FixedWindow {
+            budget,
+            window,
+            cooldown
+        }),
         (1u64..12, 1u64..5_000).prop_map(move |(b, w)| Algorithm::sliding_window(b, ms(w))),
         (1u64..12, 1u64..5_000, 1u64..8_000).prop_map(move |(b, w, l)| Algorithm::lockout(b, ms(w), ms(l))),
         (1u64..12, 12u64..5_000).prop_map(move |(b, w)| Algorithm::gcra(b, ms(w))),
@@ -156,7 +156,7 @@ proptest! {
         let w = Duration::from_millis(window.unsigned_abs());
         let a = match kind {
             0 => Algorithm::fixed_window(budget, w),
-            1 => Algorithm::fixed_window_with_cooldown(budget, w, w),
+            1 => Algorithm::FixedWindow { budget, window, cooldown: window },
             2 => Algorithm::sliding_window(budget, w),
             3 => Algorithm::lockout(budget, w, w),
             _ => Algorithm::gcra(budget, w),
@@ -177,7 +177,7 @@ fn a_cost_over_the_budget_is_refused_for_good_on_every_algorithm() {
     let minute = Duration::from_secs(60);
     for a in [
         Algorithm::fixed_window(5, minute),
-        Algorithm::fixed_window_with_cooldown(5, minute, minute),
+        Algorithm::FixedWindow { budget: 5, window: 60_000, cooldown: 60_000 },
         Algorithm::sliding_window(5, minute),
         Algorithm::lockout(5, minute, minute),
         Algorithm::gcra(5, minute),

@@ -63,7 +63,7 @@ pub fn algorithms() -> Vec<Algorithm> {
     all.extend([
         Algorithm::fixed_window(1, ms),
         Algorithm::fixed_window(u64::MAX, long),
-        Algorithm::fixed_window_with_cooldown(u64::MAX, long, long),
+        Algorithm::FixedWindow { budget: u64::MAX, window: Millis::MAX, cooldown: Millis::MAX },
         Algorithm::sliding_window(256, century),
         Algorithm::sliding_window(256, Duration::from_secs(900)),
         Algorithm::sliding_window(1, ms),
