@@ -25,4 +25,5 @@ mod slow_clients;
 #[cfg(feature = "postgres")]
 mod slow_store;
 mod status_page;
+mod store_commands;
 mod token;
