@@ -26,6 +26,7 @@ mod listener;
 mod metrics;
 mod openapi;
 mod program;
+mod repeated_keys;
 mod routes;
 mod socket;
 mod status;

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::bodies::{AttemptBody, ErrorBody, KeysBody};
 use super::bodies::{DecisionBody, HealthBody, LimitBody, LimitsBody, PartBody, PartLeftBody};
 use super::error::ApiError;
+use super::repeated_keys;
 use super::App;
 use limit_store::ratelimit_fields::{fields, refusal_status};
 use limit_store::Decision;
@@ -232,6 +233,9 @@ fn body_of(
     })?;
     let invalid =
         |why: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", format!("{why}: {BODY_SHAPE}"));
+    if let Some(name) = repeated_keys::first_repeated(&body) {
+        return Err(invalid(format!("{name:?} is given twice in one object: give each field and each part once")));
+    }
     let Value::Object(mut top) = value else { return Err(invalid("the body is not a JSON object".into())) };
     let keys = top.remove("keys").ok_or_else(|| invalid("the body has no \"keys\"".into()))?;
     let cost = if takes_cost { top.remove("cost") } else { None };

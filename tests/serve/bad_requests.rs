@@ -87,3 +87,37 @@ async fn a_bad_head_after_a_good_request_is_answered_in_json() {
     assert_eq!(second.status, 400, "{second:?}");
     assert_eq!(second.json()["kind"], "bad-request", "{second:?}");
 }
+
+/// A body that names a field or a part twice is refused (422, the JSON
+/// error), on an attempt and on a reset, and counts nothing: a proxy in
+/// front may read the first of the two while a parser keeps the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_given_twice_is_refused_and_counts_nothing() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let cases = [
+        (
+            "/v1/limits/sign-in/attempt",
+            r#"{"keys": {"account": "ada@example.com", "account": "eve@example.com", "ip": "192.0.2.7"}}"#,
+            "account",
+        ),
+        ("/v1/limits/api/attempt", r#"{"keys": {"client": "c-1"}, "cost": 0, "cost": 500}"#, "cost"),
+        ("/v1/limits/api/attempt", r#"{"keys": {"client": "c-1"}, "keys": {"client": "c-2"}}"#, "keys"),
+        ("/v1/limits/api/attempt", r#"{"keys": {"client": "c-1", "cl\u0069ent": "c-2"}}"#, "client"),
+        (
+            "/v1/limits/sign-in/reset",
+            r#"{"keys": {"account": "ada@example.com", "account": "eve@example.com"}}"#,
+            "account",
+        ),
+    ];
+    for (path, body, name) in cases {
+        let r = serve.post(path, body).await;
+        assert_eq!(r.status, 422, "{body}: {}", r.body);
+        assert_eq!(r.json()["kind"], "invalid-body", "{body}: {}", r.body);
+        assert!(r.json()["error"].as_str().unwrap().contains(&format!("\"{name}\" is given twice")), "{}", r.body);
+    }
+    // Nothing was counted: each client still has its whole budget.
+    for client in ["c-1", "c-2"] {
+        let r = serve.post("/v1/limits/api/attempt", &format!(r#"{{"keys": {{"client": "{client}"}}}}"#)).await;
+        assert_eq!(r.json()["remaining"], 599, "{client}: {}", r.body);
+    }
+}
