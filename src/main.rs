@@ -19,15 +19,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes, joined by ": ", each said once: some errors
-/// (redis-rs's on I/O) repeat their cause's text as their own.
+/// The error and its causes, joined by ": ", each said once: a cause whose
+/// text the line already holds is left out (redis-rs's I/O errors and the
+/// store's unavailable errors repeat their cause's text as their own).
 fn chain(e: &anyhow::Error) -> String {
-    let mut said: Vec<String> = Vec::new();
+    let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if !said.last().is_some_and(|last| last.ends_with(&text)) {
-            said.push(text);
+        if line.contains(&text) {
+            continue;
         }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
     }
-    said.join(": ")
+    line
 }

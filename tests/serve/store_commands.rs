@@ -64,7 +64,7 @@ async fn stats_on_redis_counts_this_secrets_entries() {
     assert!(stats.contains("eviction:") || stats.contains("WARNING"), "{stats}");
 }
 
-/// A short secret and a Redis that isn't there: one line that says what to
+/// A short secret, and a Redis or a PostgreSQL that isn't there: one line that says what to
 /// do (or what failed, said once), exit code 1, no panic.
 #[test]
 fn a_short_secret_or_no_server_is_one_clear_line() {
@@ -72,9 +72,12 @@ fn a_short_secret_or_no_server_is_one_clear_line() {
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let port = crate::common::serve::free_port();
     let redis = format!("redis://127.0.0.1:{port}");
+    let postgres = format!("postgres://root@127.0.0.1:{port}/test");
+    let long = "a secret of 32 bytes or more, long enough";
     for args in [
         vec!["stats", "--database-url", &url, "--secret", "short"],
-        vec!["sweep", "--redis-url", &redis, "--secret", "a secret of 32 bytes or more, long enough"],
+        vec!["sweep", "--redis-url", &redis, "--secret", long],
+        vec!["stats", "--database-url", &postgres, "--secret", long],
     ] {
         let out = limit_store().args(&args).output().unwrap();
         let (stdout, stderr) = texts(&out);
@@ -84,7 +87,8 @@ fn a_short_secret_or_no_server_is_one_clear_line() {
         if args.contains(&"short") {
             assert!(line.contains("at least 32 bytes") && line.contains("LIMIT_STORE_SECRET"), "{line}");
         } else {
-            assert!(line.contains("can't reach Redis"), "{line}");
+            let server = if args.contains(&redis.as_str()) { "can't reach Redis" } else { "PostgreSQL" };
+            assert!(line.contains(server), "{line}");
             assert_eq!(line.matches("Connection refused").count(), 1, "the cause said once: {line}");
         }
     }
