@@ -138,6 +138,7 @@ pub(crate) fn router_on(limits: LimitsHandle, token: Option<ApiToken>, envoy: Op
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
         .layer(middleware::map_response(json_errors))
+        .layer(middleware::map_response(nosniff))
         .layer(middleware::from_fn_with_state(app.clone(), log_request))
         .with_state(app)
 }
@@ -152,6 +153,13 @@ async fn json_errors(response: Response) -> Response {
         return response;
     }
     error::ApiError::for_status(status).into_response()
+}
+
+/// Every answer is read as the type it says: a browser never sniffs a JSON
+/// error or the metrics' text into a page.
+async fn nosniff(mut response: Response) -> Response {
+    response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    response
 }
 
 /// One structured line per request, at debug level, and its count by route

@@ -145,9 +145,19 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiErro
     ))
 }
 
+/// What the status page may load: its own inline style, nothing else (no
+/// script, no request out), and no page may frame it.
+const STATUS_PAGE_POLICY: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 /// `GET /`: the status page.
-pub async fn status(State(app): State<App>) -> axum::response::Html<String> {
-    axum::response::Html(super::status::render(&app))
+pub async fn status(State(app): State<App>) -> Response {
+    let headers = [
+        (header::CONTENT_SECURITY_POLICY, STATUS_PAGE_POLICY),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ];
+    (headers, axum::response::Html(super::status::render(&app))).into_response()
 }
 
 /// `GET /metrics`: Prometheus text exposition.

@@ -80,3 +80,23 @@ async fn the_status_page_shows_the_limits_and_their_figures() {
     let taken = chromium(&url, &["--window-size=1100,800", &format!("--screenshot={}", shot.display())]);
     assert!(taken.status.success() && shot.exists(), "{}", String::from_utf8_lossy(&taken.stderr));
 }
+
+/// The page loads its own inline style and nothing else, and no other page
+/// may frame it; every answer, JSON errors and metrics included, is read as
+/// the type it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_allows_no_script_and_no_frame_and_no_answer_is_sniffed() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let page = serve.request("GET", "/", &[], b"").await.unwrap();
+    assert_eq!(page.status, 200);
+    let policy = page.header("content-security-policy").expect("a policy on the page");
+    for rule in ["default-src 'none'", "frame-ancestors 'none'", "base-uri 'none'"] {
+        assert!(policy.contains(rule), "{rule} in {policy}");
+    }
+    assert!(!policy.contains("script-src"), "no script is allowed: {policy}");
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    for path in ["/", "/v1/limits", "/metrics", "/healthz", "/no-such-page", "/v1/limits/no-such-limit/attempt"] {
+        let r = serve.request("GET", path, &[], b"").await.unwrap();
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}: {} {:?}", r.status, r.headers);
+    }
+}
