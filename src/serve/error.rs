@@ -51,7 +51,8 @@ impl ApiError {
             serde_json::to_vec(&super::bodies::ErrorBody { error: self.error.clone(), kind: self.kind.to_owned() })
                 .unwrap_or_default();
         let mut bytes = format!(
-            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nx-content-type-options: nosniff\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
             self.status.as_str(),
             self.status.canonical_reason().unwrap_or(""),
             body.len()

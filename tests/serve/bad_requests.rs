@@ -59,6 +59,7 @@ async fn every_4xx_is_the_json_error() {
             r.headers,
             r.body
         );
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{what}");
         let answer = r.json();
         assert!(answer["kind"].as_str().is_some_and(|k| !k.is_empty()), "{what}: {}", r.body);
         assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: {}", r.body);
