@@ -1,5 +1,9 @@
 //! Who may call: with a token set, every route but `/healthz` needs
 //! `Authorization: Bearer <token>`, checked by [`ApiToken::matches`](super::ApiToken::matches).
+//! Without one, `serve` listens on loopback only, and answers only requests
+//! addressed to a loopback name: a web page that renames its own host to
+//! 127.0.0.1 (DNS rebinding) reaches the port from the visitor's browser as
+//! its own origin, but its requests still carry its name as their `Host`.
 
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
@@ -9,9 +13,23 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::App;
 
-/// Lets a request through when no token is set, or when it carries it.
+/// Lets a request through when it carries the token, or when no token is
+/// set and it is addressed to a loopback name (or names none).
 pub async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
-    let Some(token) = &app.token else { return next.run(request).await };
+    let Some(token) = &app.token else {
+        let host = request.headers().get(header::HOST).map(|h| h.to_str().unwrap_or(""));
+        if host.is_none_or(is_loopback_host) {
+            return next.run(request).await;
+        }
+        return ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "not-loopback-host",
+            "without a token this service answers only requests addressed to localhost, 127.0.0.1 or [::1] (a \
+             page elsewhere may have renamed itself to this address); call it by one of those, or set a token \
+             (LIMIT_STORE_API_TOKEN) to be called by other names",
+        )
+        .into_response();
+    };
     if request.uri().path() == "/healthz" {
         return next.run(request).await;
     }
@@ -31,4 +49,57 @@ pub async fn require_token(State(app): State<App>, request: Request, next: Next)
     .into_response();
     answer.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
     answer
+}
+
+/// Whether a `Host` header's value names a loopback address: `localhost`
+/// (or a name under it, which browsers keep on loopback), an IPv4 address
+/// in 127.0.0.0/8, or `[::1]`, each with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((ip, rest)) if rest.is_empty() || rest.starts_with(':') => ip,
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_host;
+
+    #[test]
+    fn loopback_names_and_others() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST.",
+            "app.localhost:1",
+            "127.0.0.1:9",
+            "127.1.2.3",
+            "[::1]",
+            "[::1]:80",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "0.0.0.0:8080",
+            "192.0.2.7",
+            "[::2]:80",
+            "[::1]x",
+            "::1",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
 }

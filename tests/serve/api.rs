@@ -1,11 +1,11 @@
 //! `limit-store serve` over a real socket: decisions with their RateLimit
 //! fields, resets, the list of limits, health, bad input as 4xx JSON, the
-//! token, and SIGTERM.
+//! token, the loopback names a service without one answers, and SIGTERM.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::serve::{free_port, limit_store, Serve};
+use crate::common::serve::{free_port, limit_store, raw, Serve};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -132,6 +132,47 @@ async fn with_a_token_every_route_but_health_needs_it() {
     let r = serve.request("POST", SIGN_IN, &[json, ("authorization", &bearer)], BODY.as_bytes()).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(serve.request("GET", "/healthz", &[], b"").await.unwrap().status, 200, "health stays open");
+}
+
+/// Without a token, a request addressed to another name (a page that renamed
+/// itself to 127.0.0.1: DNS rebinding) is refused and counts nothing;
+/// loopback names pass; with a token, any name that carries it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_only_loopback_names_are_answered() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let reset = |host: &str| {
+        format!(
+            "POST /v1/limits/sign-in/reset HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+            BODY.len()
+        )
+    };
+    for _ in 0..5 {
+        serve.post(SIGN_IN, BODY).await;
+    }
+    for host in ["evil.example", "evil.example:80", "localhost.evil.example", "0.0.0.0", "[::2]"] {
+        let r = raw(&serve.addr, reset(host).as_bytes()).await;
+        assert_eq!((r.status, r.json()["kind"].as_str()), (421, Some("not-loopback-host")), "{host}: {}", r.body);
+        let r =
+            raw(&serve.addr, format!("GET / HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes()).await;
+        assert_eq!(r.status, 421, "{host}: the status page too");
+    }
+    let r = serve.post(SIGN_IN, BODY).await;
+    assert!(!r.json()["allowed"].as_bool().unwrap(), "no reset went through: {}", r.body);
+    let port = serve.addr.rsplit_once(':').unwrap().1;
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "app.localhost".to_owned()] {
+        let r = raw(&serve.addr, reset(&host).as_bytes()).await;
+        assert_eq!(r.status, 204, "{host}: {}", r.body);
+    }
+    assert!(serve.post(SIGN_IN, BODY).await.json()["allowed"].as_bool().unwrap(), "reset by a loopback name");
+
+    let token = "a-long-random-token-0123456789abcdef";
+    let named = Serve::start(None, &[("LIMIT_STORE_API_TOKEN", token)], &[]).await;
+    let with_token = format!(
+        "GET /v1/limits HTTP/1.1\r\nhost: limits.internal.example\r\nauthorization: Bearer {token}\r\n\
+         connection: close\r\n\r\n"
+    );
+    assert_eq!(raw(&named.addr, with_token.as_bytes()).await.status, 200, "with a token, any name");
 }
 
 #[test]

@@ -12,13 +12,13 @@ async fn every_4xx_is_the_json_error() {
     let body = r#"{"keys": {"account": "ada@example.com", "ip": "192.0.2.7"}}"#;
     let post = |path: &str| -> Vec<u8> {
         format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{json}content-length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n{json}content-length: {}\r\n\r\n{body}",
             body.len()
         )
         .into_bytes()
     };
     let mut raw_path = b"POST /v1/limits/".to_vec();
-    raw_path.extend_from_slice(b"\xff\xfe/attempt HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n");
+    raw_path.extend_from_slice(b"\xff\xfe/attempt HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\n\r\n");
     let many_headers: String = (0..200).map(|i| format!("x-h{i}: {i}\r\n")).collect();
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("an escaped path that is not UTF-8", post("/v1/limits/%FF/attempt"), 400),
@@ -26,27 +26,27 @@ async fn every_4xx_is_the_json_error() {
         ("raw bytes in the path", raw_path, 400),
         (
             "a content length that is not a number",
-            b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: x\r\ncontent-length: ten\r\n\r\n".to_vec(),
+            b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: ten\r\n\r\n".to_vec(),
             400,
         ),
         (
             "two content lengths",
-            b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n{}"
+            b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n{}"
                 .to_vec(),
             400,
         ),
-        ("a header name with a space", b"GET /v1/limits HTTP/1.1\r\nhost: x\r\nbad name: 1\r\n\r\n".to_vec(), 400),
-        ("a method with a control byte", b"G\x01T /v1/limits HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(), 400),
-        ("an unknown version", b"GET /v1/limits HTTP/7.1\r\nhost: x\r\n\r\n".to_vec(), 400),
-        ("too many headers", format!("GET /v1/limits HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n").into_bytes(), 431),
+        ("a header name with a space", b"GET /v1/limits HTTP/1.1\r\nhost: 127.0.0.1\r\nbad name: 1\r\n\r\n".to_vec(), 400),
+        ("a method with a control byte", b"G\x01T /v1/limits HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".to_vec(), 400),
+        ("an unknown version", b"GET /v1/limits HTTP/7.1\r\nhost: 127.0.0.1\r\n\r\n".to_vec(), 400),
+        ("too many headers", format!("GET /v1/limits HTTP/1.1\r\nhost: 127.0.0.1\r\n{many_headers}\r\n").into_bytes(), 431),
         (
             "a path of 70,000 bytes",
-            format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000)).into_bytes(),
+            format!("GET /{} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n", "a".repeat(70_000)).into_bytes(),
             431,
         ),
         (
             "a head of 20,000 bytes (past 16 KiB)",
-            format!("GET /v1/limits HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(20_000)).into_bytes(),
+            format!("GET /v1/limits HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: {}\r\n\r\n", "a".repeat(20_000)).into_bytes(),
             431,
         ),
     ];
@@ -70,7 +70,7 @@ async fn every_4xx_is_the_json_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_that_is_not_utf8_is_ignored() {
     let serve = Serve::start(None, &[], &[]).await;
-    let r = raw(&serve.addr, b"GET /v1/limits?%FF=%FE HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await;
+    let r = raw(&serve.addr, b"GET /v1/limits?%FF=%FE HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n").await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.json()["limits"].is_array());
 }
@@ -80,8 +80,11 @@ async fn a_query_that_is_not_utf8_is_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_head_after_a_good_request_is_answered_in_json() {
     let serve = Serve::start(None, &[], &[]).await;
-    let r = raw(&serve.addr, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/limits HTTP/1.1\r\nbad name: 1\r\n\r\n")
-        .await;
+    let r = raw(
+        &serve.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\nGET /v1/limits HTTP/1.1\r\nbad name: 1\r\n\r\n",
+    )
+    .await;
     assert_eq!(r.status, 200);
     let second = r.body.split_once("HTTP/1.1 ").map(|(_, rest)| format!("HTTP/1.1 {rest}")).expect("a second answer");
     let second = crate::common::serve::parse(second.as_bytes());

@@ -20,7 +20,7 @@ async fn half_heads(addr: &str, n: usize) -> Vec<TcpStream> {
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: x\r\ncontent-ty").await.unwrap();
+        s.write_all(b"POST /v1/limits/sign-in/attempt HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-ty").await.unwrap();
         streams.push(s);
     }
     streams
@@ -30,7 +30,7 @@ async fn half_heads(addr: &str, n: usize) -> Vec<TcpStream> {
 /// `sent` of them.
 fn half_body(len: usize, sent: usize) -> Vec<u8> {
     let mut bytes = format!(
-        "POST {SIGN_IN} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        "POST {SIGN_IN} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
     )
     .into_bytes();
     bytes.extend(std::iter::repeat_n(b' ', sent));
@@ -85,7 +85,7 @@ async fn past_max_connections_new_ones_wait_for_a_place() {
     let mut held = Vec::new();
     for _ in 0..4 {
         let mut s = TcpStream::connect(&serve.addr).await.unwrap();
-        s.write_all(b"GET /v1/limits HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        s.write_all(b"GET /v1/limits HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").await.unwrap();
         let mut buf = [0u8; 4096];
         let n = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut s, &mut buf))
             .await
@@ -149,7 +149,7 @@ async fn sigterm_finishes_what_is_in_flight_within_the_grace_then_exits_zero() {
 async fn an_idle_connection_is_closed_after_the_timeout_without_an_answer() {
     let serve = Serve::start(None, &[("LIMIT_STORE_REQUEST_TIMEOUT", "1s")], &[]).await;
     let mut stream = TcpStream::connect(&serve.addr).await.unwrap();
-    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").await.unwrap();
     let started = Instant::now();
     let sent = closed_within(&mut stream, Duration::from_secs(4)).await.expect("closed within 4 s");
     let took = started.elapsed();
@@ -166,7 +166,7 @@ async fn a_client_that_reads_nothing_loses_its_connection_after_the_timeout() {
     // Answers pile up unread until the socket's buffers are full and a
     // write waits: the one place stays taken until that write gives up.
     let mut greedy = TcpStream::connect(&serve.addr).await.unwrap();
-    let pipelined = "GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".repeat(3_000);
+    let pipelined = "GET /openapi.json HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".repeat(3_000);
     greedy.write_all(pipelined.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
