@@ -2,7 +2,8 @@
 //! utoipa from the handlers' annotations and the body types.
 
 use axum::Json;
-use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 
 use super::bodies::{
     AttemptBody, DecisionBody, ErrorBody, HealthBody, KeysBody, LimitBody, LimitsBody, PartBody, PartLeftBody,
@@ -14,6 +15,10 @@ use super::routes;
 #[openapi(
     info(title = "limit-store", description = "The counts behind rate limits, over HTTP."),
     paths(routes::attempt, routes::reset, routes::list, routes::healthz),
+    modifiers(&Token),
+    // Without a token set, no call needs one; with one, every route but
+    // `/healthz` (which says none) does.
+    security((), ("token" = [])),
     components(schemas(
         KeysBody,
         AttemptBody,
@@ -27,6 +32,16 @@ use super::routes;
     ))
 )]
 pub struct ApiDoc;
+
+/// The service's token, `Authorization: Bearer <token>` (`LIMIT_STORE_API_TOKEN`).
+struct Token;
+
+impl Modify for Token {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("token", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
 
 /// The document, as JSON.
 pub async fn document() -> Json<utoipa::openapi::OpenApi> {

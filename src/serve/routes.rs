@@ -47,6 +47,8 @@ const COST_SHAPE: &str = r#"send "cost" as a whole number of 0 or more (default 
         (status = 413, description = "A body over 16 KiB", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "A wrong, missing or unknown part; a cost that is not a whole number of 0 or more (`invalid-cost`), or over a part's budget (`cost-over-budget`)", body = ErrorBody),
+        (status = 401, description = UNAUTHORIZED, body = ErrorBody),
+        (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
     ))]
 pub async fn attempt(
     State(app): State<App>,
@@ -77,6 +79,8 @@ pub async fn attempt(
         (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
         (status = 422, description = "A wrong or unknown part", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
+        (status = 401, description = UNAUTHORIZED, body = ErrorBody),
+        (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
     ))]
 pub async fn reset(
     State(app): State<App>,
@@ -93,7 +97,11 @@ pub async fn reset(
 /// `GET /v1/limits`: every limit (presets and the site's own) with its
 /// parts, algorithms, budgets, windows, policy and how many values have
 /// budgets of their own.
-#[utoipa::path(get, path = "/v1/limits", responses((status = 200, description = "The limits", body = LimitsBody)))]
+#[utoipa::path(get, path = "/v1/limits", responses(
+    (status = 200, description = "The limits", body = LimitsBody),
+    (status = 401, description = UNAUTHORIZED, body = ErrorBody),
+    (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
+))]
 pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
     let current = app.limits.current();
     let limits = current
@@ -130,9 +138,10 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
 /// `GET /healthz`: 200 when the store answers, 503 when not. At most one
 /// probe of the store runs at once, beneath its guard, and its answer is
 /// reused for a second; the store's own error is logged, not answered.
-#[utoipa::path(get, path = "/healthz", responses(
+#[utoipa::path(get, path = "/healthz", security(()), responses(
     (status = 200, description = "The store answers", body = HealthBody),
     (status = 503, description = "The store does not answer", body = ErrorBody),
+    (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
 ))]
 pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiError> {
     if app.health.answers().await {
@@ -144,6 +153,13 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiErro
         "the limit store does not answer (its error is in the service's log)",
     ))
 }
+
+/// The 401 of every route but `/healthz`, in the API's document.
+const UNAUTHORIZED: &str = "A token is set and the request does not carry it (`unauthorized`)";
+
+/// The 421 of every route, in the API's document.
+const NOT_LOOPBACK: &str =
+    "No token is set and the request is addressed to a name other than localhost, 127.0.0.1 or [::1] (`not-loopback-host`)";
 
 /// What the status page may load: its own inline style, nothing else (no
 /// script, no request out), and no page may frame it.

@@ -101,3 +101,31 @@ async fn the_document_describes_the_live_answers() {
     let r = serve.request("GET", "/healthz", &[], b"").await.unwrap();
     conforms(&doc, response_schema(&doc, "/healthz", "get", 200), &r.json(), "health").unwrap();
 }
+
+/// The document says how a token is sent (an HTTP bearer scheme, needed by
+/// every route but `/healthz` when one is set), and the live 401 and 421
+/// answers conform to what it says of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_describes_the_token_and_the_loopback_names() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let doc = serve.request("GET", "/openapi.json", &[], b"").await.unwrap().json();
+    assert_eq!(doc["components"]["securitySchemes"]["token"]["scheme"], "bearer", "{}", doc["components"]);
+    assert_eq!(doc["security"], serde_json::json!([{}, {"token": []}]), "a token is optional");
+    assert_eq!(doc["paths"]["/healthz"]["get"]["security"], serde_json::json!([{}]), "/healthz never needs it");
+    let attempt = "/v1/limits/{name}/attempt";
+    let body = r#"{"keys": {"client": "doc"}}"#;
+    let foreign = format!(
+        "POST /v1/limits/api/attempt HTTP/1.1\r\nhost: evil.example\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = crate::common::serve::raw(&serve.addr, foreign.as_bytes()).await;
+    assert_eq!(r.status, 421);
+    conforms(&doc, response_schema(&doc, attempt, "post", 421), &r.json(), "not loopback").unwrap();
+
+    let token = "a-long-random-token-0123456789abcdef";
+    let guarded = Serve::start(None, &[("LIMIT_STORE_API_TOKEN", token)], &[]).await;
+    let r = guarded.post("/v1/limits/api/attempt", body).await;
+    assert_eq!(r.status, 401);
+    conforms(&doc, response_schema(&doc, attempt, "post", 401), &r.json(), "unauthorized").unwrap();
+}
