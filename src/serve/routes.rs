@@ -161,15 +161,10 @@ const UNAUTHORIZED: &str = "A token is set and the request does not carry it (`u
 const NOT_LOOPBACK: &str =
     "No token is set and the request is addressed to a name other than localhost, 127.0.0.1 or [::1] (`not-loopback-host`)";
 
-/// What the status page may load: its own inline style, nothing else (no
-/// script, no request out), and no page may frame it.
-const STATUS_PAGE_POLICY: &str =
-    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
 /// `GET /`: the status page.
 pub async fn status(State(app): State<App>) -> Response {
     let headers = [
-        (header::CONTENT_SECURITY_POLICY, STATUS_PAGE_POLICY),
+        (header::CONTENT_SECURITY_POLICY, super::status::policy()),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "no-referrer"),
     ];

@@ -5,7 +5,11 @@
 //! version and uptime.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use base64::prelude::{Engine as _, BASE64_STANDARD};
+use sha2::{Digest, Sha256};
 
 use limit_store::clock::{Clock, SystemClock};
 
@@ -13,18 +17,35 @@ use super::App;
 
 mod chart;
 
+/// The page's one stylesheet, inline.
+fn style() -> String {
+    format!("{STYLE}th span.allowed{{color:{}}}th span.limited{{color:{}}}", chart::ALLOWED, chart::LIMITED)
+}
+
+/// What the page may load, as its `Content-Security-Policy`: its own inline
+/// style, named by its SHA-256, and nothing else (no script, no request
+/// out); no page may frame it.
+pub fn policy() -> &'static str {
+    static POLICY: OnceLock<String> = OnceLock::new();
+    POLICY.get_or_init(|| {
+        let hash = BASE64_STANDARD.encode(Sha256::digest(style()));
+        format!(
+            "default-src 'none'; style-src 'sha256-{hash}'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        )
+    })
+}
+
 /// The page, as it stands now.
 pub fn render(app: &App) -> String {
     let mut html = String::with_capacity(8 * 1024);
     let _ = write!(
         html,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>limit-store</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}th span.allowed{{color:{a}}}th span.limited{{color:{l}}}</style></head><body>\
+         <meta name=\"viewport\" content=\"width=device-width\"><style>{}</style></head><body>\
          <h1>limit-store <small id=\"version\">{}</small></h1><p id=\"uptime\">up {}</p>",
+        style(),
         env!("CARGO_PKG_VERSION"),
         uptime(app.started.elapsed()),
-        a = chart::ALLOWED,
-        l = chart::LIMITED,
     );
     let limits = app.limits.current();
     html.push_str("<h2>Limits</h2><table id=\"limits\"><thead><tr><th>limit</th><th>part</th><th>budget</th><th>window</th><th>policy</th><th>allowed</th><th>limited</th><th>degraded</th><th>shadow</th><th>last hour<br><small><span class=\"allowed\">allowed</span> <span class=\"limited\">limited</span></small></th></tr></thead><tbody>");

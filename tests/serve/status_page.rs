@@ -38,8 +38,10 @@ async fn the_status_page_shows_the_limits_and_their_figures() {
         serve.post("/v1/limits/sign-in/attempt", body).await;
     }
     let url = format!("http://{}/", serve.addr);
-    let dom = chromium(&url, &["--dump-dom"]);
+    let dom = chromium(&url, &["--dump-dom", "--enable-logging=stderr", "--v=0"]);
     assert!(dom.status.success(), "{}", String::from_utf8_lossy(&dom.stderr));
+    let console = String::from_utf8_lossy(&dom.stderr);
+    assert!(!console.contains("Content Security Policy"), "the page's policy allows its own style:\n{console}");
     let dom = String::from_utf8_lossy(&dom.stdout);
     for limit in ["sign-in", "password-reset", "code-sent", "code-verify", "api"] {
         assert!(dom.contains(&format!("<tr data-limit=\"{limit}\"><td>{limit}</td>")), "{limit} missing:\n{dom}");
