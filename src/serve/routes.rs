@@ -251,7 +251,15 @@ fn body_of(
             "body-too-large",
             format!("a body is at most {MAX_BODY} bytes"),
         ),
-        status => ApiError::new(status, "unreadable-body", e.body_text()),
+        status => ApiError::new(
+            status,
+            "unreadable-body",
+            format!(
+                "the body can't be read ({}): send it whole, with a Content-Length or as well-formed chunks \
+                 (a chunk's extensions and the trailers are small)",
+                e.body_text()
+            ),
+        ),
     })?;
     let json = headers
         .get(header::CONTENT_TYPE)
