@@ -2,7 +2,7 @@
 //! sockets to the real binary: requests framed two ways, headers the
 //! service reads given twice, bodies it would read some other way, targets
 //! in absolute form, hosts that only look like loopback, the token sent
-//! oddly, odd methods and paths. Each is answered once, with a 4xx in JSON
+//! oddly, odd methods and paths, a cross-site form. Each is answered once, with a 4xx in JSON
 //! that says what to send (never a 500, a hang or a second reading), and a
 //! refusal that leaves the body unread closes the connection. Bodies, keys,
 //! the store's bound, the metrics and pipelining are in [`bodies`].
@@ -316,4 +316,34 @@ async fn odd_methods_and_paths_are_answered_in_json() {
     let r = serve.request("POST", "/v1/limits/api/attempt?client=other", &json, br#"{"keys": {"client": "odd"}}"#);
     assert_eq!(r.await.unwrap().status, 200, "a query is read by no route");
     assert_eq!(api_left(&serve, "odd").await, 599);
+}
+
+/// Without a token, a page elsewhere can still make a visitor's browser
+/// post to 127.0.0.1 by that name (no rebinding), but only as a form or as
+/// text: such a reset is refused (415) and lifts no lockout, and a
+/// preflight for JSON gets no CORS answer, so the browser sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_form_lifts_no_lockout() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let body = r#"{"keys": {"account": "csrf@example.com", "ip": "192.0.2.9"}}"#;
+    for _ in 0..5 {
+        assert_eq!(serve.post("/v1/limits/sign-in/attempt", body).await.status, 200);
+    }
+    let origin = ("origin", "https://evil.example");
+    for content_type in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"] {
+        let headers = [("content-type", content_type), origin];
+        let r = serve.request("POST", "/v1/limits/sign-in/reset", &headers, body.as_bytes()).await.unwrap();
+        assert_error(&r, 415, "unsupported-media-type", content_type);
+    }
+    let preflight =
+        [origin, ("access-control-request-method", "POST"), ("access-control-request-headers", "content-type")];
+    let r = serve.request("OPTIONS", "/v1/limits/sign-in/reset", &preflight, b"").await.unwrap();
+    assert!(r.status >= 400, "{}", r.status);
+    assert!(
+        r.headers.iter().all(|(name, _)| !name.to_ascii_lowercase().starts_with("access-control-")),
+        "{:?}",
+        r.headers
+    );
+    let r = serve.post("/v1/limits/sign-in/attempt", body).await;
+    assert_eq!(r.status, 429, "the lockout was lifted: {}", r.body);
 }
