@@ -347,3 +347,23 @@ async fn a_cross_site_form_lifts_no_lockout() {
     let r = serve.post("/v1/limits/sign-in/attempt", body).await;
     assert_eq!(r.status, 429, "the lockout was lifted: {}", r.body);
 }
+
+/// The API's document names each refusal of a head, on every route that
+/// can give it, so a client generated from it knows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_names_the_refusals_of_a_head() {
+    let serve = Serve::start(None, &[], &[]).await;
+    let doc = serve.request("GET", "/openapi.json", &[], b"").await.unwrap().json();
+    let said = |path: &str, method: &str, status: &str| {
+        doc["paths"][path][method]["responses"][status]["description"].as_str().unwrap_or_default().to_owned()
+    };
+    for path in ["/v1/limits/{name}/attempt", "/v1/limits/{name}/reset"] {
+        let bad = said(path, "post", "400");
+        assert!(bad.contains("`repeated-header`") && bad.contains("`bad-framing`"), "{path}: {bad}");
+        assert!(said(path, "post", "413").contains("Content-Length"), "{path}");
+        assert!(said(path, "post", "415").contains("Content-Encoding"), "{path}");
+    }
+    for path in ["/v1/limits", "/healthz"] {
+        assert!(said(path, "get", "400").contains("`repeated-header`"), "{path}");
+    }
+}
