@@ -9,8 +9,8 @@
 //!   itself reads a body framed by `Content-Length` and by
 //!   `Transfer-Encoding` at once as chunked, drops the length, and closes
 //!   the connection after the answer, so nothing after it is read.)
-//! - **plain JSON**: a `Content-Encoding` other than `identity` is refused,
-//!   never read as if it were not there;
+//! - **plain JSON**: a `Content-Encoding` that names a coding (other than
+//!   `identity`) is refused, never read as if it were not there;
 //! - **a body that fits**: a `Content-Length` over the 16 KiB a body may
 //!   take is refused from the head alone, so no byte of it is read and a
 //!   client that sent `Expect: 100-continue` is not told to send it.
@@ -73,7 +73,8 @@ fn refusal(headers: &HeaderMap) -> Option<ApiError> {
         ));
     }
     if let Some(coding) = headers.get(header::CONTENT_ENCODING) {
-        if !coding.as_bytes().eq_ignore_ascii_case(b"identity") {
+        let coding_named = coding.as_bytes().trim_ascii();
+        if !coding_named.is_empty() && !coding_named.eq_ignore_ascii_case(b"identity") {
             return Some(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
@@ -115,6 +116,9 @@ mod tests {
             ("transfer-encoding: chunked", None),
             ("transfer-encoding: Chunked", None),
             ("content-encoding: identity\ncontent-length: 16384", None),
+            ("content-encoding: IDENTITY", None),
+            ("content-encoding: ", None),
+            ("content-encoding: gzip, identity", Some("unsupported-media-type")),
             ("host: 127.0.0.1\nhost: evil.example", Some("repeated-header")),
             ("authorization: Bearer a\nauthorization: Bearer b", Some("repeated-header")),
             ("content-type: application/json\ncontent-type: text/plain", Some("repeated-header")),
