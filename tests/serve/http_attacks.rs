@@ -367,3 +367,17 @@ async fn the_document_names_the_refusals_of_a_head() {
         assert!(said(path, "get", "400").contains("`repeated-header`"), "{path}");
     }
 }
+
+/// An HTTP/2 client with prior knowledge (one pointed at this port in place
+/// of `--grpc-listen`, say) gets a 400 in JSON that says this port speaks
+/// HTTP/1.1, which some HTTP/2 clients recognise; hyper alone closes on it
+/// without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_preface_is_told_this_port_speaks_http_1_1() {
+    let serve = Serve::start(None, &[SLOW], &[]).await;
+    let settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let preface = [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".as_slice(), settings].concat();
+    let r = answer_and_close(&serve.addr, &preface).await;
+    assert_error(&r, 400, "bad-request", "an HTTP/2 preface");
+    assert!(r.json()["error"].as_str().unwrap().contains("HTTP/1.1"), "{}", r.body);
+}
