@@ -14,11 +14,16 @@ use super::error::ApiError;
 use super::App;
 
 /// Lets a request through when it carries the token, or when no token is
-/// set and it is addressed to a loopback name (or names none).
+/// set and it is addressed to a loopback name (or names none), by its
+/// `Host` and by its target when that names one.
 pub async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
     let Some(token) = &app.token else {
+        // A target in absolute form (`POST http://name/...`) names where the
+        // request is addressed in place of `Host` (RFC 9112 §3.2.2): both,
+        // where given, must be loopback names.
         let host = request.headers().get(header::HOST).map(|h| h.to_str().unwrap_or(""));
-        if host.is_none_or(is_loopback_host) {
+        let target = request.uri().authority().map(|a| a.as_str());
+        if host.is_none_or(is_loopback_host) && target.is_none_or(is_loopback_host) {
             return next.run(request).await;
         }
         return ApiError::new(
@@ -51,16 +56,25 @@ pub async fn require_token(State(app): State<App>, request: Request, next: Next)
     answer
 }
 
-/// Whether a `Host` header's value names a loopback address: `localhost`
-/// (or a name under it, which browsers keep on loopback), an IPv4 address
-/// in 127.0.0.0/8, or `[::1]`, each with or without a port.
+/// Whether a `Host` header's value (or a target's authority) names a
+/// loopback address: `localhost` (or a name under it, which browsers keep
+/// on loopback), an IPv4 address in 127.0.0.0/8, or `[::1]`, each with or
+/// without a port (a number a port can be). Any other spelling is not
+/// taken for loopback.
 fn is_loopback_host(host: &str) -> bool {
+    let port =
+        |port: &str| port.bytes().all(|b| b.is_ascii_digit()) && (port.is_empty() || port.parse::<u16>().is_ok());
     let name = match host.strip_prefix('[') {
         Some(bracketed) => match bracketed.split_once(']') {
-            Some((ip, rest)) if rest.is_empty() || rest.starts_with(':') => ip,
+            Some((ip, "")) => ip,
+            Some((ip, rest)) if rest.strip_prefix(':').is_some_and(port) => ip,
             _ => return false,
         },
-        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+        None => match host.rsplit_once(':') {
+            Some((name, p)) if port(p) => name,
+            Some(_) => return false,
+            None => host,
+        },
     };
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     if name == "localhost" || name.ends_with(".localhost") {
@@ -84,6 +98,7 @@ mod tests {
             "127.1.2.3",
             "[::1]",
             "[::1]:80",
+            "127.0.0.1:65535",
         ] {
             assert!(is_loopback_host(host), "{host}");
         }
@@ -98,6 +113,15 @@ mod tests {
             "[::1]x",
             "::1",
             "",
+            "127.0.0.1:abc",
+            "127.0.0.1:65536",
+            "127.0.0.1:+80",
+            "127.0.0.1:99999999999999999999",
+            "localhost:80:80",
+            "[::1]:80:80",
+            "user@127.0.0.1",
+            "127.1",
+            "[::ffff:127.0.0.1]",
         ] {
             assert!(!is_loopback_host(host), "{host}");
         }

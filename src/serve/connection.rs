@@ -62,7 +62,9 @@ impl hyper::service::Service<Request<Incoming>> for Exchange {
             let Ok(mut response) = tower_service::Service::call(&mut router, request).await;
             if late.load(Ordering::Relaxed) {
                 response = timed_out("the request's body").into_response();
-                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                let headers = response.headers_mut();
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
             }
             Ok(response.map(|body| Answer { body, turn }))
         })

@@ -21,6 +21,12 @@ impl ApiError {
         ApiError { status, kind, error: error.into() }
     }
 
+    /// Its stable name.
+    #[cfg(test)]
+    pub(super) fn kind(&self) -> &'static str {
+        self.kind
+    }
+
     /// The answer to a request that got `status` before it reached a route
     /// (a head that does not parse, a path that is not UTF-8): its `kind`
     /// and a message by the status alone.

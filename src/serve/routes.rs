@@ -41,11 +41,11 @@ const COST_SHAPE: &str = r#"send "cost" as a whole number of 0 or more (default 
         (status = 429, description = "Limited", body = DecisionBody,
             headers(("Retry-After" = String), ("RateLimit-Policy" = String), ("RateLimit" = String))),
         (status = 503, description = "The store is unavailable and the limit denies", body = DecisionBody),
-        (status = 400, description = "Bad JSON, an empty body, or a name that is not UTF-8", body = ErrorBody),
+        (status = 400, description = BAD_REQUEST, body = ErrorBody),
         (status = 404, description = "No such limit", body = ErrorBody),
         (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
-        (status = 413, description = "A body over 16 KiB", body = ErrorBody),
-        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 415, description = NOT_JSON, body = ErrorBody),
         (status = 422, description = "A wrong, missing or unknown part; a cost that is not a whole number of 0 or more (`invalid-cost`), or over a part's budget (`cost-over-budget`)", body = ErrorBody),
         (status = 401, description = UNAUTHORIZED, body = ErrorBody),
         (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
@@ -74,9 +74,11 @@ pub async fn attempt(
     params(("name" = String, Path, description = "The limit, as `sign-in`")),
     responses(
         (status = 204, description = "Cleared"),
-        (status = 400, description = "Bad JSON, an empty body, or a name that is not UTF-8", body = ErrorBody),
+        (status = 400, description = BAD_REQUEST, body = ErrorBody),
         (status = 404, description = "No such limit", body = ErrorBody),
         (status = 408, description = "The body did not arrive within the request timeout", body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 415, description = NOT_JSON, body = ErrorBody),
         (status = 422, description = "A wrong or unknown part", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
         (status = 401, description = UNAUTHORIZED, body = ErrorBody),
@@ -99,6 +101,7 @@ pub async fn reset(
 /// budgets of their own.
 #[utoipa::path(get, path = "/v1/limits", responses(
     (status = 200, description = "The limits", body = LimitsBody),
+    (status = 400, description = REPEATED_HEADER, body = ErrorBody),
     (status = 401, description = UNAUTHORIZED, body = ErrorBody),
     (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
 ))]
@@ -141,6 +144,7 @@ pub async fn list(State(app): State<App>) -> Json<LimitsBody> {
 #[utoipa::path(get, path = "/healthz", security(()), responses(
     (status = 200, description = "The store answers", body = HealthBody),
     (status = 503, description = "The store does not answer", body = ErrorBody),
+    (status = 400, description = REPEATED_HEADER, body = ErrorBody),
     (status = 421, description = NOT_LOOPBACK, body = ErrorBody),
 ))]
 pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiError> {
@@ -153,6 +157,21 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiErro
         "the limit store does not answer (its error is in the service's log)",
     ))
 }
+
+/// The 400 of a route that takes a body, in the API's document.
+const BAD_REQUEST: &str = "Bad JSON, an empty body, or a name that is not UTF-8; a header the service reads (Host, \
+     Authorization, Content-Type, Content-Encoding) given twice (`repeated-header`); a transfer coding other than \
+     chunked (`bad-framing`)";
+
+/// The 400 of every other route, in the API's document.
+const REPEATED_HEADER: &str =
+    "A header the service reads (Host, Authorization, Content-Type, Content-Encoding) given twice (`repeated-header`)";
+
+/// The 413 of a route that takes a body, in the API's document.
+const TOO_LARGE: &str = "A body over 16 KiB, or a Content-Length that says so (answered before the body is read)";
+
+/// The 415 of a route that takes a body, in the API's document.
+const NOT_JSON: &str = "Not JSON, or sent with a Content-Encoding (`unsupported-media-type`)";
 
 /// The 401 of every route but `/healthz`, in the API's document.
 const UNAUTHORIZED: &str = "A token is set and the request does not carry it (`unauthorized`)";
@@ -232,7 +251,15 @@ fn body_of(
             "body-too-large",
             format!("a body is at most {MAX_BODY} bytes"),
         ),
-        status => ApiError::new(status, "unreadable-body", e.body_text()),
+        status => ApiError::new(
+            status,
+            "unreadable-body",
+            format!(
+                "the body can't be read ({}): send it whole, with a Content-Length or as well-formed chunks \
+                 (a chunk's extensions and the trailers are small)",
+                e.body_text()
+            ),
+        ),
     })?;
     let json = headers
         .get(header::CONTENT_TYPE)

@@ -5,7 +5,9 @@
 //!   first;
 //! - **JSON for a head that does not parse**: hyper answers a head it can't
 //!   parse (400, 414, 431) with no body, before any request reaches the
-//!   router; that answer is written as the JSON error of every other 4xx;
+//!   router; that answer is written as the JSON error of every other 4xx.
+//!   An HTTP/2 client's preface, which hyper closes on without a word, gets
+//!   a 400 in JSON too;
 //! - **a stalled write**: a client that reads nothing (requests sent, answers
 //!   never read) for the request timeout ends its connection.
 //!
@@ -147,6 +149,12 @@ impl AsyncRead for Socket {
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(read) => {
                 if this.turn.waiting() && buf.filled().len() > before {
+                    if !this.head_started && buf.filled()[before..].starts_with(HTTP2_PREFACE) {
+                        // hyper would close without a word: ours goes out, and hyper reads the end.
+                        buf.set_filled(before);
+                        this.answer(cx, http2_refused());
+                        return Poll::Ready(Ok(()));
+                    }
                     this.head_started = true;
                 }
                 Poll::Ready(read)
@@ -226,6 +234,20 @@ fn status_of_unparsed_head(buf: &[u8]) -> Option<StatusCode> {
     let code = buf.strip_prefix(b"HTTP/1.1 ")?.get(..3)?;
     let status = StatusCode::from_bytes(code).ok()?;
     status.is_client_error().then_some(status)
+}
+
+/// How an HTTP/2 client with prior knowledge opens a connection.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// The answer to an HTTP/2 client: in HTTP/1.1, which some HTTP/2 clients
+/// recognise and say so.
+fn http2_refused() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+        "this port speaks HTTP/1.1, not HTTP/2: send HTTP/1.1 (Envoy's rate limit service, over gRPC, is on \
+         serve --grpc-listen)",
+    )
 }
 
 /// The 408 of a request part that did not arrive in time.

@@ -14,6 +14,7 @@ mod contract_command;
 mod cost;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy;
+mod http_attacks;
 mod openapi;
 mod reload;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
