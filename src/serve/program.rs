@@ -97,7 +97,7 @@ pub async fn run(
                 let _ = stopping.wait_for(|&stop| stop).await;
             };
             let http = listener::run(listener, router, &settings, stopped(stopping.clone()));
-            let grpc = run_envoy(envoy.listener, envoy.service, stopped(stopping));
+            let grpc = run_envoy(envoy.listener, envoy.service, &settings, stopped(stopping));
             tokio::try_join!(async { http.await.map_err(|e| context("serve HTTP")(&e)) }, async {
                 grpc.await.map_err(|e| context("serve gRPC")(&e))
             })?;

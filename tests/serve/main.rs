@@ -14,6 +14,10 @@ mod contract_command;
 mod cost;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_messages;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_wire;
 mod openapi;
 mod reload;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
