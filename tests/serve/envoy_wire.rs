@@ -1,6 +1,7 @@
 //! gRPC as it goes over the wire, for the attacks on `serve --grpc-listen`
-//! (`envoy_messages.rs`): HTTP/2 by the `h2` crate, so a test can send what
-//! no well-behaved client would; and `serve` started to take them.
+//! (`envoy_attacks.rs`, `envoy_messages.rs`): HTTP/2 by the `h2` crate, or
+//! raw frames by hand, so a test can send what no well-behaved client
+//! would; and `serve` started to take them.
 
 use std::time::Duration;
 
@@ -9,12 +10,15 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 
 use crate::common::db::rand_suffix;
 use crate::common::serve::{free_port, settings_file, Serve, Start};
 
 pub const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// What every HTTP/2 connection opens with.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/envoy/rules.yaml");
 
@@ -180,4 +184,89 @@ fn percent_decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An HTTP/2 frame: its type, flags, stream and payload.
+pub fn raw_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut bytes = vec![len[1], len[2], len[3], kind, flags];
+    bytes.extend_from_slice(&stream.to_be_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// An HTTP/2 frame as read: its type, stream and payload.
+pub struct Frame {
+    pub kind: u8,
+    pub stream: u32,
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The error code of a RST_STREAM or GOAWAY.
+    pub fn error_code(&self) -> Option<u32> {
+        let at = match self.kind {
+            3 => 0,
+            7 => 4,
+            _ => return None,
+        };
+        self.payload.get(at..at + 4).map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+    }
+}
+
+/// The frames a server sends on `reader` until it closes or is silent for `idle`.
+pub async fn read_frames(reader: &mut (impl AsyncRead + Unpin), idle: Duration) -> Vec<Frame> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(Ok(n @ 1..)) = tokio::time::timeout(idle, reader.read(&mut buf)).await {
+        got.extend_from_slice(&buf[..n]);
+    }
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while got.len() >= at + 9 {
+        let len = usize::from(got[at]) << 16 | usize::from(got[at + 1]) << 8 | usize::from(got[at + 2]);
+        let stream = u32::from_be_bytes(got[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
+        let payload = got[at + 9..(at + 9 + len).min(got.len())].to_vec();
+        frames.push(Frame { kind: got[at + 3], stream, payload });
+        at += 9 + len;
+    }
+    frames
+}
+
+/// The HPACK block of a gRPC call's headers on the wire, each header a
+/// literal (never indexed, no Huffman), then `extra` as given.
+pub fn hpack(extra: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut block = Vec::new();
+    let mut literal = |name: &[u8], value: &[u8]| {
+        block.push(0x10);
+        integer(&mut block, name.len());
+        block.extend_from_slice(name);
+        integer(&mut block, value.len());
+        block.extend_from_slice(value);
+    };
+    literal(b":method", b"POST");
+    literal(b":scheme", b"http");
+    literal(b":path", PATH.as_bytes());
+    literal(b":authority", b"127.0.0.1");
+    literal(b"content-type", b"application/grpc");
+    literal(b"te", b"trailers");
+    for (name, value) in extra {
+        literal(name.as_bytes(), value);
+    }
+    block
+}
+
+/// An HPACK string length: a 7-bit prefix, then 7 bits a byte.
+fn integer(out: &mut Vec<u8>, mut n: usize) {
+    if n < 127 {
+        out.push(u8::try_from(n).unwrap());
+        return;
+    }
+    out.push(127);
+    n -= 127;
+    while n >= 128 {
+        out.push(u8::try_from(n % 128 + 128).unwrap());
+        n /= 128;
+    }
+    out.push(u8::try_from(n).unwrap());
 }

@@ -15,6 +15,8 @@ mod cost;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_attacks;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy_messages;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy_wire;

@@ -17,6 +17,7 @@
 //! `failure_mode_deny: true`, so the policy lives in envoy's config.
 
 mod counting;
+mod incoming;
 mod matching;
 mod metrics;
 mod rules;

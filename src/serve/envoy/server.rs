@@ -3,11 +3,12 @@
 //! before its message is read; the message is read up to [`MAX_REQUEST`]
 //! bytes, uncompressed, and anything that is not a `RateLimitRequest` is
 //! INVALID_ARGUMENT; a call not answered within the request timeout is
-//! DEADLINE_EXCEEDED.
+//! DEADLINE_EXCEEDED. At shutdown the calls in flight have the shutdown
+//! grace to finish.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,38 +16,77 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message as _;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tonic::body::Body;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http;
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::transport::server::TcpIncoming;
 use tonic::Status;
 
+use super::incoming::accept;
 use super::service::EnvoyService;
+use crate::serve::listener::Accepting;
 use limit_store::config::ServeSettings;
+use limit_store::log::Kind;
 
 /// The largest request taken, in bytes: far above any descriptor list envoy sends.
 pub(crate) const MAX_REQUEST: usize = 64 * 1024;
+/// The streams one connection may have open at once: HTTP/2's recommended
+/// least, far above the calls envoy keeps in flight on one connection (it
+/// opens another past it).
+const MAX_STREAMS: u32 = 100;
+/// The streams a client may make the server reset by its protocol errors,
+/// over a connection's life; past it, GOAWAY.
+const MAX_LOCAL_RESETS: usize = 1024;
 /// The one method answered.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Serves `service` on `listener` until `shutdown` resolves, then finishes
-/// the calls in flight. A connection carries at most 1024 streams at once.
+/// Serves `service` on `listener` until `shutdown` resolves; then the calls
+/// in flight have `settings.shutdown_grace` to finish. Connections take
+/// their places from `places`, which the HTTP port shares.
 pub(crate) async fn run_envoy(
     listener: TcpListener,
     service: EnvoyService,
     settings: &ServeSettings,
+    places: Arc<Semaphore>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let server = EnvoyServer { service: Arc::new(service), timeout: settings.request_timeout };
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(1024)
+    let timeout = settings.request_timeout;
+    let accepting = Accepting::new(places, settings.max_connections, "gRPC");
+    let server = EnvoyServer { service: Arc::new(service), timeout };
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    };
+    // A connection that sends nothing for the request timeout is pinged,
+    // and closed if the ping is not answered within it again.
+    let serving = tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_STREAMS)
         .http2_max_pending_accept_reset_streams(Some(64))
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        // h2's own bound on the streams a client makes the server reset
+        // (CVE-2025-8671), which tonic turns off unless it is given.
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
+        .http2_keepalive_interval(Some(timeout))
+        .http2_keepalive_timeout(Some(timeout))
         .add_service(server)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown)
-        .await
+        .serve_with_incoming_shutdown(accept(listener, accepting, timeout), signal);
+    let mut serving = pin!(serving);
+    tokio::select! {
+        served = &mut serving => return served,
+        _ = stopped => {}
+    }
+    match tokio::time::timeout(settings.shutdown_grace, serving).await {
+        Ok(served) => served,
+        Err(_) => {
+            tracing::warn!(
+                kind = Kind::DrainCut.as_str(),
+                port = "gRPC",
+                "the shutdown grace ran out: the gRPC calls still open are closed (serve.shutdown_grace)"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// `RateLimitService` over HTTP/2, for tonic's router.
