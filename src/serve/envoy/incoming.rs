@@ -1,8 +1,8 @@
 //! The gRPC port's connections: each takes a place of the ones `serve`
 //! shares between its two ports (`serve.max_connections`; past it, new ones
 //! wait until one closes), and a client must send HTTP/2's preface within
-//! the request timeout or lose its connection. Once it has, the server's keep-alive
-//! pings close a connection that stops answering.
+//! the request timeout or lose its connection. Once it has, the server's
+//! keep-alive pings close a connection that stops answering.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,8 +32,9 @@ impl Stream for Accepted {
     }
 }
 
-/// Accepts on `listener`, each connection holding one of `places` until it
-/// closes. Stops, and closes the listener, when the stream is dropped.
+/// Accepts on `listener`, each connection holding the place `accepting`
+/// gave it until it closes. Stops, and closes the listener, when the stream
+/// is dropped.
 pub(super) fn accept(listener: TcpListener, mut accepting: Accepting, timeout: Duration) -> Accepted {
     let (sender, receiver) = mpsc::channel(1);
     tokio::spawn(async move {

@@ -35,6 +35,9 @@ pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 /// least, far above the calls envoy keeps in flight on one connection (it
 /// opens another past it).
 const MAX_STREAMS: u32 = 100;
+/// The streams a client may open and reset before they are served (rapid
+/// reset); past it, GOAWAY.
+const MAX_PENDING_RESETS: usize = 64;
 /// The streams a client may make the server reset by its protocol errors,
 /// over a connection's life; past it, GOAWAY.
 const MAX_LOCAL_RESETS: usize = 1024;
@@ -63,7 +66,7 @@ pub(crate) async fn run_envoy(
     // and closed if the ping is not answered within it again.
     let serving = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS)
-        .http2_max_pending_accept_reset_streams(Some(64))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
         // h2's own bound on the streams a client makes the server reset
         // (CVE-2025-8671), which tonic turns off unless it is given.
         .http2_max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
