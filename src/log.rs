@@ -83,16 +83,18 @@ pub enum Kind {
     /// Warning, at start: the open-file limit could not be raised to fit
     /// `serve.max_connections`, so the cap was lowered to what it allows.
     ConnectionsCapped,
-    /// Warning, at most once a minute: every connection place is taken; new
-    /// connections wait until one closes.
+    /// Warning, at most once a minute per port (its `port` field, `HTTP` or
+    /// `gRPC`): every connection place is taken; new connections wait until
+    /// one closes.
     ConnectionsFull,
-    /// Warning, at most once a minute: accepting a connection failed.
+    /// Warning, at most once a minute per port (`port`): accepting a
+    /// connection failed.
     AcceptFailed,
     /// Info: SIGTERM or Ctrl-C; no new connections, and the requests in flight
     /// have the shutdown grace to finish.
     Draining,
-    /// Warning: the shutdown grace ran out and the connections still open were
-    /// closed.
+    /// Warning, per port (`port` on the gRPC port's): the shutdown grace ran
+    /// out and the connections still open were closed.
     DrainCut,
     /// Info: the limits' settings were reloaded; counts and counters are kept.
     ConfigReloaded,

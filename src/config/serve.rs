@@ -19,14 +19,16 @@ const ENV_SHUTDOWN_GRACE: &str = "LIMIT_STORE_SHUTDOWN_GRACE";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServeSettings {
-    /// `serve.max_connections`: connections open at once; past it, new ones
-    /// wait to be accepted. 10,000 by default (lowered at start to what the
-    /// process's open-file limit allows).
+    /// `serve.max_connections`: connections open at once, on the HTTP and
+    /// gRPC ports together; past it, new ones wait. 10,000 by default
+    /// (lowered at start to what the process's open-file limit allows).
     pub max_connections: usize,
     /// `serve.request_timeout`: a request's head must arrive within it, and
     /// then its body within it again; otherwise the connection is closed (with
     /// a 408 when part of the request came). An idle connection is closed
-    /// after it too. 10 s by default.
+    /// after it too (on the gRPC port: pinged, and closed if the ping is not
+    /// answered within it again), and a gRPC call not answered within it ends.
+    /// 10 s by default.
     pub request_timeout: Duration,
     /// `serve.shutdown_grace`: after SIGTERM, how long the requests in flight
     /// may take to finish before `serve` exits anyway. 10 s by default.

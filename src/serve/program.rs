@@ -83,8 +83,10 @@ pub async fn run(
     let rules = envoy.as_ref().map(|e| e.reload.clone());
     tokio::spawn(reload(settings_file, signals.hangup, config, limits.clone(), rules));
     let router = router_on(limits, token, envoy.as_ref().map(|e| &e.service));
+    // One count of connections for both ports: the open-file limit is the process's.
+    let places = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
     match envoy {
-        None => listener::run(listener, router, &settings, signals.terminate).await?,
+        None => listener::run(listener, router, &settings, places, signals.terminate).await?,
         Some(envoy) => {
             // One SIGTERM stops both listeners; each drains its own calls.
             let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -96,8 +98,8 @@ pub async fn run(
             let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
                 let _ = stopping.wait_for(|&stop| stop).await;
             };
-            let http = listener::run(listener, router, &settings, stopped(stopping.clone()));
-            let grpc = run_envoy(envoy.listener, envoy.service, stopped(stopping));
+            let http = listener::run(listener, router, &settings, places.clone(), stopped(stopping.clone()));
+            let grpc = run_envoy(envoy.listener, envoy.service, &settings, places, stopped(stopping));
             tokio::try_join!(async { http.await.map_err(|e| context("serve HTTP")(&e)) }, async {
                 grpc.await.map_err(|e| context("serve gRPC")(&e))
             })?;

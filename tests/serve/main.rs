@@ -14,6 +14,12 @@ mod contract_command;
 mod cost;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_attacks;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_messages;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+mod envoy_wire;
 mod http_attacks;
 mod openapi;
 mod reload;

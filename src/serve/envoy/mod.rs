@@ -17,9 +17,11 @@
 //! `failure_mode_deny: true`, so the policy lives in envoy's config.
 
 mod counting;
+mod incoming;
 mod matching;
 mod metrics;
 mod rules;
+mod server;
 mod service;
 mod yaml;
 
@@ -27,7 +29,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use rules::Rules;
-pub(crate) use service::{run_envoy, EnvoyService};
+pub(crate) use server::run_envoy;
+pub(crate) use service::EnvoyService;
 
 use limit_store::config::ConfigError;
 
