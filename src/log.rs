@@ -73,6 +73,13 @@ pub enum Kind {
     /// a layer keyed by it finds no key.
     LayerNoPeerAddress,
     // `limit-store serve`.
+    /// Info, at start, one line per port: where `serve` listens (the HTTP
+    /// line also says which store, its bound and the connection cap).
+    Listening,
+    /// Info: `serve` stopped, after its drain.
+    Stopped,
+    /// Info, at start: the Envoy rules were loaded (their file, domains and count).
+    EnvoyLoaded,
     /// Debug: one line per HTTP request.
     Request,
     /// Debug: a connection ended with an error.
@@ -134,6 +141,9 @@ impl Kind {
             Kind::RedisLocksLeft => "limit-store-redis-locks-left",
             Kind::LayerError => "limit-layer-error",
             Kind::LayerNoPeerAddress => "limit-layer-no-peer-address",
+            Kind::Listening => "limit-store-listening",
+            Kind::Stopped => "limit-store-stopped",
+            Kind::EnvoyLoaded => "limit-store-envoy-loaded",
             Kind::Request => "limit-store-request",
             Kind::Connection => "limit-store-connection",
             Kind::Health => "limit-store-health",
@@ -194,7 +204,7 @@ mod tests {
     use super::*;
 
     /// Every kind above, so that none repeats another's text.
-    const ALL: [Kind; 31] = [
+    const ALL: [Kind; 34] = [
         Kind::Degraded,
         Kind::ShadowRefusal,
         Kind::NotShared,
@@ -212,6 +222,9 @@ mod tests {
         Kind::RedisLocksLeft,
         Kind::LayerError,
         Kind::LayerNoPeerAddress,
+        Kind::Listening,
+        Kind::Stopped,
+        Kind::EnvoyLoaded,
         Kind::Request,
         Kind::Connection,
         Kind::Health,

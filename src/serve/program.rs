@@ -73,6 +73,7 @@ pub async fn run(
         StoreKind::Redis => format!("redis {}", config.redis_url.as_ref().map(|u| u.to_string()).unwrap_or_default()),
     };
     tracing::info!(
+        kind = Kind::Listening.as_str(),
         listen = %listener.local_addr()?,
         store,
         max_entries = limit_store::LimitStore::stats(&**limits.store()).map(|s| s.max_entries),
@@ -105,7 +106,7 @@ pub async fn run(
             })?;
         }
     }
-    tracing::info!("limit-store serve stopped");
+    tracing::info!(kind = Kind::Stopped.as_str(), "limit-store serve stopped");
     Ok(())
 }
 
@@ -303,7 +304,12 @@ impl Envoy {
         let store: Arc<dyn LimitStore> = limits.store().clone();
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|e| context(format!("listen on {addr} (gRPC)"))(&e))?;
-        tracing::info!(grpc_listen = %listener.local_addr()?, token = token.is_some(), "limit-store serve answers Envoy's rate limit service");
+        tracing::info!(
+            kind = Kind::Listening.as_str(),
+            grpc_listen = %listener.local_addr()?,
+            token = token.is_some(),
+            "limit-store serve answers Envoy's rate limit service"
+        );
         Ok(Envoy { listener, service: EnvoyService::new(rules.clone(), store, token), reload: (rules, path) })
     }
 }

@@ -1,0 +1,39 @@
+//! What a newcomer meets on a first run of the real binary: the lines
+//! `serve` logs as it starts and stops each carry a `kind`.
+
+use std::time::Duration;
+
+use crate::common::serve::{free_port, scratch, settings_file, Serve};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
+    let dir = scratch("first-run-kinds");
+    let (log, rules) = (dir.join("serve.log"), dir.join("rules.yaml"));
+    std::fs::write(
+        &rules,
+        "domain: site\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n",
+    )
+    .unwrap();
+    let toml = format!("[rate_limit]\nsingle_instance = true\nenvoy_config = \"{}\"\n", rules.display());
+    let config = settings_file(&toml);
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let args = ["--grpc-listen", &grpc, "--log-format", "json"];
+    let mut serve = Serve::start_logging(Some(&config), &[], &args, Some(&log)).await;
+    serve.signal("TERM");
+    let status = serve.exit_within(Duration::from_secs(15)).await.expect("serve exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kinds: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let line_json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let kind = line_json["fields"]["kind"].as_str();
+            kind.unwrap_or_else(|| panic!("a line without a kind: {line}")).to_owned()
+        })
+        .collect();
+    for kind in ["limit-store-envoy-loaded", "limit-store-listening", "limit-store-draining", "limit-store-stopped"] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} in {kinds:?}");
+    }
+    let listening = text.lines().filter(|l| l.contains("limit-store-listening")).count();
+    assert_eq!(listening, 2, "one line per port: {text}");
+}
