@@ -18,13 +18,18 @@ use limit_store::{LimitStore, Limits};
 /// An error of [`run`]: what failed, with its causes, as one message.
 type RunError = Box<dyn Error + Send + Sync>;
 
-/// `what: error: its source: ...`, as one message.
+/// `what: error: its source: ...`, as one message, each cause said once: a
+/// cause whose text the message already holds is left out, as `main` leaves
+/// it out (the store's errors repeat their cause's text as their own).
 fn context(what: impl std::fmt::Display) -> impl FnOnce(&dyn Error) -> RunError {
     move |error| {
         let mut message = format!("{what}: {error}");
         let mut source = error.source();
         while let Some(cause) = source {
-            message.push_str(&format!(": {cause}"));
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
             source = cause.source();
         }
         message.into()

@@ -1,9 +1,32 @@
 //! What a newcomer meets on a first run of the real binary: the lines
-//! `serve` logs as it starts and stops each carry a `kind`.
+//! `serve` logs as it starts and stops each carry a `kind`, and a store it
+//! can't open is one line that says what to do, said once, naming only
+//! settings and flags the command has.
 
 use std::time::Duration;
 
-use crate::common::serve::{free_port, scratch, settings_file, Serve};
+use crate::common::serve::{free_port, limit_store, scratch, settings_file, Serve};
+
+const SECRET: &str = "a secret of 32 bytes or more, long enough";
+
+/// `limit-store ARGS` with `env`, expected to fail: its `limit-store: ` line.
+fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut command = limit_store();
+    command.args(args);
+    for var in ["LIMIT_STORE_SECRET", "LIMIT_STORE_API_TOKEN", "LIMIT_STORE_DATABASE_URL", "LIMIT_STORE_REDIS_URL"] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    stderr.lines().find(|l| l.starts_with("limit-store: ")).expect("the error's line").to_owned()
+}
+
+fn serve_args(config: &std::path::Path) -> Vec<String> {
+    let listen = format!("127.0.0.1:{}", free_port());
+    vec!["serve".into(), "--listen".into(), listen, "--config".into(), config.to_str().unwrap().into()]
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
@@ -36,4 +59,15 @@ async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
     }
     let listening = text.lines().filter(|l| l.contains("limit-store-listening")).count();
     assert_eq!(listening, 2, "one line per port: {text}");
+}
+
+#[test]
+fn a_redis_that_is_not_there_is_said_once() {
+    let port = free_port();
+    let config = settings_file(&format!("[rate_limit]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}\"\n"));
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[("LIMIT_STORE_SECRET", SECRET)]);
+    assert!(line.contains("can't reach Redis"), "{line}");
+    assert_eq!(line.matches("Connection refused").count(), 1, "the cause said once: {line}");
 }
