@@ -71,3 +71,26 @@ fn a_redis_that_is_not_there_is_said_once() {
     assert!(line.contains("can't reach Redis"), "{line}");
     assert_eq!(line.matches("Connection refused").count(), 1, "the cause said once: {line}");
 }
+
+/// `serve` has no `--secret`: the advice names the variable and the setting.
+/// `stats` without a secret says one is needed, not that it is 0 bytes.
+#[test]
+fn a_missing_secret_names_what_the_command_reads() {
+    let dir = scratch("first-run-secret");
+    let url = format!("sqlite://{}?mode=rwc", dir.join("limits.db").display());
+    let config = settings_file(&format!("[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\n"));
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[]);
+    assert!(line.contains("LIMIT_STORE_SECRET") && line.contains("rate_limit.secret"), "{line}");
+    assert!(!line.contains("--secret"), "serve has no --secret: {line}");
+
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    for args in [["stats", "--database-url", &url], ["sweep", "--redis-url", &redis]] {
+        let line = failure(&args, &[]);
+        assert!(line.contains("needs the site secret") && line.contains("LIMIT_STORE_SECRET"), "{line}");
+        assert!(!line.contains("0 bytes"), "{line}");
+    }
+    let line = failure(&["stats", "--redis-url", &redis, "--secret", "short"], &[]);
+    assert!(line.contains("at least 32 bytes") && !line.contains("database store"), "the Redis store's: {line}");
+}
