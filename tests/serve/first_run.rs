@@ -94,3 +94,22 @@ fn a_missing_secret_names_what_the_command_reads() {
     let line = failure(&["stats", "--redis-url", &redis, "--secret", "short"], &[]);
     assert!(line.contains("at least 32 bytes") && !line.contains("database store"), "the Redis store's: {line}");
 }
+
+/// A table of the site's own name that is missing: the command the error
+/// names creates that table, and `serve` then starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migrate_command_a_missing_table_names_makes_that_table() {
+    let dir = scratch("first-run-table");
+    let url = format!("sqlite://{}?mode=rwc", dir.join("limits.db").display());
+    let toml = format!("[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\ntable = \"site_counts\"\n");
+    let config = settings_file(&toml);
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[("LIMIT_STORE_SECRET", SECRET)]);
+    let command = line.split('`').find(|s| s.starts_with("limit-store migrate")).unwrap_or_else(|| panic!("{line}"));
+    let out = limit_store().args(command.split_whitespace().skip(1)).output().unwrap();
+    assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+    let serve = Serve::start(Some(&config), &[("LIMIT_STORE_SECRET", SECRET)], &[]).await;
+    let body = r#"{"keys": {"account": "first-run@example.com", "ip": "192.0.2.80"}}"#;
+    assert_eq!(serve.post("/v1/limits/sign-in/attempt", body).await.status, 200);
+}
