@@ -13,7 +13,9 @@ const SECRET: &str = "a secret of 32 bytes or more, long enough";
 fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = limit_store();
     command.args(args);
-    for var in ["LIMIT_STORE_SECRET", "LIMIT_STORE_API_TOKEN", "LIMIT_STORE_DATABASE_URL", "LIMIT_STORE_REDIS_URL"] {
+    for var in
+        ["LIMIT_STORE_SECRET", "LIMIT_STORE_API_TOKEN", "LIMIT_STORE_DATABASE_URL", "LIMIT_STORE_REDIS_URL", "RUST_LOG"]
+    {
         command.env_remove(var);
     }
     command.envs(env.iter().copied());
@@ -112,4 +114,19 @@ async fn the_migrate_command_a_missing_table_names_makes_that_table() {
     let serve = Serve::start(Some(&config), &[("LIMIT_STORE_SECRET", SECRET)], &[]).await;
     let body = r#"{"keys": {"account": "first-run@example.com", "ip": "192.0.2.80"}}"#;
     assert_eq!(serve.post("/v1/limits/sign-in/attempt", body).await.status, 200);
+}
+
+/// `--log-level` takes a level: any other word was taken for a module's name
+/// and silenced every line. A bad `RUST_LOG` is named as the culprit.
+#[test]
+fn a_log_level_that_is_no_level_is_refused_naming_its_source() {
+    let demo = ["demo", "--attempts", "1", "--throughput", "0"];
+    let line = failure(&[&["--log-level", "warning"][..], &demo].concat(), &[]);
+    assert!(line.contains("--log-level") && line.contains("use error, warn, info, debug or trace"), "{line}");
+    let line = failure(&demo, &[("RUST_LOG", "[[")]);
+    assert!(line.contains("RUST_LOG"), "{line}");
+    for level in ["warn", "DEBUG", "off"] {
+        let out = limit_store().args(["--log-level", level]).args(demo).env_remove("RUST_LOG").output().unwrap();
+        assert!(out.status.success(), "{level}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
