@@ -40,6 +40,9 @@ pub enum Kind {
     /// Warning, at most once a minute per reason: a store call was answered
     /// unavailable (timed out, overloaded, full, failed).
     Unavailable,
+    /// Debug: a sweep ran (a store's background sweeper, or Redis's `sweep`)
+    /// and says how many expired entries it removed.
+    Swept,
     /// Warning: a background sweep, or the count of a store's entries, failed;
     /// it is tried again at the next interval.
     SweepFailed,
@@ -131,6 +134,7 @@ impl Kind {
             Kind::Full => "limit-store-full",
             Kind::ShareFull => "limit-store-share-full",
             Kind::Unavailable => "limit-store-unavailable",
+            Kind::Swept => "limit-store-swept",
             Kind::SweepFailed => "limit-store-sweep-failed",
             Kind::SessionEnded => "limit-store-session-ended",
             Kind::VacuumFailed => "limit-store-vacuum-failed",
@@ -204,7 +208,7 @@ mod tests {
     use super::*;
 
     /// Every kind above, so that none repeats another's text.
-    const ALL: [Kind; 34] = [
+    const ALL: [Kind; 35] = [
         Kind::Degraded,
         Kind::ShadowRefusal,
         Kind::NotShared,
@@ -212,6 +216,7 @@ mod tests {
         Kind::Full,
         Kind::ShareFull,
         Kind::Unavailable,
+        Kind::Swept,
         Kind::SweepFailed,
         Kind::SessionEnded,
         Kind::VacuumFailed,
