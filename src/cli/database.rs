@@ -94,6 +94,15 @@ impl StoreArgs {
 
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
         let config = self.config()?;
+        // The memory store lives in the serve process: no URL of the settings
+        // names it, and the default SQLite file would be made empty here.
+        if config.store == StoreKind::Memory && config.database_url == Config::default().database_url {
+            anyhow::bail!(
+                "the settings count in memory (rate_limit.store = \"memory\", the default), in the serve process \
+                 alone: its /metrics and status page show that store. For a database or Redis store, set \
+                 rate_limit.store in limit-store.toml, or give --database-url or --redis-url"
+            );
+        }
         let mut builder = DatabaseStore::builder(config.database_url.expose()).table(table(&config));
         // Without a secret the store says one is needed, and where to set it.
         if let Some(secret) = &config.secret {

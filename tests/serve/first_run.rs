@@ -130,3 +130,25 @@ fn a_log_level_that_is_no_level_is_refused_naming_its_source() {
         assert!(out.status.success(), "{level}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// `stats` and `sweep` next to settings that count in memory: that store is
+/// the serve process's, so they say so, and make no empty SQLite file.
+#[test]
+fn stats_on_the_memory_store_says_where_its_counts_are() {
+    let dir = scratch("first-run-memory-stats");
+    std::fs::write(dir.join("limit-store.toml"), "[rate_limit]\nsingle_instance = true\n").unwrap();
+    for command in ["stats", "sweep"] {
+        let out = limit_store()
+            .arg(command)
+            .current_dir(&dir)
+            .env("LIMIT_STORE_SECRET", SECRET)
+            .env_remove("LIMIT_STORE_DATABASE_URL")
+            .env_remove("LIMIT_STORE_REDIS_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(stderr.contains("in memory") && stderr.contains("/metrics"), "{command}: {stderr}");
+        assert!(!dir.join("limit-store.db").exists(), "{command} made an empty SQLite file");
+    }
+}
