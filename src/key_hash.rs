@@ -34,8 +34,8 @@ impl Secret {
     pub fn new(secret: &str) -> Result<Self, StoreError> {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(StoreError::setup(format!(
-                "the secret is {} bytes: the database store needs a secret of at least {MIN_SECRET_BYTES} bytes \
-                 (set LIMIT_STORE_SECRET or --secret to a long random string, e.g. `openssl rand -base64 48`)",
+                "the site secret is {} bytes: it needs at least {MIN_SECRET_BYTES} bytes (set LIMIT_STORE_SECRET, or \
+                 rate_limit.secret in limit-store.toml, to a long random string, e.g. `openssl rand -base64 48`)",
                 secret.len()
             )));
         }

@@ -40,6 +40,9 @@ pub enum Kind {
     /// Warning, at most once a minute per reason: a store call was answered
     /// unavailable (timed out, overloaded, full, failed).
     Unavailable,
+    /// Debug: a sweep ran (a store's background sweeper, or Redis's `sweep`)
+    /// and says how many expired entries it removed.
+    Swept,
     /// Warning: a background sweep, or the count of a store's entries, failed;
     /// it is tried again at the next interval.
     SweepFailed,
@@ -73,6 +76,13 @@ pub enum Kind {
     /// a layer keyed by it finds no key.
     LayerNoPeerAddress,
     // `limit-store serve`.
+    /// Info, at start, one line per port: where `serve` listens (the HTTP
+    /// line also says which store, its bound and the connection cap).
+    Listening,
+    /// Info: `serve` stopped, after its drain.
+    Stopped,
+    /// Info, at start: the Envoy rules were loaded (their file, domains and count).
+    EnvoyLoaded,
     /// Debug: one line per HTTP request.
     Request,
     /// Debug: a connection ended with an error.
@@ -124,6 +134,7 @@ impl Kind {
             Kind::Full => "limit-store-full",
             Kind::ShareFull => "limit-store-share-full",
             Kind::Unavailable => "limit-store-unavailable",
+            Kind::Swept => "limit-store-swept",
             Kind::SweepFailed => "limit-store-sweep-failed",
             Kind::SessionEnded => "limit-store-session-ended",
             Kind::VacuumFailed => "limit-store-vacuum-failed",
@@ -134,6 +145,9 @@ impl Kind {
             Kind::RedisLocksLeft => "limit-store-redis-locks-left",
             Kind::LayerError => "limit-layer-error",
             Kind::LayerNoPeerAddress => "limit-layer-no-peer-address",
+            Kind::Listening => "limit-store-listening",
+            Kind::Stopped => "limit-store-stopped",
+            Kind::EnvoyLoaded => "limit-store-envoy-loaded",
             Kind::Request => "limit-store-request",
             Kind::Connection => "limit-store-connection",
             Kind::Health => "limit-store-health",
@@ -194,7 +208,7 @@ mod tests {
     use super::*;
 
     /// Every kind above, so that none repeats another's text.
-    const ALL: [Kind; 31] = [
+    const ALL: [Kind; 35] = [
         Kind::Degraded,
         Kind::ShadowRefusal,
         Kind::NotShared,
@@ -202,6 +216,7 @@ mod tests {
         Kind::Full,
         Kind::ShareFull,
         Kind::Unavailable,
+        Kind::Swept,
         Kind::SweepFailed,
         Kind::SessionEnded,
         Kind::VacuumFailed,
@@ -212,6 +227,9 @@ mod tests {
         Kind::RedisLocksLeft,
         Kind::LayerError,
         Kind::LayerNoPeerAddress,
+        Kind::Listening,
+        Kind::Stopped,
+        Kind::EnvoyLoaded,
         Kind::Request,
         Kind::Connection,
         Kind::Health,

@@ -88,14 +88,26 @@ impl StoreArgs {
         let url = config.redis_url.as_ref().context(
             "store = \"redis\" needs the server: set redis_url in the settings, LIMIT_STORE_REDIS_URL or --redis-url",
         )?;
-        let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
+        let secret = config.secret.as_ref().map(|s| s.expose());
         Ok(Some(super::redis::open(url, secret, self.max_entries.or(config.max_entries)).await?))
     }
 
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
         let config = self.config()?;
-        let secret = config.secret.as_ref().map(|s| s.expose()).unwrap_or_default();
-        let mut builder = DatabaseStore::builder(config.database_url.expose()).table(table(&config)).secret(secret);
+        // The memory store lives in the serve process: no URL of the settings
+        // names it, and the default SQLite file would be made empty here.
+        if config.store == StoreKind::Memory && config.database_url == Config::default().database_url {
+            anyhow::bail!(
+                "the settings count in memory (rate_limit.store = \"memory\", the default), in the serve process \
+                 alone: its /metrics and status page show that store. For a database or Redis store, set \
+                 rate_limit.store in limit-store.toml, or give --database-url or --redis-url"
+            );
+        }
+        let mut builder = DatabaseStore::builder(config.database_url.expose()).table(table(&config));
+        // Without a secret the store says one is needed, and where to set it.
+        if let Some(secret) = &config.secret {
+            builder = builder.secret(secret.expose());
+        }
         if let Some(n) = self.max_entries.or(config.max_entries) {
             builder = builder.max_entries(n);
         }

@@ -75,12 +75,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Installs the log subscriber: the library's warnings (`kind = ...`) reach
 /// the operator on stderr.
 fn logging(level: &str, format: LogFormat) -> anyhow::Result<()> {
+    use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
-        Ok(filter) if !filter.is_empty() => EnvFilter::try_new(filter),
-        _ => EnvFilter::try_new(level),
-    }
-    .with_context(|| format!("--log-level {level:?}: use error, warn, info, debug or trace"))?;
+        Ok(filter) if !filter.is_empty() => {
+            EnvFilter::try_new(&filter).with_context(|| format!("RUST_LOG={filter:?} is not a log filter"))?
+        }
+        // A level alone: EnvFilter would take any other word for a module's
+        // name, and log nothing else.
+        _ => match level.parse::<LevelFilter>() {
+            Ok(level) => EnvFilter::new(level.to_string()),
+            Err(_) => anyhow::bail!("--log-level {level:?} is not a level: use error, warn, info, debug or trace"),
+        },
+    };
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {

@@ -6,8 +6,12 @@ use anyhow::Context;
 use limit_store::{LimitStore, RedisStore, SecretUrl};
 
 /// Opens the Redis store at `url` for a chore: no background counting.
-pub async fn open(url: &SecretUrl, secret: &str, max_entries: Option<u64>) -> anyhow::Result<RedisStore> {
-    let mut builder = RedisStore::builder(url.expose()).secret(secret).sweep_every(None);
+pub async fn open(url: &SecretUrl, secret: Option<&str>, max_entries: Option<u64>) -> anyhow::Result<RedisStore> {
+    let mut builder = RedisStore::builder(url.expose()).sweep_every(None);
+    // Without a secret the store says one is needed, and where to set it.
+    if let Some(secret) = secret {
+        builder = builder.secret(secret);
+    }
     if let Some(n) = max_entries {
         builder = builder.max_entries(n);
     }

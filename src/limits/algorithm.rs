@@ -174,6 +174,12 @@ impl Algorithm {
     }
 }
 
+/// The index of the algorithm of the smallest budget (the first of equals):
+/// the part to name when a cost is over a budget, since it must fit every part.
+pub(crate) fn smallest_budget<'a>(algorithms: impl Iterator<Item = &'a Algorithm>) -> Option<usize> {
+    algorithms.enumerate().min_by_key(|&(i, a)| (a.budget(), i)).map(|(i, _)| i)
+}
+
 /// Joins one attempt over all parts of a limit: allowed only when every part
 /// has budget left, and then counted on every part; a refused attempt writes
 /// nothing. `entries[i]` is the live entry of `parts[i]`.

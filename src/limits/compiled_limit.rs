@@ -15,7 +15,7 @@ use crate::error::Unavailable;
 use crate::log::Throttle;
 use crate::{AsyncIntegerCounter, GcraStep, IntegerCounter, Millis, StoreError};
 
-use super::algorithm::{Algorithm, Verdict};
+use super::algorithm::{smallest_budget, Algorithm, Verdict};
 use super::answers::Answers;
 use super::backend::{Answered, Backend};
 use super::decision::{Decision, PartLeft};
@@ -312,8 +312,11 @@ impl CompiledLimit {
         now: Millis,
         cost: u64,
     ) -> Result<Decision, LimitError> {
-        let part = &self.limit.parts[verdict.part];
         if verdict.never_fits() {
+            // A cost must fit every part: name the smallest budget, the one
+            // that says how much may be counted at once.
+            let smallest = smallest_budget(self.limit.parts.iter().map(|p| &p.algorithm));
+            let part = &self.limit.parts[smallest.unwrap_or(verdict.part)];
             return Err(LimitError::CostOverBudget {
                 limit: self.limit.name.clone(),
                 part: part.name.clone(),
@@ -321,6 +324,7 @@ impl CompiledLimit {
                 budget: part.algorithm.budget(),
             });
         }
+        let part = &self.limit.parts[verdict.part];
         let mut decision = self.decision(verdict, now);
         decision.others = self.parts_left(held);
         decision.limited_by = Some(self.names[verdict.part]);

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::algorithm::Algorithm;
+use super::algorithm::{smallest_budget, Algorithm};
 use super::decision::Decision;
 use super::error::LimitError;
 use super::limit::Limit;
@@ -99,9 +99,16 @@ pub(super) fn with_budgets_of(
     match decided {
         Ok(decision) => Ok(with_budget_of(limit, decision, algorithms)),
         Err(LimitError::CostOverBudget { limit: name, part, cost, budget }) => {
-            let i = limit.parts.iter().position(|p| p.name == part);
-            let budget = i.and_then(|i| algorithms.get(i)).map_or(budget, Algorithm::budget);
-            Err(LimitError::CostOverBudget { limit: name, part, cost, budget })
+            // The smallest budget these keys count by, an override's included.
+            match smallest_budget(algorithms.iter()) {
+                Some(i) if i < limit.parts.len() => Err(LimitError::CostOverBudget {
+                    limit: name,
+                    part: limit.parts[i].name.clone(),
+                    cost,
+                    budget: algorithms[i].budget(),
+                }),
+                _ => Err(LimitError::CostOverBudget { limit: name, part, cost, budget }),
+            }
         }
         Err(e) => Err(e),
     }
@@ -188,6 +195,27 @@ mod tests {
             assert_eq!(budget_of(over("small", 38).await.unwrap_err()), 37);
             assert_eq!(budget_of(over("big-co", 62).await.unwrap_err()), 61, "the override's budget");
             assert!(over("big-co", 40).await.unwrap().allowed);
+        }
+    }
+
+    /// A cost over several parts' budgets names the smallest, an override's
+    /// included: the most the keys may count at once.
+    #[tokio::test]
+    async fn a_cost_over_several_budgets_names_the_smallest() {
+        let ms = Duration::from_secs(3600);
+        let limit = Limit::new("tokens")
+            .part(Part::new("user", Algorithm::fixed_window(5, ms)).with_override("big-co", 100, None))
+            .part(Part::new("ip", Algorithm::fixed_window(50, ms)));
+        let store = Arc::new(MemoryStore::new());
+        let limits =
+            Limits::builder().store(store).single_instance(true).without_presets().limit(limit).build().unwrap();
+        for (user, part, budget) in [("small", "user", 5), ("big-co", "ip", 50)] {
+            match limits.attempt_cost("tokens", &[("user", user), ("ip", "192.0.2.1")], 101).await {
+                Err(LimitError::CostOverBudget { part: p, budget: b, .. }) => {
+                    assert_eq!((p.as_str(), b), (part, budget))
+                }
+                other => panic!("{user}: {other:?}"),
+            }
         }
     }
 

@@ -37,9 +37,10 @@ impl ApiError {
                 "the request does not parse as HTTP/1.1, or its path is not UTF-8: send a valid request",
             ),
             StatusCode::URI_TOO_LONG => ("uri-too-long", "the path is too long: limit names are short"),
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
-                ("headers-too-large", "the request's headers are too many or too large: send fewer")
-            }
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => (
+                "headers-too-large",
+                "the request's head (its path and headers) is over 16 KiB, or has too many headers: send a shorter one",
+            ),
             StatusCode::PAYLOAD_TOO_LARGE => ("body-too-large", "the body is too large: a body is at most 16 KiB"),
             StatusCode::REQUEST_TIMEOUT => ("request-timeout", "the request did not arrive in time: send it at once"),
             StatusCode::NOT_FOUND => ("not-found", "no such route"),

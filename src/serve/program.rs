@@ -18,13 +18,18 @@ use limit_store::{LimitStore, Limits};
 /// An error of [`run`]: what failed, with its causes, as one message.
 type RunError = Box<dyn Error + Send + Sync>;
 
-/// `what: error: its source: ...`, as one message.
+/// `what: error: its source: ...`, as one message, each cause said once: a
+/// cause whose text the message already holds is left out, as `main` leaves
+/// it out (the store's errors repeat their cause's text as their own).
 fn context(what: impl std::fmt::Display) -> impl FnOnce(&dyn Error) -> RunError {
     move |error| {
         let mut message = format!("{what}: {error}");
         let mut source = error.source();
         while let Some(cause) = source {
-            message.push_str(&format!(": {cause}"));
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
             source = cause.source();
         }
         message.into()
@@ -73,6 +78,7 @@ pub async fn run(
         StoreKind::Redis => format!("redis {}", config.redis_url.as_ref().map(|u| u.to_string()).unwrap_or_default()),
     };
     tracing::info!(
+        kind = Kind::Listening.as_str(),
         listen = %listener.local_addr()?,
         store,
         max_entries = limit_store::LimitStore::stats(&**limits.store()).map(|s| s.max_entries),
@@ -105,7 +111,7 @@ pub async fn run(
             })?;
         }
     }
-    tracing::info!("limit-store serve stopped");
+    tracing::info!(kind = Kind::Stopped.as_str(), "limit-store serve stopped");
     Ok(())
 }
 
@@ -303,7 +309,12 @@ impl Envoy {
         let store: Arc<dyn LimitStore> = limits.store().clone();
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|e| context(format!("listen on {addr} (gRPC)"))(&e))?;
-        tracing::info!(grpc_listen = %listener.local_addr()?, token = token.is_some(), "limit-store serve answers Envoy's rate limit service");
+        tracing::info!(
+            kind = Kind::Listening.as_str(),
+            grpc_listen = %listener.local_addr()?,
+            token = token.is_some(),
+            "limit-store serve answers Envoy's rate limit service"
+        );
         Ok(Envoy { listener, service: EnvoyService::new(rules.clone(), store, token), reload: (rules, path) })
     }
 }

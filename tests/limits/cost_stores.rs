@@ -124,6 +124,11 @@ async fn two_part_costs(store: &str, limits: &Limits) {
         Err(LimitError::CostOverBudget { part, cost: 6, budget: 5, .. }) => assert_eq!(part, "account"),
         other => panic!("{store}: 6 is over the account's budget of 5: {other:?}"),
     }
+    // Over both budgets: the smaller is named, the most that may be counted at once.
+    match limits.attempt_cost("upload", &ada, 11).await {
+        Err(LimitError::CostOverBudget { part, cost: 11, budget: 5, .. }) => assert_eq!(part, "account"),
+        other => panic!("{store}: 11 is over both budgets, the account's 5 the smaller: {other:?}"),
+    }
     // The refused 3 and the 6 over budget left the IP's 7: 5 more fit there.
     let bob = with(&bob);
     let bob: Vec<(&str, &str)> = bob.iter().map(|(p, v)| (*p, v.as_str())).collect();

@@ -114,6 +114,19 @@ async fn a_full_store_refuses_new_keys_and_keeps_counting_held_ones() {
     assert_eq!(keys_under(&url, &prefix).await.len(), 3);
 }
 
+/// A sweep's line carries its `kind`, as every line does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_sweep_says_so_with_its_kind() {
+    let Some(url) = server() else { return };
+    let logs = crate::common::capture_logs();
+    let builder = RedisStore::builder(&url).secret(SECRET).prefix(&unique("swept")).sweep_every(None);
+    let store = builder.connect().await.unwrap();
+    store.sweep().await.unwrap();
+    let lines = logs.lines_of_kind(&limit_store::log::Kind::Swept.to_string());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("removed=0"), "{}", lines[0]);
+}
+
 #[tokio::test]
 async fn scripts_lost_on_the_server_are_loaded_again() {
     let Some(own) = OwnRedis::start(&[]) else { return };

@@ -63,6 +63,11 @@ async fn every_4xx_is_the_json_error() {
         let answer = r.json();
         assert!(answer["kind"].as_str().is_some_and(|k| !k.is_empty()), "{what}: {}", r.body);
         assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: {}", r.body);
+        if status == 431 {
+            // A long path is one too: the answer says what counts toward the bound.
+            let error = answer["error"].as_str().unwrap_or_default();
+            assert!(error.contains("path") && error.contains("16 KiB"), "{what}: {error}");
+        }
     }
 }
 

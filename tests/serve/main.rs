@@ -20,6 +20,8 @@ mod envoy_attacks;
 mod envoy_messages;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod envoy_wire;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod first_run;
 mod http_attacks;
 mod openapi;
 mod reload;

@@ -44,7 +44,13 @@ impl EnvoyRules {
     /// domains and how many there are.
     pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
         let rules = Rules::load(path)?;
-        tracing::info!(config = %path.display(), domains = ?rules.domains(), rules = rules.len(), "loaded the Envoy rules");
+        tracing::info!(
+            kind = limit_store::log::Kind::EnvoyLoaded.as_str(),
+            config = %path.display(),
+            domains = ?rules.domains(),
+            rules = rules.len(),
+            "loaded the Envoy rules"
+        );
         Ok(EnvoyRules::new(rules))
     }
 

@@ -60,20 +60,30 @@ pub(super) fn statements(migration: &Migration, table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The command that migrates `table` at `url_hint`: `--table` only when it
+/// is not the default, so the command run as written makes that table.
+fn migrate_command(table: &str, url_hint: &str) -> String {
+    match table {
+        DEFAULT_TABLE => format!("limit-store migrate --database-url {url_hint}"),
+        _ => format!("limit-store migrate --database-url {url_hint} --table {table}"),
+    }
+}
+
 /// The error for a table that a newer version's migrations have not reached.
 pub(super) fn not_migrated(table: &str, url_hint: &str) -> StoreError {
     StoreError::setup(format!(
-        "the table {table:?} lacks the `family` column this version writes: run `limit-store migrate \
-         --database-url {url_hint}` (or DatabaseStore::builder(url).migrate()) to upgrade it; the upgrade \
-         keeps every row, and instances of the older version keep counting meanwhile"
+        "the table {table:?} lacks the `family` column this version writes: run `{}` \
+         (or DatabaseStore::builder(url).migrate()) to upgrade it; the upgrade \
+         keeps every row, and instances of the older version keep counting meanwhile",
+        migrate_command(table, url_hint)
     ))
 }
 
 /// The error for a database without the table.
 pub(super) fn missing_table(table: &str, url_hint: &str) -> StoreError {
     StoreError::setup(format!(
-        "the table {table:?} does not exist: run `limit-store migrate --database-url {url_hint}` \
-         (or DatabaseStore::builder(url).migrate()) first"
+        "the table {table:?} does not exist: run `{}` (or DatabaseStore::builder(url).migrate()) first",
+        migrate_command(table, url_hint)
     ))
 }
 

@@ -20,7 +20,7 @@ pub(super) fn spawn(store: Weak<Shared>, every: Duration) -> tokio::task::AbortH
         loop {
             let Some(shared) = store.upgrade() else { return };
             match shared.sweep().await {
-                Ok(removed) => tracing::debug!(removed, "limit store swept"),
+                Ok(removed) => tracing::debug!(kind = crate::log::Kind::Swept.as_str(), removed, "limit store swept"),
                 Err(e) => tracing::warn!(kind = crate::log::Kind::SweepFailed.as_str(), error = %e, "limit store sweep failed; retrying at the next interval"),
             }
             let next = next_sweep_in(&shared, every).await;

@@ -30,7 +30,7 @@ pub(super) fn spawn(store: Weak<Inner>, wake: Arc<Notify>) -> Option<tokio::task
             let Some(inner) = store.upgrade() else { return };
             let removed = inner.sweep(inner.clock.now());
             inner.bound.note_fill();
-            tracing::debug!(removed, "memory store swept");
+            tracing::debug!(kind = crate::log::Kind::Swept.as_str(), removed, "memory store swept");
             drop(inner);
             tokio::time::sleep(SOONEST).await;
         }

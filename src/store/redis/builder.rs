@@ -133,8 +133,9 @@ impl RedisStoreBuilder {
             Some(secret) => Secret::new(secret.expose())?,
             None => {
                 return Err(StoreError::setup(
-                    "the Redis store needs the site secret: set LIMIT_STORE_SECRET, --secret or `secret` in the \
-                     config (at least 32 bytes)",
+                    "the Redis store needs the site secret: set LIMIT_STORE_SECRET (or rate_limit.secret in \
+                     limit-store.toml; in code, the builder's .secret()) to a random string of at least 32 bytes, \
+                     as `openssl rand -base64 48` prints",
                 ))
             }
         };

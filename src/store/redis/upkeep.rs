@@ -106,6 +106,7 @@ impl Shared {
         let live = census.live;
         self.bound.note_sweep(removed);
         tracing::debug!(
+            kind = crate::log::Kind::Swept.as_str(),
             live,
             removed,
             "Redis store swept: expired entries within their grace removed; Redis drops the rest itself"

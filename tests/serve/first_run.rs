@@ -1,0 +1,154 @@
+//! What a newcomer meets on a first run of the real binary: the lines
+//! `serve` logs as it starts and stops each carry a `kind`, and a store it
+//! can't open is one line that says what to do, said once, naming only
+//! settings and flags the command has.
+
+use std::time::Duration;
+
+use crate::common::serve::{free_port, limit_store, scratch, settings_file, Serve};
+
+const SECRET: &str = "a secret of 32 bytes or more, long enough";
+
+/// `limit-store ARGS` with `env`, expected to fail: its `limit-store: ` line.
+fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut command = limit_store();
+    command.args(args);
+    for var in
+        ["LIMIT_STORE_SECRET", "LIMIT_STORE_API_TOKEN", "LIMIT_STORE_DATABASE_URL", "LIMIT_STORE_REDIS_URL", "RUST_LOG"]
+    {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    stderr.lines().find(|l| l.starts_with("limit-store: ")).expect("the error's line").to_owned()
+}
+
+fn serve_args(config: &std::path::Path) -> Vec<String> {
+    let listen = format!("127.0.0.1:{}", free_port());
+    vec!["serve".into(), "--listen".into(), listen, "--config".into(), config.to_str().unwrap().into()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
+    let dir = scratch("first-run-kinds");
+    let (log, rules) = (dir.join("serve.log"), dir.join("rules.yaml"));
+    std::fs::write(
+        &rules,
+        "domain: site\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n",
+    )
+    .unwrap();
+    let toml = format!("[rate_limit]\nsingle_instance = true\nenvoy_config = \"{}\"\n", rules.display());
+    let config = settings_file(&toml);
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let args = ["--grpc-listen", &grpc, "--log-format", "json"];
+    let mut serve = Serve::start_logging(Some(&config), &[], &args, Some(&log)).await;
+    serve.signal("TERM");
+    let status = serve.exit_within(Duration::from_secs(15)).await.expect("serve exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kinds: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let line_json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let kind = line_json["fields"]["kind"].as_str();
+            kind.unwrap_or_else(|| panic!("a line without a kind: {line}")).to_owned()
+        })
+        .collect();
+    for kind in ["limit-store-envoy-loaded", "limit-store-listening", "limit-store-draining", "limit-store-stopped"] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} in {kinds:?}");
+    }
+    let listening = text.lines().filter(|l| l.contains("limit-store-listening")).count();
+    assert_eq!(listening, 2, "one line per port: {text}");
+}
+
+#[test]
+fn a_redis_that_is_not_there_is_said_once() {
+    let port = free_port();
+    let config = settings_file(&format!("[rate_limit]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}\"\n"));
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[("LIMIT_STORE_SECRET", SECRET)]);
+    assert!(line.contains("can't reach Redis"), "{line}");
+    assert_eq!(line.matches("Connection refused").count(), 1, "the cause said once: {line}");
+}
+
+/// `serve` has no `--secret`: the advice names the variable and the setting.
+/// `stats` without a secret says one is needed, not that it is 0 bytes.
+#[test]
+fn a_missing_secret_names_what_the_command_reads() {
+    let dir = scratch("first-run-secret");
+    let url = format!("sqlite://{}?mode=rwc", dir.join("limits.db").display());
+    let config = settings_file(&format!("[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\n"));
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[]);
+    assert!(line.contains("LIMIT_STORE_SECRET") && line.contains("rate_limit.secret"), "{line}");
+    assert!(!line.contains("--secret"), "serve has no --secret: {line}");
+
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    for args in [["stats", "--database-url", &url], ["sweep", "--redis-url", &redis]] {
+        let line = failure(&args, &[]);
+        assert!(line.contains("needs the site secret") && line.contains("LIMIT_STORE_SECRET"), "{line}");
+        assert!(!line.contains("0 bytes"), "{line}");
+    }
+    let line = failure(&["stats", "--redis-url", &redis, "--secret", "short"], &[]);
+    assert!(line.contains("at least 32 bytes") && !line.contains("database store"), "the Redis store's: {line}");
+}
+
+/// A table of the site's own name that is missing: the command the error
+/// names creates that table, and `serve` then starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migrate_command_a_missing_table_names_makes_that_table() {
+    let dir = scratch("first-run-table");
+    let url = format!("sqlite://{}?mode=rwc", dir.join("limits.db").display());
+    let toml = format!("[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\ntable = \"site_counts\"\n");
+    let config = settings_file(&toml);
+    let args = serve_args(&config);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let line = failure(&args, &[("LIMIT_STORE_SECRET", SECRET)]);
+    let command = line.split('`').find(|s| s.starts_with("limit-store migrate")).unwrap_or_else(|| panic!("{line}"));
+    let out = limit_store().args(command.split_whitespace().skip(1)).output().unwrap();
+    assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+    let serve = Serve::start(Some(&config), &[("LIMIT_STORE_SECRET", SECRET)], &[]).await;
+    let body = r#"{"keys": {"account": "first-run@example.com", "ip": "192.0.2.80"}}"#;
+    assert_eq!(serve.post("/v1/limits/sign-in/attempt", body).await.status, 200);
+}
+
+/// `--log-level` takes a level: any other word was taken for a module's name
+/// and silenced every line. A bad `RUST_LOG` is named as the culprit.
+#[test]
+fn a_log_level_that_is_no_level_is_refused_naming_its_source() {
+    let demo = ["demo", "--attempts", "1", "--throughput", "0"];
+    let line = failure(&[&["--log-level", "warning"][..], &demo].concat(), &[]);
+    assert!(line.contains("--log-level") && line.contains("use error, warn, info, debug or trace"), "{line}");
+    let line = failure(&demo, &[("RUST_LOG", "[[")]);
+    assert!(line.contains("RUST_LOG"), "{line}");
+    for level in ["warn", "DEBUG", "off"] {
+        let out = limit_store().args(["--log-level", level]).args(demo).env_remove("RUST_LOG").output().unwrap();
+        assert!(out.status.success(), "{level}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// `stats` and `sweep` next to settings that count in memory: that store is
+/// the serve process's, so they say so, and make no empty SQLite file.
+#[test]
+fn stats_on_the_memory_store_says_where_its_counts_are() {
+    let dir = scratch("first-run-memory-stats");
+    std::fs::write(dir.join("limit-store.toml"), "[rate_limit]\nsingle_instance = true\n").unwrap();
+    for command in ["stats", "sweep"] {
+        let out = limit_store()
+            .arg(command)
+            .current_dir(&dir)
+            .env("LIMIT_STORE_SECRET", SECRET)
+            .env_remove("LIMIT_STORE_DATABASE_URL")
+            .env_remove("LIMIT_STORE_REDIS_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(stderr.contains("in memory") && stderr.contains("/metrics"), "{command}: {stderr}");
+        assert!(!dir.join("limit-store.db").exists(), "{command} made an empty SQLite file");
+    }
+}
