@@ -94,9 +94,10 @@ impl StoreArgs {
 
     async fn open(&self) -> anyhow::Result<DatabaseStore> {
         let config = self.config()?;
-        // The memory store lives in the serve process: no URL of the settings
-        // names it, and the default SQLite file would be made empty here.
-        if config.store == StoreKind::Memory && config.database_url == Config::default().database_url {
+        // Settings that count in memory count in the serve process: no URL of
+        // theirs is that store (a `database_url` beside `store = "memory"`
+        // is not used by serve), so only a URL given here is opened.
+        if config.store == StoreKind::Memory && self.database.database_url.is_none() {
             anyhow::bail!(
                 "the settings count in memory (rate_limit.store = \"memory\", the default), in the serve process \
                  alone: its /metrics and status page show that store. For a database or Redis store, set \

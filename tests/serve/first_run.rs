@@ -136,8 +136,10 @@ fn a_log_level_that_is_no_level_is_refused_naming_its_source() {
 #[test]
 fn stats_on_the_memory_store_says_where_its_counts_are() {
     let dir = scratch("first-run-memory-stats");
-    std::fs::write(dir.join("limit-store.toml"), "[rate_limit]\nsingle_instance = true\n").unwrap();
-    for command in ["stats", "sweep"] {
+    // A `database_url` beside the memory store is not serve's store either.
+    let settings = ["", "database_url = \"sqlite://site.db\"\n"];
+    for (command, extra) in ["stats", "sweep"].into_iter().flat_map(|c| settings.map(|s| (c, s))) {
+        std::fs::write(dir.join("limit-store.toml"), format!("[rate_limit]\nsingle_instance = true\n{extra}")).unwrap();
         let out = limit_store()
             .arg(command)
             .current_dir(&dir)
@@ -149,6 +151,8 @@ fn stats_on_the_memory_store_says_where_its_counts_are() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
         assert!(stderr.contains("in memory") && stderr.contains("/metrics"), "{command}: {stderr}");
-        assert!(!dir.join("limit-store.db").exists(), "{command} made an empty SQLite file");
+        for file in ["limit-store.db", "site.db"] {
+            assert!(!dir.join(file).exists(), "{command} made an empty SQLite file, {file}");
+        }
     }
 }
