@@ -15,7 +15,7 @@ pub struct ServeArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Where to listen. Anything but loopback needs a token.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = listen_address)]
     listen: SocketAddr,
     /// A file holding the API token (instead of LIMIT_STORE_API_TOKEN).
     #[arg(long)]
@@ -25,8 +25,23 @@ pub struct ServeArgs {
     token: Option<SecretString>,
     /// Also answer Envoy's rate limit service (gRPC) here, with the rules of
     /// rate_limit.envoy_config. Anything but loopback needs a token.
-    #[arg(long)]
+    #[arg(long, value_parser = listen_address)]
     grpc_listen: Option<SocketAddr>,
+}
+
+/// An address to listen on: an IP address and a port, or `localhost:PORT`
+/// (127.0.0.1; names are not looked up, so none can point elsewhere).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let port = text.strip_prefix("localhost:").and_then(|port| port.parse::<u16>().ok());
+    port.map(|port| SocketAddr::from(([127, 0, 0, 1], port))).ok_or_else(|| {
+        format!(
+            "`{text}` is not an address to listen on: give an IP address and a port (127.0.0.1:8080, \
+             [::1]:8080; 0.0.0.0:8080 with a token) or localhost:PORT"
+        )
+    })
 }
 
 /// Loads the settings and serves them until SIGTERM or Ctrl-C
@@ -59,4 +74,20 @@ fn token(args: &ServeArgs) -> anyhow::Result<Option<ApiToken>> {
         (None, None) => return Ok(None),
     };
     Ok(Some(ApiToken::new(text.expose().trim()).with_context(|| format!("{from} can't be the API token"))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_address;
+
+    #[test]
+    fn an_address_is_an_ip_and_a_port_or_localhost_and_a_port() {
+        assert_eq!(listen_address("127.0.0.1:8080").unwrap().to_string(), "127.0.0.1:8080");
+        assert_eq!(listen_address("[::1]:9").unwrap().to_string(), "[::1]:9");
+        assert_eq!(listen_address("localhost:8081").unwrap().to_string(), "127.0.0.1:8081");
+        for bad in ["localhost", "localhost:", "localhost:99999", "example.com:80", "8080", ""] {
+            let error = listen_address(bad).unwrap_err();
+            assert!(error.contains("localhost:PORT") && error.contains("127.0.0.1:8080"), "{bad}: {error}");
+        }
+    }
 }
