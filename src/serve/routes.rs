@@ -201,7 +201,8 @@ pub async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not-found",
-        "no such route: the API is POST /v1/limits/{name}/attempt, POST /v1/limits/{name}/reset, GET /v1/limits, GET /healthz",
+        "no such route: the API is POST /v1/limits/{name}/attempt, POST /v1/limits/{name}/reset, GET /v1/limits, \
+         GET /healthz, GET /metrics, GET / (the status page) and GET /openapi.json (all of it)",
     )
 }
 

@@ -113,6 +113,12 @@ async fn bad_input_is_a_4xx_with_a_json_body_that_says_what_to_fix() {
     }
     let r = serve.request("GET", SIGN_IN, &[], b"").await.unwrap();
     assert_eq!((r.status, r.json()["kind"].as_str()), (405, Some("method-not-allowed")));
+    // A path that is no route is told every route there is.
+    let r = serve.request("GET", "/v2/nothing", &[], b"").await.unwrap();
+    let said = r.json()["error"].as_str().unwrap_or_default().to_owned();
+    for route in ["/attempt", "/reset", "GET /v1/limits", "/healthz", "/metrics", "GET /", "/openapi.json"] {
+        assert!(said.contains(route), "the 404 names {route}: {said}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
