@@ -69,27 +69,48 @@ fn migrate_command(table: &str, url_hint: &str) -> String {
     }
 }
 
+/// The same in code: `.table(..)` only when it is not the default.
+fn migrate_call(table: &str) -> String {
+    match table {
+        DEFAULT_TABLE => "DatabaseStore::builder(url).migrate()".to_owned(),
+        _ => format!("DatabaseStore::builder(url).table({table:?}).migrate()"),
+    }
+}
+
 /// The error for a table that a newer version's migrations have not reached.
 pub(super) fn not_migrated(table: &str, url_hint: &str) -> StoreError {
     StoreError::setup(format!(
         "the table {table:?} lacks the `family` column this version writes: run `{}` \
-         (or DatabaseStore::builder(url).migrate()) to upgrade it; the upgrade \
+         (or {}) to upgrade it; the upgrade \
          keeps every row, and instances of the older version keep counting meanwhile",
-        migrate_command(table, url_hint)
+        migrate_command(table, url_hint),
+        migrate_call(table)
     ))
 }
 
 /// The error for a database without the table.
 pub(super) fn missing_table(table: &str, url_hint: &str) -> StoreError {
     StoreError::setup(format!(
-        "the table {table:?} does not exist: run `{}` (or DatabaseStore::builder(url).migrate()) first",
-        migrate_command(table, url_hint)
+        "the table {table:?} does not exist: run `{}` (or {}) first",
+        migrate_command(table, url_hint),
+        migrate_call(table)
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_migrate_hints_name_a_table_not_the_default() {
+        let missing = missing_table("site_limits", "sqlite://x.db").to_string();
+        assert!(missing.contains("--table site_limits"), "{missing}");
+        assert!(missing.contains(r#".table("site_limits").migrate()"#), "{missing}");
+        let missing = missing_table(DEFAULT_TABLE, "sqlite://x.db").to_string();
+        assert!(!missing.contains("--table") && missing.contains("builder(url).migrate()"), "{missing}");
+        let old = not_migrated("site_limits", "sqlite://x.db").to_string();
+        assert!(old.contains(r#".table("site_limits").migrate()"#), "{old}");
+    }
 
     #[test]
     fn table_names_are_checked() {
