@@ -13,10 +13,14 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::App;
 
-/// Lets a request through when it carries the token, or when no token is
-/// set and it is addressed to a loopback name (or names none), by its
+/// Lets a request through when its head keeps `request_head.rs`'s rules
+/// (judged first, token or not) and it carries the token, or when no token
+/// is set and it is addressed to a loopback name (or names none), by its
 /// `Host` and by its target when that names one.
 pub async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
+    if let Some(refused) = super::request_head::refused(request.headers()) {
+        return refused;
+    }
     let Some(token) = &app.token else {
         // A target in absolute form (`POST http://name/...`) names where the
         // request is addressed in place of `Host` (RFC 9112 §3.2.2): both,

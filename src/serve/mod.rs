@@ -138,7 +138,6 @@ pub(crate) fn router_on(limits: LimitsHandle, token: Option<ApiToken>, envoy: Op
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
-        .layer(middleware::from_fn(request_head::check))
         .layer(middleware::map_response(json_errors))
         .layer(middleware::map_response(nosniff))
         .layer(middleware::from_fn_with_state(app.clone(), log_request))

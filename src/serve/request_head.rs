@@ -18,9 +18,7 @@
 //! Each refusal closes the connection: the body was not read, so where the
 //! next request would begin is not known.
 
-use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -30,17 +28,14 @@ use super::routes::MAX_BODY;
 const READ_ONCE: [HeaderName; 4] =
     [header::HOST, header::AUTHORIZATION, header::CONTENT_TYPE, header::CONTENT_ENCODING];
 
-/// Answers a request whose head breaks a rule above with its 4xx, and
-/// takes every other on.
-pub async fn check(request: Request, next: Next) -> Response {
-    match refusal(request.headers()) {
-        None => next.run(request).await,
-        Some(error) => {
-            let mut answer = error.into_response();
-            answer.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            answer
-        }
-    }
+/// The answer to a request whose head breaks a rule above, if it does. The
+/// token's layer asks it first (`auth.rs`), so that the head is judged in a
+/// layer that is there anyway: a layer of its own cost every request a boxed
+/// future of the whole stack below it.
+pub fn refused(headers: &HeaderMap) -> Option<Response> {
+    let mut answer = refusal(headers)?.into_response();
+    answer.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(answer)
 }
 
 /// Why a head is refused, if it is.
