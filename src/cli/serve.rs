@@ -57,7 +57,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.single_instance = true;
     }
     let token = token(&args)?;
-    crate::serve::run(config, path, args.listen, args.grpc_listen, token).await.map_err(|e| anyhow::anyhow!(e))
+    crate::serve::run(config, path, args.listen, args.grpc_listen, token).await.map_err(anyhow::Error::from_boxed)
 }
 
 /// The token from `--token-file`, or else from `LIMIT_STORE_API_TOKEN`,

@@ -15,25 +15,32 @@ use limit_store::config::{Config, StoreKind};
 use limit_store::log::Kind;
 use limit_store::{LimitStore, Limits};
 
-/// An error of [`run`]: what failed, with its causes, as one message.
+/// An error of [`run`]: what failed, its causes as its sources (`main`
+/// says them, each once).
 type RunError = Box<dyn Error + Send + Sync>;
 
-/// `what: error: its source: ...`, as one message, each cause said once: a
-/// cause whose text the message already holds is left out, as `main` leaves
-/// it out (the store's errors repeat their cause's text as their own).
-fn context(what: impl std::fmt::Display) -> impl FnOnce(&dyn Error) -> RunError {
-    move |error| {
-        let mut message = format!("{what}: {error}");
-        let mut source = error.source();
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !message.contains(&text) {
-                message.push_str(&format!(": {text}"));
-            }
-            source = cause.source();
-        }
-        message.into()
+/// What failed, with the error as its source.
+#[derive(Debug)]
+struct Failed {
+    what: String,
+    error: RunError,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
     }
+}
+
+impl Error for Failed {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+/// `error` as the cause of `what` failing.
+fn context<E: Into<RunError>>(what: impl std::fmt::Display) -> impl FnOnce(E) -> RunError {
+    move |error| Box::new(Failed { what: what.to_string(), error: error.into() })
 }
 
 /// Serves the limits of `config` over HTTP on `listen` (and Envoy's rate
@@ -62,7 +69,7 @@ pub async fn run(
     // Signals are taken before anything listens, so none ends the process
     // by its default action once a client can reach it.
     let signals = Signals::new()?;
-    let store = Arc::new(config.open_store().await.map_err(|e| context("open the store")(&e))?);
+    let store = Arc::new(config.open_store().await.map_err(context("open the store"))?);
     let limits = LimitsHandle::new(store, config.apply(Limits::builder()))?;
     let envoy = match grpc_listen {
         Some(addr) => Some(Envoy::prepare(addr, &config, &limits, token.clone()).await?),
@@ -70,8 +77,7 @@ pub async fn run(
     };
     let mut settings = config.serve;
     settings.max_connections = connection_cap(settings.max_connections);
-    let listener =
-        tokio::net::TcpListener::bind(listen).await.map_err(|e| context(format!("listen on {listen}"))(&e))?;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(context(format!("listen on {listen}")))?;
     let store = match config.store {
         StoreKind::Memory => "memory".to_owned(),
         StoreKind::Database => format!("database {}", config.database_url),
@@ -106,8 +112,8 @@ pub async fn run(
             };
             let http = listener::run(listener, router, &settings, places.clone(), stopped(stopping.clone()));
             let grpc = run_envoy(envoy.listener, envoy.service, &settings, places, stopped(stopping));
-            tokio::try_join!(async { http.await.map_err(|e| context("serve HTTP")(&e)) }, async {
-                grpc.await.map_err(|e| context("serve gRPC")(&e))
+            tokio::try_join!(async { http.await.map_err(context("serve HTTP")) }, async {
+                grpc.await.map_err(context("serve gRPC"))
             })?;
         }
     }
@@ -169,8 +175,8 @@ impl Signals {
     #[cfg(unix)]
     fn new() -> Result<Self, RunError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(|e| context("take SIGTERM")(&e))?;
-        let hangup = signal(SignalKind::hangup()).map_err(|e| context("take SIGHUP")(&e))?;
+        let mut term = signal(SignalKind::terminate()).map_err(context("take SIGTERM"))?;
+        let hangup = signal(SignalKind::hangup()).map_err(context("take SIGHUP"))?;
         let terminate = Box::pin(async move {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
@@ -308,7 +314,7 @@ impl Envoy {
         tokio::spawn(rules.clone().watch(path.clone()));
         let store: Arc<dyn LimitStore> = limits.store().clone();
         let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|e| context(format!("listen on {addr} (gRPC)"))(&e))?;
+            tokio::net::TcpListener::bind(addr).await.map_err(context(format!("listen on {addr} (gRPC)")))?;
         tracing::info!(
             kind = Kind::Listening.as_str(),
             grpc_listen = %listener.local_addr()?,
