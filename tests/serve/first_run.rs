@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
+use crate::common::db::SECRET;
 use crate::common::serve::{free_port, limit_store, scratch, settings_file, Serve};
-
-const SECRET: &str = "a secret of 32 bytes or more, long enough";
 
 /// `limit-store ARGS` with `env`, expected to fail: its `limit-store: ` line.
 fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
