@@ -37,8 +37,12 @@ pub async fn request(
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
+    // One write: a server that answers from the head and closes (a 404 of
+    // no route) has the body already, so closing does not reset the
+    // connection and drop its answer before this side reads it.
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
     Ok(parse(&raw))
