@@ -16,7 +16,7 @@ use super::envoy_wire::{answered_within, call, call_at, call_raw, connect, frame
 use crate::common::db::rand_suffix;
 
 const INVALID_ARGUMENT: i32 = 3;
-const OUT_OF_RANGE: i32 = 11;
+const RESOURCE_EXHAUSTED: i32 = 8;
 const UNIMPLEMENTED: i32 = 12;
 const UNAUTHENTICATED: i32 = 16;
 /// `Code::OverLimit` in a response.
@@ -40,10 +40,10 @@ async fn messages_over_the_limit_compressed_or_not_a_request_are_refused_saying_
     let send = connect(&envoy.grpc).await;
     // Just over 64 KiB, and a length prefix of 4 GiB with nothing after it.
     let over = request("test", &[&[("roomy", &"v".repeat(64 * 1024))]]).encode_to_vec();
-    refused(call_raw(&send, &[], frame(&over)).await, OUT_OF_RANGE, "65536");
+    refused(call_raw(&send, &[], frame(&over)).await, RESOURCE_EXHAUSTED, "65536");
     let started = Instant::now();
     let huge = Bytes::from_static(&[0, 0xff, 0xff, 0xff, 0xff]);
-    refused(call_raw(&send, &[], huge).await, OUT_OF_RANGE, "65536");
+    refused(call_raw(&send, &[], huge).await, RESOURCE_EXHAUSTED, "65536");
     assert!(started.elapsed() < Duration::from_secs(1), "refused from the prefix, without waiting for 4 GiB");
     // Compressed: a gzip bomb is never inflated.
     let bomb = Bytes::from([&[1u8, 0, 0, 0, 32][..], &[0x1f; 32]].concat());

@@ -1,8 +1,8 @@
 //! The gRPC server of the Envoy service: `ShouldRateLimit` routed to
 //! [`EnvoyService`] over tonic. A call's token is checked on its headers
 //! before its message is read; the message is read up to [`MAX_REQUEST`]
-//! bytes, uncompressed, and anything that is not a `RateLimitRequest` is
-//! INVALID_ARGUMENT; a call not answered within the request timeout is
+//! bytes (past it, RESOURCE_EXHAUSTED), uncompressed, and anything that is
+//! not a `RateLimitRequest` is INVALID_ARGUMENT; a call not answered within the request timeout is
 //! DEADLINE_EXCEEDED. At shutdown the calls in flight have the shutdown
 //! grace to finish.
 
@@ -123,7 +123,7 @@ impl tonic::codegen::Service<http::Request<Body>> for EnvoyServer {
             }
             let mut grpc = Grpc::new(RequestCodec).apply_max_message_size_config(Some(MAX_REQUEST), None);
             match tokio::time::timeout(timeout, grpc.unary(Call(service), request)).await {
-                Ok(answer) => Ok(answer),
+                Ok(answer) => Ok(too_large_is_exhausted(answer)),
                 Err(_) => Ok(Status::deadline_exceeded(
                     "the call was not answered within the request timeout (serve.request_timeout): send the \
                      whole message at once",
@@ -132,6 +132,19 @@ impl tonic::codegen::Service<http::Request<Body>> for EnvoyServer {
             }
         })
     }
+}
+
+/// A message over [`MAX_REQUEST`] is RESOURCE_EXHAUSTED, as gRPC's status
+/// codes name it; tonic says OUT_OF_RANGE, a code the service itself never
+/// gives, so every OUT_OF_RANGE is tonic's size check.
+fn too_large_is_exhausted(answer: http::Response<Body>) -> http::Response<Body> {
+    if answer.headers().get("grpc-status").is_some_and(|code| code == "11") {
+        return Status::resource_exhausted(format!(
+            "the message is over {MAX_REQUEST} bytes, the most this service reads: send fewer descriptors in a call"
+        ))
+        .into_http();
+    }
+    answer
 }
 
 /// One call's request, answered by the service.
