@@ -15,10 +15,10 @@ use super::App;
 
 /// Lets a request through when its head keeps `request_head.rs`'s rules
 /// (judged first, token or not) and it carries the token, or when no token
-/// is set and it is addressed to a loopback name (or names none), by its
+/// is set and it is addressed to a loopback name (or, in HTTP/1.0, names none), by its
 /// `Host` and by its target when that names one.
 pub async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
-    if let Some(refused) = super::request_head::refused(request.headers()) {
+    if let Some(refused) = super::request_head::refused(&request) {
         return refused;
     }
     let Some(token) = &app.token else {

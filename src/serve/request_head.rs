@@ -1,6 +1,8 @@
 //! What a request's head must say before anything reads its body. Each
 //! rule removes a way for the service and something in front of it (a
 //! proxy, a firewall) to read one request two ways:
+//! - **a host**: an HTTP/1.1 request without `Host` is refused (RFC 9112
+//!   §3.2 makes it a 400), so the loopback check always has a name to judge;
 //! - **one of each header the service reads**: `Host`, `Authorization`,
 //!   `Content-Type` and `Content-Encoding` given twice are refused, never
 //!   judged by the first;
@@ -18,7 +20,7 @@
 //! Each refusal closes the connection: the body was not read, so where the
 //! next request would begin is not known.
 
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -32,14 +34,22 @@ const READ_ONCE: [HeaderName; 4] =
 /// token's layer asks it first (`auth.rs`), so that the head is judged in a
 /// layer that is there anyway: a layer of its own cost every request a boxed
 /// future of the whole stack below it.
-pub fn refused(headers: &HeaderMap) -> Option<Response> {
-    let mut answer = refusal(headers)?.into_response();
+pub fn refused<B>(request: &Request<B>) -> Option<Response> {
+    let mut answer = refusal(request.version(), request.headers())?.into_response();
     answer.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     Some(answer)
 }
 
 /// Why a head is refused, if it is.
-fn refusal(headers: &HeaderMap) -> Option<ApiError> {
+fn refusal(version: Version, headers: &HeaderMap) -> Option<ApiError> {
+    if version == Version::HTTP_11 && !headers.contains_key(header::HOST) {
+        return Some(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "missing-host",
+            "the request has no `Host`, which HTTP/1.1 requires: send the name it is addressed to, as \
+             `Host: 127.0.0.1:<port>`",
+        ));
+    }
     if let Some(name) = READ_ONCE.iter().find(|name| headers.get_all(*name).iter().nth(1).is_some()) {
         return Some(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -95,13 +105,15 @@ fn refusal(headers: &HeaderMap) -> Option<ApiError> {
 mod tests {
     use super::*;
 
-    /// The kind of the refusal of a head of `lines` (`name: value`, one a line).
+    /// The kind of the refusal of an HTTP/1.1 head of `lines` (`name: value`,
+    /// one a line), with a `Host` unless `lines` names one.
     fn kind_of(lines: &str) -> Option<&'static str> {
+        let lines = if lines.starts_with("host:") { lines.to_owned() } else { format!("host: x\n{lines}") };
         let mut headers = HeaderMap::new();
         for (name, value) in lines.lines().filter_map(|l| l.split_once(": ")) {
             headers.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
         }
-        refusal(&headers).map(|e| e.kind())
+        refusal(Version::HTTP_11, &headers).map(|e| e.kind())
     }
 
     #[test]
@@ -127,5 +139,12 @@ mod tests {
         for (lines, expected) in cases {
             assert_eq!(kind_of(lines), expected, "{lines:?}");
         }
+    }
+
+    #[test]
+    fn only_http_1_1_must_name_its_host() {
+        let kind = |version| refusal(version, &HeaderMap::new()).map(|e| e.kind());
+        assert_eq!(kind(Version::HTTP_11), Some("missing-host"));
+        assert_eq!(kind(Version::HTTP_10), None);
     }
 }

@@ -159,13 +159,13 @@ pub async fn healthz(State(app): State<App>) -> Result<Json<HealthBody>, ApiErro
 }
 
 /// The 400 of a route that takes a body, in the API's document.
-const BAD_REQUEST: &str = "Bad JSON, an empty body, or a name that is not UTF-8; a header the service reads (Host, \
-     Authorization, Content-Type, Content-Encoding) given twice (`repeated-header`); a transfer coding other than \
-     chunked (`bad-framing`)";
+const BAD_REQUEST: &str = "Bad JSON, an empty body, or a name that is not UTF-8; an HTTP/1.1 request without Host \
+     (`missing-host`); a header the service reads (Host, Authorization, Content-Type, Content-Encoding) given twice \
+     (`repeated-header`); a transfer coding other than chunked (`bad-framing`)";
 
 /// The 400 of every other route, in the API's document.
-const REPEATED_HEADER: &str =
-    "A header the service reads (Host, Authorization, Content-Type, Content-Encoding) given twice (`repeated-header`)";
+const REPEATED_HEADER: &str = "An HTTP/1.1 request without Host (`missing-host`); a header the service reads (Host, \
+     Authorization, Content-Type, Content-Encoding) given twice (`repeated-header`)";
 
 /// The 413 of a route that takes a body, in the API's document.
 const TOO_LARGE: &str = "A body over 16 KiB, or a Content-Length that says so (answered before the body is read)";
