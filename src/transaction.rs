@@ -57,6 +57,21 @@ pub fn is_in_transaction() -> bool {
     OPEN.load(Ordering::Relaxed) != 0 && IN_TRANSACTION.try_with(|_| ()).is_ok()
 }
 
+/// `work` as run on the caller's behalf in another task or thread (the
+/// guard's): inside [`in_transaction`] when the caller is, so a store there
+/// refuses as it would in the caller's own task. A task-local marker is not
+/// inherited by a spawned task; this carries it.
+pub(crate) fn on_behalf_of_caller<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let inside = is_in_transaction();
+    async move {
+        if inside {
+            in_transaction(work).await
+        } else {
+            work.await
+        }
+    }
+}
+
 /// Refuses when called inside [`in_transaction`].
 #[inline]
 pub fn refuse_in_transaction() -> Result<(), StoreError> {

@@ -28,6 +28,7 @@ use super::owned_keys::OwnedKeys;
 use super::{Guarded, Slot};
 use crate::ask::{self as message, Asks};
 use crate::error::Unavailable;
+use crate::transaction::on_behalf_of_caller;
 use crate::{Apply, Entry, LimitStore, Millis, StoreError, Write};
 
 /// What the work ends with: the store's answer, or its panic.
@@ -58,7 +59,7 @@ pub(super) async fn update<S: LimitStore + ?Sized + 'static>(
         };
         inner.update(&keys.refs(), &mut ask).await
     };
-    let work = AssertUnwindSafe(work).catch_unwind().map(move |out| drop(done.send(out)));
+    let work = AssertUnwindSafe(on_behalf_of_caller(work)).catch_unwind().map(move |out| drop(done.send(out)));
     if own_thread {
         let spawned =
             std::thread::Builder::new().name("limit-store-guard".into()).spawn(move || runtime.block_on(work));

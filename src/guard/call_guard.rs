@@ -20,6 +20,7 @@ use super::bounded;
 use super::handoff::{handoff, Cell, Handed};
 use crate::error::Unavailable;
 use crate::log::{Kind, Throttle};
+use crate::transaction::on_behalf_of_caller;
 use crate::StoreError;
 
 /// The deadline, the in-flight cap and the logs that every call of one
@@ -167,6 +168,7 @@ impl CallGuard {
         until: Instant,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let call = on_behalf_of_caller(call);
         match handoff(cell, Box::pin(AssertUnwindSafe(call).catch_unwind()), until).await {
             Handed::Ended(outcome) => self.settle(outcome),
             Handed::Late => Err(self.timed_out()),

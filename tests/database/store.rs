@@ -175,13 +175,22 @@ async fn setup_errors_say_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_inside_the_apps_transaction_are_refused() {
     for (url, table) in databases("intx") {
-        let db = store(&url, &table, SECRET).await;
-        let err = in_transaction(put(&db, "k", 1, 60_000)).await.unwrap_err();
-        assert!(matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction)), "{url}: {err}");
-        let err = in_transaction(db.read(&["k"])).await.unwrap_err();
-        assert!(matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction)));
-        assert_eq!(db.read(&["k"]).await.unwrap(), vec![None], "{url}: nothing was counted");
-        put(&db, "k", 1, 60_000).await.expect("outside the transaction it counts");
+        let db = Arc::new(store(&url, &table, SECRET).await);
+        // Bare, and through the guard, which runs a call with a borrowed
+        // `apply` in a task of its own: the marker goes with it.
+        let guarded = Guarded::new(db.clone());
+        for (how, store) in [("bare", &*db as &dyn LimitStore), ("guarded", &guarded)] {
+            let refused = |err: limit_store::StoreError, what: &str| {
+                let inside = matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction));
+                assert!(inside, "{url}, {how}, {what}: {err}");
+            };
+            refused(in_transaction(put(store, "k", 1, 60_000)).await.unwrap_err(), "update");
+            let owned = store.update_owned(&["k"], Box::new(|rows: &[Option<Entry>], _| vec![Write::Keep; rows.len()]));
+            refused(in_transaction(owned).await.unwrap_err(), "update_owned");
+            refused(in_transaction(store.read(&["k"])).await.unwrap_err(), "read");
+            assert_eq!(store.read(&["k"]).await.unwrap(), vec![None], "{url}, {how}: nothing was counted");
+        }
+        put(&guarded, "k", 1, 60_000).await.expect("outside the transaction it counts");
         drop_table(&url, &table).await;
     }
 }
