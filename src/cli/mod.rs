@@ -128,6 +128,7 @@ mod tests {
         for line in [
             vec!["limit-store", "migrate", "--database-url", &url],
             vec!["limit-store", "serve", "--token", secret],
+            vec!["limit-store", "serve", "--secret", secret],
             vec!["limit-store", "stats", "--database-url", &url, "--secret", secret],
             vec!["limit-store", "sweep", "--database-url", &url, "--secret", secret],
             vec!["limit-store", "contract", &url, "--secret", secret],

@@ -23,6 +23,12 @@ pub struct ServeArgs {
     /// The API token callers send as `Authorization: Bearer <token>`.
     #[arg(long = "token", env = "LIMIT_STORE_API_TOKEN", hide_env_values = true, hide = true)]
     token: Option<SecretString>,
+    /// The site secret keys are hashed under (at least 32 bytes), for the
+    /// database and Redis stores; also LIMIT_STORE_SECRET or rate_limit.secret,
+    /// which other users on the host can't read in the process list as they
+    /// can a flag.
+    #[arg(long, env = "LIMIT_STORE_SECRET", hide_env_values = true)]
+    secret: Option<SecretString>,
     /// Also answer Envoy's rate limit service (gRPC) here, with the rules of
     /// rate_limit.envoy_config. Anything but loopback needs a token.
     #[arg(long, value_parser = listen_address)]
@@ -51,10 +57,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let default = PathBuf::from(super::SETTINGS_FILE);
         default.exists().then_some(default)
     });
+    // Without settings, the presets on the memory store; the start warns
+    // (`limit-store-not-shared`) that each process counts alone, as any
+    // memory store not said to be a single instance does.
     let mut config = super::settings(path.as_deref())?;
-    if path.is_none() {
-        // No settings: the presets on the memory store of this one process.
-        config.single_instance = true;
+    if let Some(secret) = &args.secret {
+        config.secret = Some(secret.clone());
     }
     let token = token(&args)?;
     crate::serve::run(config, path, args.listen, args.grpc_listen, token).await.map_err(anyhow::Error::from_boxed)

@@ -62,6 +62,25 @@ async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
     assert_eq!(listening, 2, "one line per port: {text}");
 }
 
+/// `serve` without settings counts in its own memory, so its start warns
+/// that several of them would each count alone (SPEC §8), once; settings
+/// that say it runs as one instance start without the warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_the_embedded_default_warns_that_it_counts_alone() {
+    let dir = scratch("first-run-alone");
+    let (alone, single) = (dir.join("alone.log"), dir.join("single.log"));
+    let config = settings_file("[rate_limit]\nsingle_instance = true\n");
+    for (config, log) in [(None, &alone), (Some(config.as_path()), &single)] {
+        let mut serve = Serve::start_logging(config, &[], &[], Some(log)).await;
+        serve.signal("TERM");
+        serve.exit_within(Duration::from_secs(15)).await.expect("serve exits on SIGTERM");
+    }
+    let warnings =
+        |log: &std::path::Path| std::fs::read_to_string(log).unwrap().matches("limit-store-not-shared").count();
+    assert_eq!(warnings(&alone), 1, "{}", std::fs::read_to_string(&alone).unwrap());
+    assert_eq!(warnings(&single), 0, "{}", std::fs::read_to_string(&single).unwrap());
+}
+
 #[test]
 fn a_redis_that_is_not_there_is_said_once() {
     let port = free_port();
@@ -73,7 +92,8 @@ fn a_redis_that_is_not_there_is_said_once() {
     assert_eq!(line.matches("Connection refused").count(), 1, "the cause said once: {line}");
 }
 
-/// `serve` has no `--secret`: the advice names the variable and the setting.
+/// The advice names the variable and the setting, which other users can't
+/// read in the process list as they can `--secret`.
 /// `stats` without a secret says one is needed, not that it is 0 bytes.
 #[test]
 fn a_missing_secret_names_what_the_command_reads() {
@@ -84,7 +104,6 @@ fn a_missing_secret_names_what_the_command_reads() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let line = failure(&args, &[]);
     assert!(line.contains("LIMIT_STORE_SECRET") && line.contains("rate_limit.secret"), "{line}");
-    assert!(!line.contains("--secret"), "serve has no --secret: {line}");
 
     let redis = format!("redis://127.0.0.1:{}", free_port());
     for args in [["stats", "--database-url", &url], ["sweep", "--redis-url", &redis]] {
@@ -110,7 +129,8 @@ async fn the_migrate_command_a_missing_table_names_makes_that_table() {
     let command = line.split('`').find(|s| s.starts_with("limit-store migrate")).unwrap_or_else(|| panic!("{line}"));
     let out = limit_store().args(command.split_whitespace().skip(1)).output().unwrap();
     assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
-    let serve = Serve::start(Some(&config), &[("LIMIT_STORE_SECRET", SECRET)], &[]).await;
+    // The secret by flag this time, as the other commands take it.
+    let serve = Serve::start(Some(&config), &[], &["--secret", SECRET]).await;
     let body = r#"{"keys": {"account": "first-run@example.com", "ip": "192.0.2.80"}}"#;
     assert_eq!(serve.post("/v1/limits/sign-in/attempt", body).await.status, 200);
 }
