@@ -31,12 +31,11 @@ pub enum Kind {
     // Stores and the guard.
     /// Warning, at most once a minute: a store is at 80% of its bound.
     Filling,
-    /// Error, at most once a minute: a full store refused a new key.
+    /// Error: a new key was refused for want of room, answered unavailable
+    /// (`full`). At most once a minute when the store itself is full, and
+    /// once a minute per family when a family of keys holds its share of the
+    /// bound; that line names the family (`family`), never a key.
     Full,
-    /// Error, at most once a minute per family: a family of keys holding its
-    /// share of a store's bound had a new key refused (the family is named in
-    /// the line, never a key).
-    ShareFull,
     /// Warning, at most once a minute per reason: a store call was answered
     /// unavailable (timed out, overloaded, full, failed).
     Unavailable,
@@ -132,7 +131,6 @@ impl Kind {
             Kind::NotShared => "limit-store-not-shared",
             Kind::Filling => "limit-store-filling",
             Kind::Full => "limit-store-full",
-            Kind::ShareFull => "limit-store-share-full",
             Kind::Unavailable => "limit-store-unavailable",
             Kind::Swept => "limit-store-swept",
             Kind::SweepFailed => "limit-store-sweep-failed",
@@ -208,13 +206,12 @@ mod tests {
     use super::*;
 
     /// Every kind above, so that none repeats another's text.
-    const ALL: [Kind; 35] = [
+    const ALL: [Kind; 34] = [
         Kind::Degraded,
         Kind::ShadowRefusal,
         Kind::NotShared,
         Kind::Filling,
         Kind::Full,
-        Kind::ShareFull,
         Kind::Unavailable,
         Kind::Swept,
         Kind::SweepFailed,

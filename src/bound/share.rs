@@ -101,11 +101,12 @@ impl Shares {
     }
 
     /// Errors once a minute per family that `family`'s share refused a new
-    /// key. Names the family, never a key.
+    /// key: the kind of a full store (the answer is the same, unavailable
+    /// `full`), naming the family, never a key.
     pub(crate) fn note_full(&self, store: &'static str, family: FamilyId, live: u64, max: u64) {
         if self.full_logs[family.index()].ready() {
             tracing::error!(
-                kind = Kind::ShareFull.as_str(),
+                kind = Kind::Full.as_str(),
                 store,
                 family = self.families.name(family),
                 held = self.held(family),
