@@ -16,11 +16,15 @@ mod contract;
 mod exactness;
 #[cfg(feature = "postgres")]
 mod first_count;
+#[cfg(all(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod in_transaction;
 #[cfg(feature = "mysql")]
 mod mysql_store;
 mod postgres_flat_table;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod shares;
+#[cfg(feature = "sqlite")]
+mod sqlite_file;
 #[cfg(feature = "sqlite")]
 mod sqlite_owned;
 #[cfg(feature = "sqlite")]

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::db::{databases, drop_table, put, raw, server, sqlite_url, SECRET};
-use limit_store::error::{RefusedInput, Unavailable};
-use limit_store::{in_transaction, DatabaseStore, Entry, Guarded, LimitStore, Millis, Write};
+use limit_store::error::Unavailable;
+use limit_store::{DatabaseStore, Entry, Guarded, LimitStore, Millis, Write};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
-async fn store(url: &str, table: &str, secret: &str) -> DatabaseStore {
+/// A migrated store on `table`, without a sweeper.
+pub(crate) async fn store(url: &str, table: &str, secret: &str) -> DatabaseStore {
     DatabaseStore::builder(url).table(table).migrate().await.expect("migrate");
     DatabaseStore::builder(url).table(table).secret(secret).sweep_every(None).connect().await.expect("connect")
 }
@@ -169,29 +170,6 @@ async fn setup_errors_say_what_to_do() {
             matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("limit-store migrate"),
             "{url}: {err}"
         );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_inside_the_apps_transaction_are_refused() {
-    for (url, table) in databases("intx") {
-        let db = Arc::new(store(&url, &table, SECRET).await);
-        // Bare, and through the guard, which runs a call with a borrowed
-        // `apply` in a task of its own: the marker goes with it.
-        let guarded = Guarded::new(db.clone());
-        for (how, store) in [("bare", &*db as &dyn LimitStore), ("guarded", &guarded)] {
-            let refused = |err: limit_store::StoreError, what: &str| {
-                let inside = matches!(err, limit_store::StoreError::Refused(RefusedInput::InTransaction));
-                assert!(inside, "{url}, {how}, {what}: {err}");
-            };
-            refused(in_transaction(put(store, "k", 1, 60_000)).await.unwrap_err(), "update");
-            let owned = store.update_owned(&["k"], Box::new(|rows: &[Option<Entry>], _| vec![Write::Keep; rows.len()]));
-            refused(in_transaction(owned).await.unwrap_err(), "update_owned");
-            refused(in_transaction(store.read(&["k"])).await.unwrap_err(), "read");
-            assert_eq!(store.read(&["k"]).await.unwrap(), vec![None], "{url}, {how}: nothing was counted");
-        }
-        put(&guarded, "k", 1, 60_000).await.expect("outside the transaction it counts");
-        drop_table(&url, &table).await;
     }
 }
 

@@ -36,6 +36,35 @@ async fn the_sweeper_runs_in_the_background_and_stops_with_the_store() {
     }
 }
 
+/// A store sweeps when it starts, not only after its first interval: rows
+/// that expired while no store ran are gone soon after one opens, though
+/// the next sweep is an hour away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_sweeps_when_it_starts() {
+    for (url, table) in databases("sweep_at_start") {
+        DatabaseStore::builder(&url).table(&table).migrate().await.unwrap();
+        let open = |every| DatabaseStore::builder(&url).table(&table).secret(SECRET).sweep_every(every).connect();
+        let writer = open(None).await.unwrap();
+        for i in 0..5 {
+            put(&writer, &format!("k{i}"), 1, 50).await.unwrap();
+        }
+        put(&writer, "live", 1, 60_000).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rows(&url, &table).await, 6, "{url}: nothing swept yet");
+        let _sweeping = open(Some(Duration::from_secs(3600))).await.unwrap();
+        let mut left = 6;
+        for _ in 0..50 {
+            left = rows(&url, &table).await;
+            if left == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(left, 1, "{url}: the expired rows are swept at start, the live one kept");
+        drop_table(&url, &table).await;
+    }
+}
+
 /// How many tokio tasks a store leaves behind when it is dropped, after its
 /// first sweep (if it sweeps) is done.
 async fn tasks_ended_by_drop(url: &str, every: Option<Duration>) -> usize {
