@@ -5,21 +5,21 @@
 //! 127.0.0.1 (DNS rebinding) reaches the port from the visitor's browser as
 //! its own origin, but its requests still carry its name as their `Host`.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::App;
 
-/// Lets a request through when its head keeps `request_head.rs`'s rules
-/// (judged first, token or not) and it carries the token, or when no token
-/// is set and it is addressed to a loopback name (or, in HTTP/1.0, names none), by its
+/// The answer to a request that may not go in, or `None` to let it in: in
+/// when its head keeps `request_head.rs`'s rules (judged first, token or
+/// not) and it carries the token, or when no token is set and it is
+/// addressed to a loopback name (or, in HTTP/1.0, names none), by its
 /// `Host` and by its target when that names one.
-pub async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
-    if let Some(refused) = super::request_head::refused(&request) {
-        return refused;
+pub fn refused(app: &App, request: &Request) -> Option<Response> {
+    if let Some(refused) = super::request_head::refused(request) {
+        return Some(refused);
     }
     let Some(token) = &app.token else {
         // A target in absolute form (`POST http://name/...`) names where the
@@ -28,19 +28,21 @@ pub async fn require_token(State(app): State<App>, request: Request, next: Next)
         let host = request.headers().get(header::HOST).map(|h| h.to_str().unwrap_or(""));
         let target = request.uri().authority().map(|a| a.as_str());
         if host.is_none_or(is_loopback_host) && target.is_none_or(is_loopback_host) {
-            return next.run(request).await;
+            return None;
         }
-        return ApiError::new(
-            StatusCode::MISDIRECTED_REQUEST,
-            "not-loopback-host",
-            "without a token this service answers only requests addressed to localhost, 127.0.0.1 or [::1] (a \
-             page elsewhere may have renamed itself to this address); call it by one of those, or set a token \
-             (LIMIT_STORE_API_TOKEN) to be called by other names",
-        )
-        .into_response();
+        return Some(
+            ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "not-loopback-host",
+                "without a token this service answers only requests addressed to localhost, 127.0.0.1 or [::1] (a \
+                 page elsewhere may have renamed itself to this address); call it by one of those, or set a token \
+                 (LIMIT_STORE_API_TOKEN) to be called by other names",
+            )
+            .into_response(),
+        );
     };
     if request.uri().path() == "/healthz" {
-        return next.run(request).await;
+        return None;
     }
     let given = request
         .headers()
@@ -48,7 +50,7 @@ pub async fn require_token(State(app): State<App>, request: Request, next: Next)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or_default();
     if token.matches(given) {
-        return next.run(request).await;
+        return None;
     }
     let mut answer = ApiError::new(
         StatusCode::UNAUTHORIZED,
@@ -57,7 +59,7 @@ pub async fn require_token(State(app): State<App>, request: Request, next: Next)
     )
     .into_response();
     answer.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-    answer
+    Some(answer)
 }
 
 /// Whether a `Host` header's value (or a target's authority) names a

@@ -21,6 +21,7 @@ mod bodies;
 mod connection;
 mod envoy;
 mod error;
+mod front_door;
 mod health;
 mod listener;
 mod metrics;
@@ -41,10 +42,7 @@ mod fuzz_serve_body;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::header;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -137,48 +135,6 @@ pub(crate) fn router_on(limits: LimitsHandle, token: Option<ApiToken>, envoy: Op
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn_with_state(app.clone(), auth::require_token))
-        .layer(middleware::map_response(json_errors))
-        .layer(middleware::map_response(nosniff))
-        .layer(middleware::from_fn_with_state(app.clone(), log_request))
+        .layer(front_door::FrontDoorLayer::new(app.clone()))
         .with_state(app)
-}
-
-/// Every error answer in JSON: one that something other than a route wrote
-/// (an extractor's rejection, say) as text becomes the error of its status.
-async fn json_errors(response: Response) -> Response {
-    let status = response.status();
-    let json =
-        response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
-    if json || !(status.is_client_error() || status.is_server_error()) {
-        return response;
-    }
-    error::ApiError::for_status(status).into_response()
-}
-
-/// Every answer is read as the type it says: a browser never sniffs a JSON
-/// error or the metrics' text into a page.
-async fn nosniff(mut response: Response) -> Response {
-    response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
-    response
-}
-
-/// One structured line per request, at debug level, and its count by route
-/// and status; never a key's value.
-async fn log_request(State(app): State<App>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
-    let response = next.run(request).await;
-    app.metrics.answered(&route, response.status().as_u16());
-    tracing::debug!(
-        kind = limit_store::log::Kind::Request.as_str(),
-        %method,
-        path,
-        status = response.status().as_u16(),
-        micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        "request"
-    );
-    response
 }

@@ -30,10 +30,8 @@ use super::routes::MAX_BODY;
 const READ_ONCE: [HeaderName; 4] =
     [header::HOST, header::AUTHORIZATION, header::CONTENT_TYPE, header::CONTENT_ENCODING];
 
-/// The answer to a request whose head breaks a rule above, if it does. The
-/// token's layer asks it first (`auth.rs`), so that the head is judged in a
-/// layer that is there anyway: a layer of its own cost every request a boxed
-/// future of the whole stack below it.
+/// The answer to a request whose head breaks a rule above, if it does;
+/// asked first at the front door (`auth.rs`).
 pub fn refused<B>(request: &Request<B>) -> Option<Response> {
     let mut answer = refusal(request.version(), request.headers())?.into_response();
     answer.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -62,6 +62,38 @@ async fn every_line_of_a_start_and_a_stop_carries_a_kind() {
     assert_eq!(listening, 2, "one line per port: {text}");
 }
 
+/// At debug level each request is a line of its own: its method, path,
+/// status and time, never a key's value; refusals at the front door too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_is_logged_at_debug_without_its_keys() {
+    let log = scratch("first-run-requests").join("serve.log");
+    let config = settings_file("[rate_limit]\nsingle_instance = true\n");
+    let args = ["--log-level", "debug", "--log-format", "json"];
+    let mut serve = Serve::start_logging(Some(&config), &[], &args, Some(&log)).await;
+    let r = serve.post("/v1/limits/api/attempt", r#"{"keys": {"client": "secret-client-7"}}"#).await;
+    assert_eq!(r.status, 200);
+    // A second Host beside the client's own: refused at the front door.
+    let refused = serve.request("GET", "/v1/limits", &[("host", "evil.example")], b"").await.unwrap();
+    assert_eq!(refused.status, 400);
+    serve.signal("TERM");
+    serve.exit_within(Duration::from_secs(15)).await.expect("serve exits on SIGTERM");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let requests: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|line| line.contains("limit-store-request"))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seen = |method: &str, path: &str, status: u64| {
+        requests.iter().any(|r| {
+            let f = &r["fields"];
+            f["method"] == method && f["path"] == path && f["status"] == status && f["micros"].is_u64()
+        })
+    };
+    assert!(seen("POST", "/v1/limits/api/attempt", 200), "{requests:#?}");
+    assert!(seen("GET", "/v1/limits", 400), "{requests:#?}");
+    assert!(!text.contains("secret-client-7"), "a key's value in the log: {text}");
+}
+
 /// `serve` without settings counts in its own memory, so its start warns
 /// that several of them would each count alone (SPEC §8), once; settings
 /// that say it runs as one instance start without the warning.
