@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use crate::{Entry, Millis, Write};
 
 pub use super::outcome::{join, Outcome, Verdict};
-pub(crate) use super::window::{MAX_SLIDING_BUDGET, MAX_SLIDING_WINDOW};
+pub(crate) use super::window::{MAX_SLIDING_BUDGET, MAX_WINDOW};
 use super::{gcra, lockout, window};
 
 /// How one part of a limit counts attempts.
@@ -135,12 +135,23 @@ impl Algorithm {
         if window <= 0 {
             return Some("the window must be at least 1 ms".into());
         }
+        // Every time a count reckons (an expiry, a GCRA's theoretical
+        // arrival, a lock's end) then stays far inside a millisecond clock's
+        // range, so none of them saturates into a count that refuses nothing.
+        let lock = match *self {
+            Algorithm::Lockout { lock, .. } => lock,
+            Algorithm::FixedWindow { cooldown, .. } => cooldown,
+            _ => 0,
+        };
+        if window > MAX_WINDOW || lock > MAX_WINDOW {
+            return Some(format!(
+                "a window, a lock or a cooldown is at most 100 years ({MAX_WINDOW} ms; this one is {} ms)",
+                window.max(lock)
+            ));
+        }
         match *self {
             Algorithm::SlidingWindow { budget, .. } if budget > MAX_SLIDING_BUDGET => Some(format!(
                 "a sliding window keeps every attempt, so its budget is at most {MAX_SLIDING_BUDGET} (this one is {budget}): use a fixed window or GCRA for larger budgets"
-            )),
-            Algorithm::SlidingWindow { window, .. } if window > MAX_SLIDING_WINDOW => Some(format!(
-                "a sliding window keeps every attempt's time, so its window is at most 100 years ({MAX_SLIDING_WINDOW} ms; this one is {window} ms): use a fixed window for longer ones"
             )),
             Algorithm::Gcra { budget, window } if gcra::interval(budget, window) == 0 => Some(format!(
                 "GCRA refills one attempt every window/budget ms, and {window} ms / {budget} is under 1 ms: lower the budget or lengthen the window"
@@ -274,9 +285,18 @@ mod tests {
         assert!(Algorithm::fixed_window(1, Duration::ZERO).problem().is_some());
         assert!(Algorithm::sliding_window(257, Duration::from_secs(1)).problem().is_some());
         assert!(Algorithm::sliding_window(256, Duration::from_secs(1)).problem().is_none());
-        let century = Duration::from_millis(MAX_SLIDING_WINDOW.unsigned_abs());
+        let century = Duration::from_millis(MAX_WINDOW.unsigned_abs());
+        let longer = century + Duration::from_millis(1);
         assert!(Algorithm::sliding_window(256, century).problem().is_none());
-        assert!(Algorithm::sliding_window(256, century + Duration::from_millis(1)).problem().is_some());
+        assert!(Algorithm::sliding_window(256, longer).problem().is_some());
+        // GCRA, whose theoretical arrival once saturated into a count that
+        // refused nothing; a fixed window, a lock and a cooldown alike.
+        assert!(Algorithm::gcra(1, century).problem().is_none());
+        assert!(Algorithm::gcra(1, longer).problem().is_some());
+        assert!(Algorithm::gcra(1, Duration::from_millis(i64::MAX as u64)).problem().is_some());
+        assert!(Algorithm::fixed_window(1, longer).problem().is_some());
+        assert!(Algorithm::lockout(1, Duration::from_secs(60), longer).problem().is_some());
+        assert!(Algorithm::lockout(1, Duration::from_secs(60), century).problem().is_none());
         assert!(Algorithm::gcra(2_000, Duration::from_secs(1)).problem().is_some());
         assert!(Algorithm::gcra(1_000, Duration::from_secs(1)).problem().is_none());
     }

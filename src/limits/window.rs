@@ -23,10 +23,11 @@ use super::outcome::Outcome;
 /// Most attempts a sliding window keeps: its stored value is the list of them,
 /// and it must stay well under the store's 4096-byte value limit.
 pub(crate) const MAX_SLIDING_BUDGET: u64 = 256;
-/// Longest sliding window: 100 years. Its stored value keeps each attempt as
-/// an offset from the oldest, at most two windows, so 256 of them stay under
-/// the store's 4096-byte value limit only for windows up to about 150 years.
-pub(crate) const MAX_SLIDING_WINDOW: Millis = 100 * 365 * 86_400_000;
+/// Longest window, lock or cooldown of any algorithm: 100 years. A sliding
+/// window's stored value keeps each attempt as an offset from the oldest, at
+/// most two windows, so 256 of them stay under the store's 4096-byte value
+/// limit only for windows up to about 150 years.
+pub(crate) const MAX_WINDOW: Millis = 100 * 365 * 86_400_000;
 
 /// One attempt on a fixed window of `budget` per `window` opened by the first
 /// attempt, with at least `cooldown` ms between allowed attempts.

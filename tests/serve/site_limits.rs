@@ -121,6 +121,19 @@ fn a_bad_table_is_refused_with_its_line_at_start_and_by_check_config() {
     let out = limit_store().args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&bad).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("line 4") && stderr.contains("no budget"), "{stderr}");
+
+    // A GCRA of 1 per 292 million years (i64::MAX ms) saturated its clock
+    // and let every attempt through; a window over 100 years is refused,
+    // an override's too.
+    for table in [
+        "[rate_limit.limits.forever]\nparts = [\"user\"]\nalgorithm = \"gcra\"\nbudget = 1\nwindow = \"106751991000d\"\n",
+        "[rate_limit.limits.forever]\nparts = [\"user\"]\nbudget = 1\nwindow = \"1h\"\n\n[rate_limit.limits.forever.user.overrides]\nann = { budget = 1, window = \"36501d\" }\n",
+    ] {
+        let long = dir.join("long.toml");
+        std::fs::write(&long, table).unwrap();
+        let (ok, text) = check_config(&long);
+        assert!(!ok && text.contains("at most 100 years"), "{table}: {text}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
