@@ -1,71 +1,29 @@
-//! `rediss://` speaks TLS, verified against the trusted roots: a server of
-//! the test's own with a certificate from a CA made for the test, trusted
-//! through `SSL_CERT_FILE` (read by the TLS stack's root store). Its own test
-//! binary, because it sets that variable for the whole process.
+//! TLS, verified against the trusted roots, on every URL form: `rediss://`
+//! to one server, `rediss+cluster://` (`redis_tls/cluster.rs`) and
+//! `rediss+sentinel://` (`redis_tls/sentinel.rs`), each on servers of the
+//! test's own that speak TLS only, with certificates from a CA made for the
+//! test and trusted through `SSL_CERT_FILE` (read by the TLS stack's root
+//! store); and a certificate from a CA the client does not trust, refused
+//! on each form. Its own test binary, because it sets that variable for the
+//! whole process (once, before any test connects: `redis_tls/setup.rs`).
 
+#[path = "redis_tls/cluster.rs"]
+mod cluster;
 mod common;
-
-use std::process::Command;
+#[path = "redis_tls/sentinel.rs"]
+mod sentinel;
+#[path = "redis_tls/setup.rs"]
+mod setup;
 
 use common::redis::{OwnRedis, SECRET};
-use limit_store::{update_with, Entry, LimitStore, RedisStore, Write};
+use limit_store::{update_with, Entry, LimitStore, RedisStore, StoreError, Write};
 use serde_json::json;
-
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let status = Command::new("openssl").current_dir(dir).args(args).output().expect("run openssl");
-    assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
-}
-
-/// A CA, and a certificate for 127.0.0.1 signed by it, in `dir`.
-fn certificates(dir: &std::path::Path) {
-    std::fs::write(dir.join("san.ext"), "subjectAltName = IP:127.0.0.1, DNS:localhost\n").unwrap();
-    openssl(dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem"]);
-    openssl(dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr"]);
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ],
-    );
-}
+use setup::{certs, chain};
 
 #[tokio::test]
 async fn rediss_urls_speak_verified_tls() {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("skipped: openssl is not installed");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("limit-store-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // Subjects for the two requests, without a prompt.
-    std::fs::write(
-        dir.join("openssl.cnf"),
-        "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = limit-store test\n",
-    )
-    .unwrap();
-    std::env::set_var("OPENSSL_CONF", dir.join("openssl.cnf"));
-    certificates(&dir);
-    let Some(own) = OwnRedis::start_tls(&dir) else { return };
-
-    // Not trusted yet: the connection is refused, with a setup error.
-    let untrusted = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap_err();
-    assert!(matches!(untrusted, limit_store::StoreError::Setup { .. }), "{untrusted}");
-
-    std::env::set_var("SSL_CERT_FILE", dir.join("ca.pem"));
+    let Some(certs) = certs() else { return };
+    let Some(own) = OwnRedis::start_tls(&certs.trusted) else { return };
     let store = RedisStore::builder(&own.url()).secret(SECRET).connect().await.unwrap();
     for want in 1..=3u64 {
         let n = update_with(&store, &["k"], |current, now| {
@@ -81,5 +39,41 @@ async fn rediss_urls_speak_verified_tls() {
     // Plain redis:// to a TLS-only port is not silently accepted.
     let plain = own.url().replace("rediss://", "redis://");
     assert!(RedisStore::builder(&plain).secret(SECRET).connect().await.is_err());
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server whose certificate comes from a CA the client does not trust is
+/// refused on every TLS form, with a setup error that says why, and never
+/// spoken to in plain text instead.
+#[tokio::test]
+async fn untrusted_certificates_are_refused_on_every_form() {
+    let Some(certs) = certs() else { return };
+    let Some(stranger) = OwnRedis::start_tls(&certs.stranger) else { return };
+    let host_port = stranger.url().replace("rediss://", "");
+    for url in [
+        format!("rediss://{host_port}"),
+        format!("rediss+cluster://{host_port}"),
+        format!("rediss+sentinel://{host_port}/limit-store"),
+    ] {
+        let err = RedisStore::builder(&url).secret(SECRET).connect().await.unwrap_err();
+        let text = chain(&err);
+        assert!(matches!(err, StoreError::Setup { .. }), "{url}: {text}");
+        assert!(text.contains("invalid peer certificate: UnknownIssuer"), "{url}: {text}");
+    }
+    // The server saw TLS handshakes only: no plain command reached it.
+    let calls = stranger_calls(&certs.stranger, &host_port);
+    assert!(!calls.contains("cmdstat_"), "a command reached the server: {calls}");
+}
+
+/// The stranger's command counts (`INFO commandstats`), asked over TLS
+/// trusting its own CA: empty when no client ran a command.
+fn stranger_calls(dir: &std::path::Path, host_port: &str) -> String {
+    let port = host_port.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("redis-cli")
+        .args(["--tls", "--cacert", &dir.join("ca.pem").display().to_string(), "-p", port])
+        .args(["INFO", "commandstats"])
+        .output()
+        .expect("run redis-cli");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // This INFO call is the first command; it counts itself only afterwards.
+    text.lines().filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:")).collect()
 }
