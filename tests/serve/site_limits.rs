@@ -151,3 +151,37 @@ fn the_guides_example_of_limits_of_your_own_passes_check_config_as_written() {
     assert!(text.contains("uploads (own, policy allow)") && text.contains("2 overrides"), "{text}");
     let _ = std::fs::remove_file(file);
 }
+
+/// A settings file or a file of Envoy rules is a regular file of at most
+/// 1 MiB: a device that never ends (`/dev/zero`), a pipe nothing writes to
+/// and a file of 2 MiB are each refused at once, naming the file, where
+/// they filled the memory or hung.
+#[test]
+fn a_settings_file_that_is_no_file_or_too_large_is_refused_at_once() {
+    let dir = scratch("site-file-kinds");
+    let pipe = dir.join("pipe.toml");
+    assert!(std::process::Command::new("mkfifo").arg(&pipe).status().unwrap().success());
+    let large = dir.join("large.toml");
+    std::fs::write(&large, format!("[rate_limit]\n{}", "# padding\n".repeat(200_000))).unwrap();
+    let latin1 = dir.join("latin1.toml");
+    std::fs::write(&latin1, b"[rate_limit]\n# caf\xe9\n").unwrap();
+    for (file, says) in [
+        (Path::new("/dev/zero"), "not a regular file"),
+        (pipe.as_path(), "not a regular file"),
+        (large.as_path(), "over 1048576 bytes"),
+        (latin1.as_path(), "not UTF-8"),
+    ] {
+        let started = std::time::Instant::now();
+        let (ok, text) = check_config(file);
+        assert!(!ok && text.contains(says) && text.contains(&file.display().to_string()), "{file:?}: {text}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{file:?} answered at once");
+    }
+    let out = limit_store()
+        .args(["serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .env("LIMIT_STORE_ENVOY_CONFIG", "/dev/zero")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("/dev/zero") && stderr.contains("not a regular file"), "{stderr}");
+}

@@ -46,7 +46,7 @@ impl Rules {
         };
         let mut rules = Rules::default();
         for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|e| unreadable(&file, e))?;
+            let text = limit_store::config::read_file(&file)?;
             load(&mut rules, &text, &file.display().to_string())?;
         }
         Ok(rules)
