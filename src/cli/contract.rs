@@ -28,7 +28,9 @@ async fn pair(args: &ContractArgs) -> anyhow::Result<StorePair> {
         let store = MemoryStore::new();
         return Ok(StorePair { first: Arc::new(store.clone()), second: Arc::new(store) });
     }
-    let secret = args.secret.clone().unwrap_or_else(|| "limit-store contract run: not a site secret".into());
+    // An empty LIMIT_STORE_SECRET is no secret given, as every variable's.
+    let given = args.secret.clone().filter(|s| !s.expose().is_empty());
+    let secret = given.unwrap_or_else(|| "limit-store contract run: not a site secret".into());
     if ["redis://", "rediss://", "redis+sentinel://", "rediss+sentinel://", "redis+cluster://", "rediss+cluster://"]
         .iter()
         .any(|s| url.starts_with(s))

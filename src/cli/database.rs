@@ -58,7 +58,7 @@ pub struct StoreArgs {
     /// Run on the Redis store at this URL instead (redis://, rediss://, redis+sentinel:// or redis+cluster://;
     /// also `store = "redis"` with `redis_url` in the settings, or
     /// LIMIT_STORE_REDIS_URL).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "database_url")]
     redis_url: Option<SecretUrl>,
 }
 
@@ -69,7 +69,8 @@ fn table(config: &Config) -> &str {
 impl StoreArgs {
     fn config(&self) -> anyhow::Result<Config> {
         let mut config = self.database.settings()?;
-        if let Some(secret) = &self.secret {
+        // An empty LIMIT_STORE_SECRET is no secret given (the settings' stands).
+        if let Some(secret) = self.secret.as_ref().filter(|s| !s.expose().is_empty()) {
             config.secret = Some(secret.clone());
         }
         if let Some(url) = &self.redis_url {

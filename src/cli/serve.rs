@@ -61,7 +61,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // (`limit-store-not-shared`) that each process counts alone, as any
     // memory store not said to be a single instance does.
     let mut config = super::settings(path.as_deref())?;
-    if let Some(secret) = &args.secret {
+    // An empty LIMIT_STORE_SECRET is no secret given (the settings' stands).
+    if let Some(secret) = args.secret.as_ref().filter(|s| !s.expose().is_empty()) {
         config.secret = Some(secret.clone());
     }
     let token = token(&args)?;

@@ -147,6 +147,27 @@ fn a_missing_secret_names_what_the_command_reads() {
     assert!(line.contains("at least 32 bytes") && !line.contains("database store"), "the Redis store's: {line}");
 }
 
+/// An empty `LIMIT_STORE_SECRET` is no secret given, as an empty variable
+/// is for every other setting: the file's secret stands. A database and a
+/// Redis named at once are refused, not one of them quietly taken.
+#[test]
+fn an_empty_secret_variable_leaves_the_files_and_two_stores_are_refused() {
+    let dir = scratch("first-run-empty-secret");
+    let url = format!("sqlite://{}?mode=rwc", dir.join("limits.db").display());
+    let toml = format!("[rate_limit]\nstore = \"database\"\ndatabase_url = \"{url}\"\nsecret = \"{SECRET}\"\n");
+    let config = settings_file(&toml);
+    let config = config.to_str().unwrap();
+    assert!(limit_store().args(["migrate", "--config", config]).status().unwrap().success());
+    let out = limit_store().args(["stats", "--config", config]).env("LIMIT_STORE_SECRET", "").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = limit_store()
+        .args(["stats", "--database-url", &url, "--redis-url", "redis://127.0.0.1:6379", "--secret", SECRET])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("cannot be used with"), "{stderr}");
+}
+
 /// A table of the site's own name that is missing: the command the error
 /// names creates that table, and `serve` then starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
