@@ -100,8 +100,9 @@ impl FromStr for SecretUrl {
 }
 
 /// `url` with every password in it as `***`: the user info's, and the
-/// values of query parameters whose name speaks of one (`password`,
-/// `sslpassword`, `sentinel_password`, `token`, `auth`, `secret`, `key`, ...).
+/// value of every query parameter but a few known settings that are never
+/// one (`sslmode`, `mode`, `port`, ...; see `is_plain_param`), so that a
+/// misspelt `pasword` is hidden too.
 ///
 /// The user info is all between `://` and the last `@` (no host holds
 /// one), and shows only its user; the rest is parsed with `url`: each host
@@ -203,7 +204,7 @@ fn path_and_query(parsed: &url::Url) -> String {
             // The name as the store's client reads it: percent-decoded.
             let (name, _) = url::form_urlencoded::parse(param.as_bytes()).next().unwrap_or_default();
             match param.split_once('=') {
-                Some((raw, _)) if is_secret_param(&name) => {
+                Some((raw, _)) if !is_plain_param(&name) => {
                     out.push_str(raw);
                     out.push_str("=***");
                 }
@@ -217,10 +218,29 @@ fn path_and_query(parsed: &url::Url) -> String {
     out
 }
 
-/// Whether a query parameter named `name` carries a password.
-fn is_secret_param(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    ["pass", "pwd", "secret", "token", "auth", "key", "cred"].iter().any(|word| name.contains(word))
+/// Whether a query parameter named `name` is one whose value can be shown:
+/// a known setting that is never a password. Any other value, a misspelt
+/// `pasword`'s or libpq's `sslpassword`'s, is hidden.
+fn is_plain_param(name: &str) -> bool {
+    const PLAIN: [&str; 16] = [
+        "mode",
+        "sslmode",
+        "ssl-mode",
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "db",
+        "user",
+        "application_name",
+        "statement-cache-capacity",
+        "charset",
+        "collation",
+        "timezone",
+        "time-zone",
+        "protocol",
+    ];
+    PLAIN.contains(&name.to_ascii_lowercase().as_str())
 }
 
 #[cfg(test)]

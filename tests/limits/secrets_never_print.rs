@@ -119,6 +119,8 @@ proptest! {
             format!("redis+sentinel://h1:26379,h2:26379/mymaster?sentinel_password={query}"),
             format!("postgres://app@db/app?password={query}&sslmode=require"),
             format!("mysql://app@db/app?sslmode=required&sslpassword={query}"),
+            format!("postgres://app@db/app?pasword={query}&sslmode=require"),
+            format!("sqlite://counts.db?key={query}&mode=rwc"),
             format!("postgres://app:{pw}@db/app?password={query}"),
             format!("postgres://app:{pw}@[not-a-host/app"),
             format!("mysql://app:{pw}@db:notaport/app"),

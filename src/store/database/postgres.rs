@@ -64,6 +64,39 @@ pub(super) struct Postgres {
     clock: ServerClock,
 }
 
+/// The URL parameters sqlx reads for PostgreSQL (and `options[NAME]`). It
+/// logs any other at warn level with its value, which may be a password
+/// (libpq's `sslpassword`, a misspelt `pasword`), so the store refuses one
+/// by its key alone before sqlx sees it.
+const PARAMETERS: [&str; 18] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The first key of `url`'s query that sqlx would not read.
+fn unknown_parameter(url: &str) -> Option<&str> {
+    let query = url.split_once('?')?.1;
+    let query = query.split_once('#').map_or(query, |(query, _)| query);
+    let keys = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').map_or(p, |(key, _)| key));
+    keys.into_iter().find(|key| !(PARAMETERS.contains(key) || key.starts_with("options[") && key.ends_with(']')))
+}
+
 impl Postgres {
     pub(super) async fn open(
         url: &str,
@@ -72,6 +105,12 @@ impl Postgres {
         remember: usize,
         durable: bool,
     ) -> Result<Self, StoreError> {
+        if let Some(key) = unknown_parameter(url) {
+            return Err(StoreError::setup(format!(
+                "the PostgreSQL URL's parameter `{key}` is not one the store reads: remove it (it reads {})",
+                PARAMETERS.join(", ")
+            )));
+        }
         let options: PgConnectOptions = url
             .parse()
             .map_err(|e| StoreError::Setup { detail: format!("bad PostgreSQL URL: {e}"), source: Some(Box::new(e)) })?;
@@ -261,6 +300,16 @@ fn test_server() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A parameter sqlx would log with its value is refused by its key.
+    #[test]
+    fn parameters_sqlx_does_not_read_are_named_by_key() {
+        let unknown = |url| unknown_parameter(url);
+        assert_eq!(unknown("postgres://u:p@h/db"), None);
+        assert_eq!(unknown("postgres://h/db?sslmode=require&options[search_path]=a&application_name=x#f"), None);
+        assert_eq!(unknown("postgres://h/db?sslmode=require&sslpassword=hunter2"), Some("sslpassword"));
+        assert_eq!(unknown("postgres://h/db?pasword"), Some("pasword"));
+    }
 
     /// The store's sessions commit without waiting for the disk unless asked
     /// to; asked, they keep the server's own setting.

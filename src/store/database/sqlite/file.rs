@@ -41,7 +41,9 @@ impl DbFile {
         }
         for param in query.split('&').filter(|p| !p.is_empty()) {
             if !matches!(param, "mode=rw" | "mode=rwc") {
-                return refuse(format!("`{param}` is not supported"));
+                // Named by its key alone: a value may be a password.
+                let key = param.split_once('=').map_or(param, |(key, _)| key);
+                return refuse(format!("the parameter `{key}` is not supported"));
             }
         }
         match percent_decoded(database) {
@@ -136,7 +138,10 @@ mod tests {
             assert!(err.is_setup() && err.to_string().contains("sqlite://PATH"), "{url}: {err}");
         }
         let err = file("sqlite://a.db?cache=shared").unwrap_err();
-        assert!(err.to_string().contains("`cache=shared` is not supported"), "{err}");
+        assert!(err.to_string().contains("`cache` is not supported"), "{err}");
+        // A value is never said: it may be a password.
+        let err = file("sqlite://a.db?password=hunter2pw&key=hunter3pw").unwrap_err().to_string();
+        assert!(err.contains("`password`") && !err.contains("hunter"), "{err}");
         for bad in ["sqlite://a%2.db", "sqlite://a%zz.db", "sqlite://a%ff.db"] {
             assert!(file(bad).unwrap_err().to_string().contains("percent-encoded"), "{bad}");
         }
