@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod file;
 mod limits;
 use limits::LimitSettings;
 mod overrides;
@@ -55,6 +56,7 @@ use crate::limits::{LimitError, Limits, LimitsBuilder};
 use crate::secret::{SecretString, SecretUrl};
 use crate::{LimitStore, MemoryStore};
 
+pub use file::read_file;
 pub(crate) use overrides::OverrideSettings;
 pub use serve::ServeSettings;
 
@@ -184,9 +186,25 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// `text` safe to print on a terminal or in a log line: control characters
+/// (an escape sequence, a line break) and invisible or reordering format
+/// characters (a right-to-left override, a zero-width joiner) written as
+/// `\u{..}`. A name in the settings reaches an error as it was written.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    if !text.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let escaped = |c: char| if hidden(c) { c.escape_unicode().to_string() } else { c.to_string() };
+    std::borrow::Cow::Owned(text.chars().map(escaped).collect())
+}
+
 /// A settings file that can't be used: where, which key, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{origin}{}{}: {message}", .line.map(|l| format!(" line {l}")).unwrap_or_default(), .key.as_ref().map(|k| format!(", `{k}`")).unwrap_or_default())]
+#[error("{}{}{}: {}", printable(.origin), .line.map(|l| format!(" line {l}")).unwrap_or_default(), .key.as_ref().map(|k| format!(", `{}`", printable(k))).unwrap_or_default(), printable(.message))]
 pub struct ConfigError {
     /// The file (or `limit-store.toml` for text parsed directly).
     pub origin: String,
@@ -196,37 +214,6 @@ pub struct ConfigError {
     pub key: Option<String>,
     /// What is wrong and what is expected.
     pub message: String,
-}
-
-/// The most bytes a settings file (or a file of Envoy rules) may hold: far
-/// above any real one.
-const MAX_FILE: u64 = 1024 * 1024;
-
-/// The text of a settings file (or a file of Envoy rules) at `path`: a
-/// regular file of at most 1 MiB, in UTF-8. Anything else (a directory, a
-/// device such as `/dev/zero`, a pipe, a larger file) is refused with an
-/// error that names it, and never read past 1 MiB or waited on.
-pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    use std::io::Read;
-    let refused = |message: String| ConfigError { origin: path.display().to_string(), line: None, key: None, message };
-    let unreadable = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::InvalidData => refused("it is not UTF-8 text: save it as UTF-8".into()),
-        _ => refused(format!("can't read the file: {e}")),
-    };
-    // Judged before it is opened: opening a pipe waits for a writer.
-    let kind = std::fs::metadata(path).map_err(unreadable)?;
-    if !kind.is_file() {
-        return Err(refused("it is not a regular file (a directory, a device or a pipe): give a file's path".into()));
-    }
-    let mut text = String::new();
-    let file = std::fs::File::open(path).map_err(unreadable)?;
-    file.take(MAX_FILE + 1).read_to_string(&mut text).map_err(unreadable)?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(refused(format!(
-            "it is over {MAX_FILE} bytes, far more than any settings need: give the right file"
-        )));
-    }
-    Ok(text)
 }
 
 impl Config {

@@ -199,3 +199,20 @@ fn redis_is_a_store_with_its_url_in_the_file_or_the_environment() {
     c.apply_env(|var| (var == "LIMIT_STORE_REDIS_URL").then(|| "rediss://cache.internal:6380".to_owned())).unwrap();
     assert_eq!(c.redis_url.as_ref().map(|u| u.expose()), Some("rediss://cache.internal:6380"));
 }
+
+/// A name written in the settings reaches its error as written, but never
+/// as a terminal escape or a right-to-left override: both are spelt out.
+#[test]
+fn an_error_never_prints_a_control_or_reordering_character() {
+    let text =
+        err("[rate_limit.limits.\"a\\u001b[31mRED\"]\nparts = [\"user\"]\nbudget = 3\nwindow = \"1m\"\n").to_string();
+    assert!(text.contains("a\\u{1b}[31mRED") && !text.contains('\u{1b}'), "{text}");
+    let error = ConfigError {
+        origin: "limit-store.toml".into(),
+        line: Some(3),
+        key: Some("rate_limit.limits.x.us\u{202e}er".into()),
+        message: "line one\nline two".into(),
+    };
+    let text = error.to_string();
+    assert!(text.contains("us\\u{202e}er") && text.contains("one\\u{a}line") && !text.contains('\n'), "{text}");
+}
