@@ -180,11 +180,6 @@ impl Limit {
             if let Some(problem) = part.algorithm.problem() {
                 return Some(format!("part `{}`: {problem}", part.name));
             }
-            for (value, algorithm) in part.overrides() {
-                if let Some(problem) = algorithm.problem() {
-                    return Some(format!("part `{}`, the override of {value:?}: {problem}", part.name));
-                }
-            }
         }
         None
     }

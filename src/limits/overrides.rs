@@ -37,6 +37,7 @@ impl Overrides {
         let mut by_part = Vec::with_capacity(limit.parts.len());
         for part in &limit.parts {
             let mut values = HashMap::new();
+            let mut given: HashMap<String, &str> = HashMap::new();
             for o in &part.overrides {
                 let value = rules.apply(part.normalize, &o.value).map_err(|_| {
                     invalid(format!(
@@ -53,6 +54,14 @@ impl Overrides {
                 let algorithm = part.overridden(o);
                 if let Some(problem) = algorithm.problem() {
                     return Err(invalid(format!("part `{}`, override `{}`: {problem}", part.name, o.value)));
+                }
+                // Two values that normalise alike would have the last one's
+                // budget, the other's never read: refused, naming both.
+                if let Some(earlier) = given.insert(value.to_string(), &o.value) {
+                    return Err(invalid(format!(
+                        "part `{}`: the overrides `{earlier}` and `{}` are the same value once normalised (`{value}`): keep one",
+                        part.name, o.value
+                    )));
                 }
                 values.insert(value.into_owned(), algorithm);
             }

@@ -216,3 +216,20 @@ fn an_error_never_prints_a_control_or_reordering_character() {
     let text = error.to_string();
     assert!(text.contains("us\\u{202e}er") && text.contains("one\\u{a}line") && !text.contains('\n'), "{text}");
 }
+
+/// Two overrides that are one value once their part normalises them (case
+/// on a folded part, two addresses of one /64 on an `ip` part) are refused,
+/// naming both: the last one's budget held, and the first was never read.
+#[test]
+fn overrides_that_normalise_alike_are_refused_naming_both() {
+    for (normalize, a, b) in [("folded", "Ann@example.com", "ann@example.com"), ("ip", "2001:db8::1", "2001:db8::2")] {
+        let text = format!(
+            "[rate_limit]\nsingle_instance = true\n[rate_limit.limits.vip]\nparts = [\"user\"]\nbudget = 3\nwindow = \"1m\"\n\
+             [rate_limit.limits.vip.user]\nnormalize = \"{normalize}\"\n\
+             [rate_limit.limits.vip.user.overrides]\n\"{a}\" = {{ budget = 1 }}\n\"{b}\" = {{ budget = 100 }}\n"
+        );
+        let config = Config::parse(&text).unwrap();
+        let error = config.apply(Limits::builder()).build().unwrap_err().to_string();
+        assert!(error.contains(a) && error.contains(b) && error.contains("same value"), "{error}");
+    }
+}
