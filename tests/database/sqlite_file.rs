@@ -21,3 +21,16 @@ async fn the_store_keeps_its_file_in_wal_mode() {
     put(&db, "k", 2, 60_000).await.expect("counted while a reader holds its transaction");
     other.execute_batch("COMMIT").unwrap();
 }
+
+/// A store opened on a file that is not there says to migrate, and leaves
+/// no empty file behind that would look like a database without its table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_file_is_refused_and_not_created() {
+    let url = sqlite_url("missing-file");
+    let err = DatabaseStore::builder(&url).secret(SECRET).sweep_every(None).connect().await.unwrap_err();
+    assert!(
+        matches!(err, limit_store::StoreError::Setup { .. }) && err.to_string().contains("limit-store migrate"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(url.trim_start_matches("sqlite://")).exists(), "no file made");
+}

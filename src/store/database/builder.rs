@@ -185,6 +185,10 @@ impl DatabaseStoreBuilder {
             }
         };
         migrate::check_table_name(&self.table)?;
+        #[cfg(feature = "sqlite")]
+        if matches!(kind_of(&self.url)?, Kind::Sqlite) {
+            super::sqlite::Sqlite::refuse_missing_file(&self.url, &self.table)?;
+        }
         let db = self.open().await?;
         on_backend!(&db, b => b.check_table().await)?;
         on_backend!(&db, b => b.check_family_column().await)?;

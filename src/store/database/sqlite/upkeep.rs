@@ -33,6 +33,17 @@ impl Sqlite {
         }
     }
 
+    /// Refuses a database file that is not there, before anything creates
+    /// it: a store counts only in a migrated table, and the empty file it
+    /// would leave behind looks like a database that lost its table.
+    pub(in super::super) fn refuse_missing_file(url: &str, table: &str) -> Result<(), StoreError> {
+        let file = DbFile::of_url(url, false)?;
+        if file.path.exists() {
+            return Ok(());
+        }
+        Err(migrate::missing_table(table, &crate::secret::redact(url)))
+    }
+
     /// Refuses a database without the table.
     pub(in super::super) async fn check_table(&self) -> Result<(), StoreError> {
         let table = self.table.clone();
