@@ -124,8 +124,25 @@ impl StoreArgs {
 /// `limit-store migrate`.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let config = args.database.settings()?;
+    // As stats and sweep: only a database the settings count in, or one
+    // named here, is migrated; settings that count elsewhere make no file.
+    if args.database.database_url.is_none() {
+        match config.store {
+            StoreKind::Memory => anyhow::bail!(
+                "the settings count in memory (rate_limit.store = \"memory\", the default): there is no table to \
+                 make. For the database store, set rate_limit.store = \"database\" (and database_url) in \
+                 limit-store.toml, or give --database-url"
+            ),
+            StoreKind::Redis => {
+                anyhow::bail!(
+                    "the settings count in Redis, which needs no table: give --database-url to migrate a database"
+                )
+            }
+            StoreKind::Database => {}
+        }
+    }
     DatabaseStore::builder(config.database_url.expose()).table(table(&config)).migrate().await.context("migrate")?;
-    println!("the table {} is up to date", table(&config));
+    println!("the table {} is ready: made, or brought up to date", table(&config));
     Ok(())
 }
 
