@@ -224,6 +224,13 @@ impl Parser<'_> {
             if names.iter().any(|n| n == name.as_ref()) {
                 return Err(self.error(at, path, format!("part `{name}` is listed twice: list each part once")));
             }
+            if !crate::limits::valid_name(name) {
+                return Err(self.error(
+                    at,
+                    path,
+                    format!("part `{name}`: a part's name is 1 to 64 letters, digits, `-` or `_`: rename it"),
+                ));
+            }
             if matches!(name.as_ref(), "parts" | "algorithm" | "budget" | "window" | "lock" | "policy" | "shadow") {
                 return Err(self.error(
                     at,

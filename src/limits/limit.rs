@@ -161,9 +161,6 @@ impl Limit {
 
     /// Why this limit can't be used, if it can't.
     pub(crate) fn problem(&self) -> Option<String> {
-        let valid_name = |s: &str| {
-            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
         if !valid_name(&self.name) {
             return Some("a limit's name is 1 to 64 letters, digits, `-` or `_` (it starts every key)".into());
         }
@@ -183,6 +180,12 @@ impl Limit {
         }
         None
     }
+}
+
+/// Whether `name` can name a limit or a part: 1 to 64 letters, digits, `-`
+/// or `_`, since it goes into every key of the limit.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// One value's own budget, and window (the part's when `None`).

@@ -62,6 +62,7 @@ pub use error::LimitError;
 pub use handle::Limits;
 pub use last_hour::LastHour;
 pub use legacy::RateLimitStore;
+pub(crate) use limit::valid_name;
 pub use limit::{Limit, Part, Policy};
 pub use limit_handle::LimitHandle;
 pub use normalize::Normalize;

@@ -233,3 +233,12 @@ fn overrides_that_normalise_alike_are_refused_naming_both() {
         assert!(error.contains(a) && error.contains(b) && error.contains("same value"), "{error}");
     }
 }
+
+/// A part's name that no table could hold is refused on the `parts` line,
+/// not later with advice to write a table it would refuse.
+#[test]
+fn a_bad_part_name_is_refused_where_the_parts_are_listed() {
+    let e = err("[rate_limit.limits.uploads]\nbudget = 3\nwindow = \"1m\"\nparts = [\"user\", \"bad part\"]\n");
+    assert_eq!(e.line, Some(4), "{e}");
+    assert!(e.to_string().contains("a part's name is") && !e.to_string().contains("set budget"), "{e}");
+}
