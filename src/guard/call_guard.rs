@@ -20,7 +20,6 @@ use super::bounded;
 use super::handoff::{handoff, Cell, Handed};
 use crate::error::Unavailable;
 use crate::log::{Kind, Throttle};
-use crate::transaction::on_behalf_of_caller;
 use crate::StoreError;
 
 /// The deadline, the in-flight cap and the logs that every call of one
@@ -168,7 +167,9 @@ impl CallGuard {
         until: Instant,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let call = on_behalf_of_caller(call);
+        // Its first poll is the caller's, in the caller's task: a store's
+        // refusal inside the app's transaction (made before its first await)
+        // sees the caller's marker there, with nothing carried.
         match handoff(cell, Box::pin(AssertUnwindSafe(call).catch_unwind()), until).await {
             Handed::Ended(outcome) => self.settle(outcome),
             Handed::Late => Err(self.timed_out()),
